@@ -1,0 +1,289 @@
+"""The user-facing transformations: `grad`, `value_and_grad`, `vjp`, `jvp`.
+
+Lowering is cached per function and input signature (pytree structure, shapes, dtypes),
+like `jax.jit`: a second call with the same signature does no tracing, and the adjoint
+(or tangent) program and their compiled forms are built once per cached Program. What is
+left per call is flattening the arguments, one dictionary lookup and the run itself.
+Closed-over arrays and Python values are baked into the Program as constants when it is
+traced, as in JAX: change them and call a freshly defined function.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import tree as treelib
+from .checkpoint import resolve
+from .forward_mode import build_jvp
+from .interpret import Compiled, Machine, RunStats, plan_saved_slots, run_adjoint
+from .ir import Program
+from .reverse import primal_reads
+from .trace import trace_program
+
+_SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
+
+
+class _Entry:
+    """One lowered signature: its Program and, lazily, everything derived from it."""
+
+    __slots__ = ("program", "compiled", "_adjoint", "_jvp", "_strategies")
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.compiled = Compiled(program)
+        self._adjoint: Compiled | None = None
+        self._jvp: Compiled | None = None
+        self._strategies: dict[Any, list[Any]] = {}
+
+    def prepare_reverse(self) -> Compiled:
+        """The compiled adjoint; building it also tells the forward program which values
+        each loop must keep, so call it before a taped forward run."""
+        if self._adjoint is None:
+            adj = self.program.adjoint()
+            plan_saved_slots(self.compiled, primal_reads(adj))
+            self._adjoint = Compiled(adj, forward=self.compiled)
+        return self._adjoint
+
+    @property
+    def jvp(self) -> Compiled:
+        if self._jvp is None:
+            self._jvp = Compiled(build_jvp(self.program))
+        return self._jvp
+
+    def strategies(self, call_choice: Any) -> list[Any]:
+        key = id(call_choice) if call_choice is not None else None
+        s = self._strategies.get(key)
+        if s is None:
+            s = [resolve(r.checkpoint, call_choice) for r in self.program.loops()]
+            self._strategies[key] = s
+        return s
+
+
+_CACHE: weakref.WeakKeyDictionary[Callable, dict[Any, _Entry]] = weakref.WeakKeyDictionary()
+
+
+def _leaf_key(x: Any) -> Any:
+    kind = _SCALAR_KINDS.get(type(x))
+    if kind is not None:
+        return kind
+    if isinstance(x, np.ndarray | np.generic):
+        return (x.shape, x.dtype.char)
+    a = np.asarray(x)
+    return (a.shape, a.dtype.char)
+
+
+def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = ()) -> tuple[
+        _Entry, list[Any]]:
+    """The cached lowering of `fun` at `args`, and the flat list of traced argument leaves."""
+    dynamic = args if not static_argnums else tuple(
+        a for i, a in enumerate(args) if i not in static_argnums)
+    leaves, in_tree = treelib.flatten(dynamic)
+    key = (in_tree, tuple(map(_leaf_key, leaves)),
+           tuple((i, args[i]) for i in static_argnums))
+    try:
+        per_fun = _CACHE[fun]
+    except KeyError:
+        per_fun = _CACHE[fun] = {}
+    except TypeError:  # not weak-referenceable: cache nothing
+        per_fun = {}
+    entry = per_fun.get(key)
+    if entry is None:
+        entry = per_fun[key] = _Entry(trace_program(fun, args, static_argnums))
+    return entry, leaves
+
+
+def _as_arrays(leaves: list[Any], program: Program) -> list[Any]:
+    return [x if isinstance(x, np.ndarray | np.generic) else np.asarray(x, p.type.dtype)
+            for x, p in zip(leaves, program.params)]
+
+
+def _argnums_tuple(argnums: int | Sequence[int]) -> tuple[int, ...]:
+    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+
+class Pullback:
+    """Maps output cotangents to input cotangents; `stats` describes the last run."""
+
+    def __init__(self, entry: _Entry, machine: Machine, leaves: list[Any], nargs: int,
+                 checkpoint: Any):
+        self._entry = entry
+        self._machine: Machine | None = machine
+        self._leaves = leaves
+        self._nargs = nargs
+        self._checkpoint = checkpoint
+        self.stats: RunStats | None = None
+
+    def __call__(self, cotangent: Any) -> tuple:
+        entry = self._entry
+        program = entry.program
+        ct_leaves, ct_tree = treelib.flatten(cotangent)
+        if ct_tree != program.out_tree:
+            raise TypeError(f"pullback: the cotangent's structure {ct_tree.describe()} differs "
+                            f"from the output's {program.out_tree.describe()}")
+        cts = []
+        for i, (c, v) in enumerate(zip(ct_leaves, program.outputs)):
+            a = np.asarray(c, dtype=v.type.dtype)
+            if a.shape != v.type.shape:
+                raise TypeError(f"pullback: cotangent leaf {i} has shape {a.shape}, the output "
+                                f"has {v.type.shape}")
+            cts.append(a)
+        m = self._machine
+        if m is None:  # a second call: the first consumed the log, so run forward again
+            m = _forward(entry, self._leaves, self._checkpoint, record=True)[0]
+        self._machine = None
+        adjoint = entry.prepare_reverse()
+        with np.errstate(all="ignore"):
+            results = run_adjoint(adjoint, m, cts)
+        if not m.log.is_empty():
+            raise AssertionError("internal error: the control log was not fully consumed")
+        self.stats = m.stats
+        grads = treelib.unflatten(program.in_tree, results)
+        return tuple(grads)[: self._nargs]
+
+
+def _forward(entry: _Entry, leaves: list[Any], checkpoint: Any, record: bool) -> tuple[
+        Machine, list[Any]]:
+    m = Machine(entry.compiled, entry.strategies(checkpoint), record=record)
+    with np.errstate(all="ignore"):
+        outs = m.run(_as_arrays(leaves, entry.program))
+    return m, outs
+
+
+def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = False) -> Any:
+    """`(fun(*primals), pullback)`; `pullback(ct)` returns one cotangent per primal.
+
+    Only the branches taken and the iterations run are differentiated. `checkpoint` sets
+    the strategy of every loop that did not choose its own."""
+    entry, leaves = lowered(fun, primals)
+    entry.prepare_reverse()
+    m, outs = _forward(entry, leaves, checkpoint, record=True)
+    out = treelib.unflatten(entry.program.out_tree, outs)
+    pb = Pullback(entry, m, leaves, len(primals), checkpoint)
+    if has_aux:
+        return out[0], _AuxPullback(pb, out[1]), out[1]
+    return out, pb
+
+
+class _AuxPullback:
+    """With has_aux the aux outputs receive zero cotangents."""
+
+    def __init__(self, pb: Pullback, aux: Any):
+        self._pb, self._aux = pb, aux
+
+    def __call__(self, cotangent: Any) -> tuple:
+        zeros = treelib.tree_map(lambda a: np.zeros_like(a), self._aux)
+        return self._pb((cotangent, zeros))
+
+    @property
+    def stats(self) -> RunStats | None:
+        return self._pb.stats
+
+
+def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
+                   checkpoint: Any = None) -> Callable:
+    """A function returning `(fun(*args), gradient)`; with `has_aux`, `((value, aux), grad)`.
+
+    `fun` must return a float scalar; the gradient has the structure of `args[argnums]`
+    (a tuple of those when `argnums` is a tuple)."""
+    nums = _argnums_tuple(argnums)
+    single = isinstance(argnums, int)
+
+    def value_and_grad_fn(*args: Any) -> Any:
+        entry, leaves = lowered(fun, args)
+        program = entry.program
+        _check_grad_io(program, args, nums, has_aux, getattr(fun, "__name__", "f"))
+        adjoint = entry.prepare_reverse()
+        m, outs = _forward(entry, leaves, checkpoint, record=True)
+        out = treelib.unflatten(program.out_tree, outs)
+        ones = [np.ones((), program.outputs[0].type.dtype)[()]] + [
+            np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
+        with np.errstate(all="ignore"):
+            results = run_adjoint(adjoint, m, ones)
+        per_arg = treelib.unflatten(program.in_tree, results)
+        grads = per_arg[nums[0]] if single else tuple(per_arg[i] for i in nums)
+        value_and_grad_fn.stats = m.stats  # type: ignore[attr-defined]
+        return out, grads
+
+    value_and_grad_fn.__name__ = f"value_and_grad({getattr(fun, '__name__', 'f')})"
+    return value_and_grad_fn
+
+
+def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux: bool,
+                   name: str) -> None:
+    first = program.outputs[0] if program.outputs else None
+    n_main = 1
+    if has_aux:
+        td = program.out_tree
+        if td.kind != "tuple" or len(td.children) != 2:
+            raise TypeError(f"grad of {name} with has_aux=True: the function must return a "
+                            f"pair (value, aux), got {td.describe()}")
+        n_main = td.children[0].num_leaves
+    if first is None or n_main != 1 or first.type.shape != () or first.type.dtype.kind != "f":
+        what = "no output" if first is None else f"{first.type}" + (
+            "" if n_main == 1 else f" and {n_main - 1} more outputs")
+        raise TypeError(f"grad of {name} needs a float scalar output, got {what}; reduce it "
+                        "(cnp.sum) or use cg.vjp for non-scalar outputs")
+    for i in nums:
+        if i >= len(args):
+            raise TypeError(f"grad of {name}: argnums includes {i} but only {len(args)} "
+                            "arguments were given")
+        for leaf in treelib.flatten(args[i])[0]:
+            dtype = np.asarray(leaf).dtype
+            if dtype.kind != "f":
+                raise TypeError(f"grad of {name} with respect to argument {i}: it has dtype "
+                                f"{dtype} (shape {np.shape(leaf)}); gradients need float "
+                                "inputs, e.g. pass 2.0 instead of 2 or use .astype(float)")
+
+
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
+         checkpoint: Any = None) -> Callable:
+    """The gradient of a float-scalar function, like `jax.grad`."""
+    vg = value_and_grad(fun, argnums, has_aux=has_aux, checkpoint=checkpoint)
+
+    def grad_fn(*args: Any) -> Any:
+        value, g = vg(*args)
+        return (g, value[1]) if has_aux else g
+
+    grad_fn.__name__ = f"grad({getattr(fun, '__name__', 'f')})"
+    return grad_fn
+
+
+def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
+    """`(fun(*primals), J @ tangents)` by forward mode through the same control flow."""
+    primals, tangents = tuple(primals), tuple(tangents)
+    entry, leaves = lowered(fun, primals)
+    t_leaves, t_tree = treelib.flatten(tangents)
+    if t_tree != treelib.flatten(primals)[1]:
+        raise TypeError("jvp: tangents must have the same structure as primals")
+    program = entry.program
+    tans = []
+    for i, (t, p) in enumerate(zip(t_leaves, program.params)):
+        if p.type.dtype.kind != "f":
+            continue
+        a = np.asarray(t, dtype=p.type.dtype)
+        if a.shape != p.type.shape:
+            raise TypeError(f"jvp: tangent leaf {i} has shape {a.shape}, its primal has "
+                            f"{p.type.shape}")
+        tans.append(a)
+    m = Machine(entry.jvp)
+    with np.errstate(all="ignore"):
+        outs = m.run(_as_arrays(leaves, program) + tans)
+    n = len(program.outputs)
+    return (treelib.unflatten(program.out_tree, outs[:n]),
+            treelib.unflatten(program.out_tree, outs[n:]))
+
+
+def evaluate(fun: Callable, *args: Any) -> tuple[Any, Machine]:
+    """Run `fun` through the interpreter with its control log kept (for tests and
+    check_grads' path-stability guard)."""
+    entry, leaves = lowered(fun, args)
+    m = Machine(entry.compiled, entry.strategies(None), record=False)
+    m.taped = False
+    m.sinks.append([])
+    with np.errstate(all="ignore"):
+        outs = m.run(_as_arrays(leaves, entry.program))
+    return treelib.unflatten(entry.program.out_tree, outs), m

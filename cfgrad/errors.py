@@ -1,0 +1,44 @@
+"""Every error cfgrad raises, in one place.
+
+Each class derives from `CfgradError` and, where a builtin exception already names the
+situation (a `TypeError` for misuse of a traced value), from that builtin too, so callers
+can catch either the cfgrad-specific or the conventional type.
+"""
+
+from __future__ import annotations
+
+
+class CfgradError(Exception):
+    """Base class of all cfgrad errors."""
+
+
+class TracerBoolError(CfgradError, TypeError):
+    """Python control flow (`if`, `while`, `bool()`, `int()`) was applied to a traced value."""
+
+
+class LoweringError(CfgradError):
+    """A traced function cannot be lowered: mismatched branches, carries, predicates, …"""
+
+
+class VerifyError(CfgradError):
+    """A Program breaks an IR invariant; the message names the block and node."""
+
+
+class LoopLimitError(CfgradError):
+    """A `while_loop` ran past its `max_iters`."""
+
+
+class ReplayMismatchError(CfgradError):
+    """Recomputing a loop iteration took a different path than the logged forward run."""
+
+
+class AnomalyError(CfgradError, FloatingPointError):
+    """A NaN or Inf appeared under `cg.detect_anomaly()`."""
+
+
+class PathInstabilityError(CfgradError):
+    """Finite differences straddle a branch or trip-count change, so they cannot be trusted."""
+
+
+class ParseError(CfgradError, ValueError):
+    """The textual IR could not be read back."""

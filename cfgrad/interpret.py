@@ -1,0 +1,505 @@
+"""The interpreter: runs Programs (forward and adjoint alike) on numpy arrays.
+
+A Program is compiled once: every value gets a slot in a flat register list, constants are
+materialized into a template of that list, and each block becomes one generated Python
+function (`env[7] = mul(env[3], env[5])`, …) that returns the id of the edge it leaves by.
+Phi copies are generated per edge as a single tuple assignment, which is exactly the
+parallel-copy semantics (a carry that swaps `(a, b) → (b, a)` just works). The hot loop
+therefore only moves arrays; rule lookup, parameter binding and slot allocation happened
+at compile time.
+
+Edges carry an action code for the few places the run must be observed: a Cond decision
+of an `if` region (logged), entering a loop, taking its back edge (trip counting,
+`max_iters`, the checkpoint strategy's hook) and leaving it (trip count logged). These
+are method calls per control event, never per node.
+
+The forward run's `ControlLog` holds one stack per Cond region (decisions) and per loop
+(trip counts); the adjoint program pops them (`LogPop`, `TripPop`), so after a reverse pass
+every stack is empty. The checkpoint strategy of each loop is handed in at run time
+through the small `LoopStrategy` interface below.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from .errors import LoopLimitError, ReplayMismatchError
+from .ir import Block, Cond, Jmp, LoopRegion, Node, Program, Return, Value
+from .primitives import PRIMITIVES
+
+DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
+
+
+@dataclass
+class LoopInfo:
+    """What the interpreter needs of one loop region, resolved at compile time."""
+
+    index: int
+    region: LoopRegion
+    header: int  # block index
+    exit: int
+    carry_slots: tuple[int, ...]  # the header Phis: carry_t during iteration t
+    latch_edge: int
+    record_slot: int  # env slot holding this execution's checkpoint record
+    trip_bound_slots: tuple[int, int] | None
+    saved_slots: tuple[int, ...] = ()  # loop-owned slots the adjoint reads (set later)
+
+
+class Compiled:
+    """A Program turned into generated block functions and an edge table."""
+
+    def __init__(self, program: Program, forward: Compiled | None = None):
+        self.program = program
+        self.forward = forward
+        self.slot: dict[Value, int] = {}
+        blocks = program.blocks
+        self.block_index = {b: i for i, b in enumerate(blocks)}
+        for v in program.params:
+            self._alloc(v)
+        for b in blocks:
+            for phi in b.phis:
+                self._alloc(phi.out)
+            for n in b.nodes:
+                for o in n.outputs:
+                    self._alloc(o)
+        self.if_index = {r: i for i, r in enumerate(program.ifs())}
+        self.loops: list[LoopInfo] = []
+        self.loop_index: dict[LoopRegion, int] = {}
+        for i, r in enumerate(program.loops()):
+            self.loop_index[r] = i
+        self.template: list[Any] = [None] * len(self.slot)
+        self.edges: list[tuple[int, Any, int, Any]] = []
+        self.edge_id: dict[tuple[Block, Any], int] = {}
+        self._build_edges()
+        for r, i in self.loop_index.items():
+            bounds = None
+            if r.trip_bounds is not None:
+                bounds = (self.slot[r.trip_bounds[0]], self.slot[r.trip_bounds[1]])
+            self.loops.append(LoopInfo(
+                i, r, self.block_index[r.header], self.block_index[r.exit],
+                tuple(self.slot[p.out] for p in r.header.phis),
+                self.edge_id[(r.latch, None)], self._alloc_extra(), bounds))
+        self.block_fns = [self._gen_block(b) for b in blocks]
+        self.return_slots = tuple(self.slot[v] for v in program.outputs)
+        self.param_slots = tuple(self.slot[v] for v in program.params)
+
+    def _alloc(self, v: Value) -> int:
+        self.slot[v] = len(self.slot)
+        return self.slot[v]
+
+    def _alloc_extra(self) -> int:
+        self.template.append(None)
+        return len(self.template) - 1
+
+    # -- edges ---------------------------------------------------------------------
+    def _build_edges(self) -> None:
+        observe = self.forward is None  # adjoint programs log nothing
+        loops_by_header = {r.header: r for r in self.loop_index}
+        for b in self.program.blocks:
+            for key, target in b.term.successors():
+                action, arg = 0, None
+                if observe:
+                    if target in loops_by_header:
+                        r = loops_by_header[target]
+                        action = LOOP_ENTER if b is r.preheader else LOOP_LATCH
+                        arg = self.loop_index[r]
+                    elif b in loops_by_header and key is False:
+                        action, arg = LOOP_EXIT, self.loop_index[loops_by_header[b]]
+                    elif isinstance(b.term, Cond) and b not in loops_by_header:
+                        r_if = next(r for r in self.if_index if r.branch is b)
+                        action, arg = DECIDE, (self.if_index[r_if], key)
+                self.edge_id[(b, key)] = len(self.edges)
+                self.edges.append((self.block_index[target], self._gen_copy(b, key, target),
+                                   action, arg))
+
+    def _gen_copy(self, src: Block, key: Any, target: Block) -> Any:
+        if not target.phis:
+            return None
+        i = next(j for j, e in enumerate(target.preds) if e.src is src and e.key == key
+                 and type(e.key) is type(key))
+        dst = ", ".join(f"env[{self.slot[phi.out]}]" for phi in target.phis)
+        srcs = ", ".join(f"env[{self.slot[phi.inputs[i]]}]" for phi in target.phis)
+        code = f"def copy(env):\n    {dst}, = {srcs},\n"
+        ns: dict[str, Any] = {}
+        exec(code, ns)  # noqa: S102 - generated from the Program, not from user input
+        return ns["copy"]
+
+    # -- blocks --------------------------------------------------------------------
+    def _gen_block(self, b: Block) -> Any:
+        ns: dict[str, Any] = {}
+        lines = ["def block(env, fenv, m):"]
+        for k, n in enumerate(b.nodes):
+            lines.append("    " + self._gen_node(n, k, ns))
+        t = b.term
+        if isinstance(t, Jmp):
+            lines.append(f"    return {self.edge_id[(b, None)]}")
+        elif isinstance(t, Cond):
+            sel = f"env[{self.slot[t.selector]}]"
+            if [k for k, _ in t.cases] == [True, False]:
+                lines.append(f"    return {self.edge_id[(b, True)]} if {sel} else "
+                             f"{self.edge_id[(b, False)]}")
+            else:
+                ids = tuple(self.edge_id[(b, k)] for k, _ in t.cases)
+                lines.append(f"    return {ids}[{sel}]")
+        else:
+            assert isinstance(t, Return)
+            lines.append("    return -1")
+        exec("\n".join(lines) + "\n", ns)  # noqa: S102
+        fn = ns["block"]
+        fn.nodes = b.nodes  # for error messages: which node failed
+        return fn
+
+    def _gen_node(self, n: Node, k: int, ns: dict[str, Any]) -> str:
+        outs = ", ".join(f"env[{self.slot[o]}]" for o in n.outputs)
+        args = ", ".join(f"env[{self.slot[v]}]" for v in n.inputs)
+        name = f"f{k}"
+        if n.op == "const":
+            self.template[self.slot[n.outputs[0]]] = n.params["value"]
+            return "pass"
+        if n.op == "Primal":
+            return f"{outs} = fenv[{self.forward.slot[n.params['of']]}]"
+        if n.op == "LogPop":
+            return f"{outs} = m.pop_decision({self.forward.if_index[n.params['region']]})"
+        if n.op == "TripPop":
+            return f"{outs} = m.pop_trip({self.forward.loop_index[n.params['loop']]})"
+        if n.op == "LoopState":
+            return f"m.loop_state({self.forward.loop_index[n.params['loop']]}, {args})"
+        prim = PRIMITIVES[n.op]
+        ns[name] = functools.partial(prim.impl, **n.params) if n.params else prim.impl
+        return f"{outs} = {name}({args})"
+
+
+# ---------------------------------------------------------------------------------
+# Logs, strategies, statistics
+# ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ControlLog:
+    """Per-region stacks: branch decisions per Cond, trip counts per loop execution."""
+
+    decisions: list[list[Any]]
+    trips: list[list[int]]
+
+    def is_empty(self) -> bool:
+        return not any(self.decisions) and not any(self.trips)
+
+    def snapshot(self) -> tuple:
+        return tuple(map(tuple, self.decisions)), tuple(map(tuple, self.trips))
+
+
+class LoopStrategy(Protocol):
+    """How one loop's reverse pass gets iteration t's forward values (see checkpoint.py).
+
+    `tapes_sweep` says whether the forward sweep runs the body taped (logging its
+    decisions and keeping nested records); otherwise the body is re-derived by `restore`.
+    """
+
+    tapes_sweep: bool
+
+    def begin(self, m: Machine, loop: LoopInfo) -> Any: ...
+    def after_iteration(self, m: Machine, loop: LoopInfo, record: Any, t: int) -> None: ...
+    def finish(self, m: Machine, loop: LoopInfo, record: Any, trips: int) -> None: ...
+    def restore(self, m: Machine, loop: LoopInfo, record: Any, t: int) -> None: ...
+
+
+@dataclass
+class LoopStats:
+    """Per loop region, over one forward + reverse run (design §8)."""
+
+    name: str
+    strategy: str
+    trip_counts: list[int] = field(default_factory=list)
+    forward_steps: int = 0
+    recompute_steps: int = 0
+    peak_snapshots: int = 0
+    peak_bytes: int = 0
+    snapshots: int = 0  # currently held (for the peaks)
+    bytes: int = 0
+    schedule: list[tuple[str, int]] | None = None  # optional record of advance/store/… events
+
+
+@dataclass
+class RunStats:
+    loops: list[LoopStats]
+    decisions: dict[str, list[Any]] = field(default_factory=dict)
+
+    def loop(self, name: str) -> LoopStats:
+        return next(s for s in self.loops if s.name == name)
+
+
+# ---------------------------------------------------------------------------------
+# The machine
+# ---------------------------------------------------------------------------------
+
+
+class Machine:
+    """One execution of a forward Program, and later the adjoint run that reverses it."""
+
+    def __init__(self, compiled: Compiled, strategies: list[LoopStrategy] | None = None,
+                 record: bool = False, block_hook: Any = None):
+        self.c = compiled
+        self.env: list[Any] = list(compiled.template)
+        self.strategies = strategies
+        self.taped = record  # log decisions and keep checkpoint records
+        n_if, n_loops = len(compiled.if_index), len(compiled.loops)
+        self.log = ControlLog([[] for _ in range(n_if)], [[] for _ in range(n_loops)])
+        self.counters = [0] * n_loops
+        self.sinks: list[list[Any]] = []  # replay signatures being collected
+        self.sweeping: list[int] = []  # loops whose forward sweep runs untaped, innermost last
+        self.reversing = False
+        self.block_hook = block_hook
+        self.stats = RunStats([LoopStats(li.region.id, repr(strategies[li.index]) if strategies
+                                         else "none") for li in compiled.loops])
+
+    # -- walking -------------------------------------------------------------------
+    def run(self, args: list[Any]) -> list[Any]:
+        env = self.env
+        for s, a in zip(self.c.param_slots, args):
+            env[s] = a
+        self.walk(0, -1)
+        return [env[s] for s in self.c.return_slots]
+
+    def walk(self, b: int, stop: int, stop2: int = -2) -> int:
+        """Run from block `b` until control is about to enter `stop`/`stop2` (returns the
+        edge taken, its Phi copy not yet applied) or the program returns (-1)."""
+        env, fenv, fns, edges, hook = self.env, None, self.c.block_fns, self.c.edges, \
+            self.block_hook
+        while True:
+            if hook is not None:
+                hook(b)
+            try:
+                e = fns[b](env, fenv, self)
+            except Exception as exc:
+                _annotate(exc, self.c, b)
+                raise
+            if e < 0:
+                return -1
+            target, copy, action, arg = edges[e]
+            if target == stop or target == stop2:
+                return e
+            if action:
+                self.act(action, arg)
+            if copy is not None:
+                copy(env)
+            b = target
+
+    def act(self, action: int, arg: Any) -> None:
+        if action == DECIDE:
+            if self.sinks:
+                for sink in self.sinks:
+                    sink.append(arg)
+            if self.taped:
+                self.log.decisions[arg[0]].append(arg[1])
+            return
+        loop = self.c.loops[arg]
+        if action == LOOP_ENTER:
+            self.counters[arg] = 0
+            if self.taped:
+                strategy = self.strategies[arg]
+                self.env[loop.record_slot] = strategy.begin(self, loop)
+                if not strategy.tapes_sweep:  # the body will be re-derived in reverse
+                    self.taped = False
+                    self.sweeping.append(arg)
+            return
+        if action == LOOP_LATCH:
+            t = self.counters[arg]
+            self.counters[arg] = t + 1
+            limit = loop.region.max_iters
+            if limit is not None and t + 1 > limit:
+                raise LoopLimitError(
+                    f"while_loop {loop.region.id} at {loop.region.loc} exceeded max_iters="
+                    f"{limit}; raise max_iters or check that the loop condition can become "
+                    "false")
+            stats = self.stats.loops[arg]
+            if self.reversing:
+                stats.recompute_steps += 1
+            else:
+                stats.forward_steps += 1
+            if self.taped or (self.sweeping and self.sweeping[-1] == arg):
+                self.strategies[arg].after_iteration(self, loop, self.env[loop.record_slot], t)
+            return
+        # LOOP_EXIT
+        trips = self.counters[arg]
+        if self.sinks:
+            for sink in self.sinks:
+                sink.append((-1 - arg, trips))
+        if not self.reversing:
+            self.stats.loops[arg].trip_counts.append(trips)
+        if self.sweeping and self.sweeping[-1] == arg:
+            self.sweeping.pop()
+            self.taped = True
+        if self.taped:
+            self.log.trips[arg].append(trips)
+            self.strategies[arg].finish(self, loop, self.env[loop.record_slot], trips)
+
+    # -- services for strategies ------------------------------------------------------
+    def read(self, slots: tuple[int, ...]) -> tuple:
+        env = self.env
+        return tuple(env[s] for s in slots)
+
+    def write(self, slots: tuple[int, ...], values: tuple) -> None:
+        env = self.env
+        for s, v in zip(slots, values):
+            env[s] = v
+
+    def advance(self, loop: LoopInfo, carry: tuple, steps: int, taped_last: bool,
+                signatures: dict[int, tuple] | None = None, start: int = 0) -> tuple:
+        """From `carry` (the carry of iteration `start`), run `steps` iterations untaped and
+        return the carry after them; with `taped_last`, then run one more iteration taped,
+        leaving its forward values in the environment (for the adjoint to read).
+
+        Each re-run iteration's control decisions are compared with the signature the
+        forward sweep recorded for it: recomputation must take the logged path."""
+        saved_taped = self.taped
+        self.write(loop.carry_slots, carry)
+        try:
+            for i in range(steps + (1 if taped_last else 0)):
+                last = taped_last and i == steps
+                self.taped = saved_taped and last
+                sink: list[Any] = []
+                self.sinks.append(sink)
+                try:
+                    e = self.walk(loop.header, loop.header, loop.exit)
+                finally:
+                    self.sinks.pop()
+                t = start + i
+                if self.c.edges[e][0] == loop.exit:
+                    raise ReplayMismatchError(
+                        f"recomputing iteration {t} of {loop.region.id} (at {loop.region.loc}) "
+                        "left the loop early: the recomputed condition differs from the "
+                        "forward run's")
+                if signatures is not None:
+                    expected = signatures.get(t, ())
+                    if tuple(sink) != expected:
+                        raise ReplayMismatchError(self._mismatch_text(loop, t, expected, sink))
+                stats = self.stats.loops[loop.index]
+                stats.recompute_steps += 1
+                if not last:
+                    self.c.edges[e][1](self.env)  # latch copy: carry of the next iteration
+        finally:
+            self.taped = saved_taped
+        return self.read(loop.carry_slots)
+
+    def _mismatch_text(self, loop: LoopInfo, t: int, expected: tuple, got: list) -> str:
+        ifs = list(self.c.if_index)
+        for a, b in zip(list(expected) + [None] * len(got), got + [None] * len(expected)):
+            if a != b:
+                what = a if a is not None else b
+                if isinstance(what[0], int) and what[0] < 0:
+                    r = self.c.loops[-1 - what[0]].region
+                    desc = f"the trip count of {r.id} ({r.loc})"
+                else:
+                    r = ifs[what[0]]
+                    desc = f"the decision of {r.id} ({r.loc})"
+                return (f"recomputing iteration {t} of {loop.region.id} (at {loop.region.loc}) "
+                        f"took a different path than the forward run: {desc} was "
+                        f"{a[1] if a else 'absent'} then, {b[1] if b else 'absent'} now. The "
+                        "loop body must be a deterministic function of its carry")
+        return f"replay mismatch in iteration {t} of {loop.region.id}"
+
+    # -- services for the adjoint program -------------------------------------------------
+    def pop_decision(self, i: int) -> Any:
+        return self.log.decisions[i].pop()
+
+    def pop_trip(self, i: int) -> np.int64:
+        return np.int64(self.log.trips[i].pop())
+
+    def loop_state(self, i: int, t: Any) -> None:
+        loop = self.c.loops[i]
+        self.strategies[i].restore(self, loop, self.env[loop.record_slot], int(t))
+
+
+def _annotate(exc: Exception, compiled: Compiled, b: int) -> None:
+    """Name the block, node and source line of a failure inside generated code."""
+    if getattr(exc, "_cfgrad_annotated", False):
+        return
+    tb = exc.__traceback__
+    lineno = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "block":
+            lineno = tb.tb_lineno
+        tb = tb.tb_next
+    nodes = compiled.block_fns[b].nodes
+    if lineno is not None and 2 <= lineno < 2 + len(nodes):
+        n = nodes[lineno - 2]
+        label = ("r" if compiled.forward is not None else "b") + str(b)
+        exc.add_note(f"cfgrad: raised by `{n.op}` in block {label} of program "
+                     f"{compiled.program.name}, traced at {n.loc}")
+    try:
+        exc._cfgrad_annotated = True  # type: ignore[attr-defined]
+    except AttributeError:
+        pass
+
+
+def run_adjoint(adjoint: Compiled, machine: Machine, cotangents: list[Any]) -> list[Any]:
+    """Run an adjoint program against the forward machine that produced `machine.env`."""
+    env = list(adjoint.template)
+    for s, a in zip(adjoint.param_slots, cotangents):
+        env[s] = a
+    fns, edges, fenv = adjoint.block_fns, adjoint.edges, machine.env
+    machine.reversing = True
+    b = 0
+    while True:
+        try:
+            e = fns[b](env, fenv, machine)
+        except Exception as exc:
+            _annotate(exc, adjoint, b)
+            raise
+        if e < 0:
+            break
+        target, copy, _, _ = edges[e]
+        if copy is not None:
+            copy(env)
+        b = target
+    return [env[s] for s in adjoint.return_slots]
+
+
+def loop_owner(program: Program) -> dict[Value, LoopRegion | None]:
+    """The innermost loop whose header or body defines each value (None: not in a loop).
+
+    A loop's exit block belongs to the enclosing scope (loop-closed SSA), so the final
+    carry is owned by the enclosing loop, which keeps it in its own saved state."""
+    owner: dict[Value, LoopRegion | None] = {v: None for v in program.params}
+    inner_of: dict[Block, LoopRegion] = {}
+    for r in program.loops():  # outermost first: inner loops overwrite
+        stack, seen = [r.header], set()
+        while stack:
+            b = stack.pop()
+            if b in seen or b is r.exit:
+                continue
+            seen.add(b)
+            inner_of[b] = r
+            stack.extend(t for _, t in b.term.successors())
+    for b in program.blocks:
+        r = inner_of.get(b)
+        for phi in b.phis:
+            owner[phi.out] = r
+        for n in b.nodes:
+            for o in n.outputs:
+                owner[o] = r
+    return owner
+
+
+def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
+    """Tell each loop which of its slots the adjoint reads, so StoreAll keeps only those
+    (plus the checkpoint records of the loops nested directly inside it)."""
+    owner = loop_owner(forward.program)
+    per_loop: dict[int, list[int]] = {li.index: [] for li in forward.loops}
+    for v in sorted(needed, key=lambda v: forward.slot[v]):
+        r = owner.get(v)
+        if r is not None:
+            per_loop[forward.loop_index[r]].append(forward.slot[v])
+    for li in forward.loops:
+        parent = li.region.parent
+        while parent is not None and not isinstance(parent, LoopRegion):
+            parent = parent.parent
+        if parent is not None:
+            per_loop[forward.loop_index[parent]].append(li.record_slot)
+    for li in forward.loops:
+        li.saved_slots = tuple(per_loop[li.index])
+

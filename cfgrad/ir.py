@@ -1,0 +1,445 @@
+"""The SSA block IR: values, nodes, blocks, regions, programs, and their text form.
+
+A Program is a list of basic blocks in SSA form. Control flow is explicit: a block ends
+in exactly one terminator (`Jmp`, `Cond` with `Proj` edges, or `Return`), and values that
+meet at a join are merged by `Phi` nodes. Tracing also records the structure it built as
+regions (`IfRegion`, `LoopRegion`), so later passes walk regions instead of rediscovering
+them from the graph.
+
+`Program.text()` is the deterministic printed form: names are assigned at print time in
+definition order, so two equal programs print the same and golden tests are stable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+_DTYPE_NAMES = {
+    "float16": "f16", "float32": "f32", "float64": "f64",
+    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "bool": "bool", "complex64": "c64", "complex128": "c128",
+}
+DTYPE_BY_SHORT_NAME = {short: np.dtype(long) for long, short in _DTYPE_NAMES.items()}
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """The abstract type of a value: a static shape and a numpy dtype."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def __str__(self) -> str:
+        return f"{_DTYPE_NAMES[self.dtype.name]}[{','.join(map(str, self.shape))}]"
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype.kind == "f"
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+def type_of(x: Any) -> TensorType:
+    """The TensorType of a concrete numpy array or scalar."""
+    a = np.asarray(x)
+    return TensorType(tuple(a.shape), a.dtype)
+
+
+class Value:
+    """An SSA value. Identity is the object: there are no ids to keep in sync."""
+
+    __slots__ = ("type", "hint")
+
+    def __init__(self, type: TensorType, hint: str | None = None):
+        self.type = type
+        self.hint = hint
+
+    def __repr__(self) -> str:
+        return f"<Value {self.hint or ''}: {self.type}>"
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    """Where in the user's code a node was traced."""
+
+    file: str
+    line: int
+    function: str = ""
+
+    def __str__(self) -> str:
+        return f"{os.path.basename(self.file)}:{self.line}"
+
+
+class Node:
+    """A straight-line operation: a primitive (`add`, `mul`, …) or a runtime node of an
+    adjoint program (`Primal`, `LogPop`, `TripPop`, `LoopState`)."""
+
+    __slots__ = ("op", "inputs", "params", "outputs", "loc")
+
+    def __init__(self, op: str, inputs: list[Value], params: dict[str, Any],
+                 outputs: list[Value], loc: SourceLoc | None = None):
+        self.op = op
+        self.inputs = inputs
+        self.params = params
+        self.outputs = outputs
+        self.loc = loc
+
+    def __repr__(self) -> str:
+        return f"<Node {self.op}>"
+
+
+class Phi:
+    """Merges one value per predecessor edge of its block, in predecessor order."""
+
+    __slots__ = ("out", "inputs")
+
+    def __init__(self, out: Value, inputs: list[Value]):
+        self.out = out
+        self.inputs = inputs
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A control edge: its source block and the Proj key it leaves by (None for `Jmp`)."""
+
+    src: Block
+    key: Any = None
+
+    def label(self, names: dict[Block, str]) -> str:
+        return names[self.src] if self.key is None else f"{names[self.src]}.{key_text(self.key)}"
+
+
+def key_text(key: Any) -> str:
+    if key is True:
+        return "T"
+    if key is False:
+        return "F"
+    return str(key)
+
+
+class Jmp:
+    __slots__ = ("target",)
+
+    def __init__(self, target: Block):
+        self.target = target
+
+    def successors(self) -> list[tuple[Any, Block]]:
+        return [(None, self.target)]
+
+
+class Cond:
+    """Branch on `selector`; `cases` maps each Proj key (True/False or 0..n-1) to a block."""
+
+    __slots__ = ("selector", "cases")
+
+    def __init__(self, selector: Value, cases: list[tuple[Any, Block]]):
+        self.selector = selector
+        self.cases = cases
+
+    def successors(self) -> list[tuple[Any, Block]]:
+        return list(self.cases)
+
+
+class Return:
+    __slots__ = ("values",)
+
+    def __init__(self, values: list[Value]):
+        self.values = values
+
+    def successors(self) -> list[tuple[Any, Block]]:
+        return []
+
+
+Terminator = Jmp | Cond | Return
+
+
+class Block:
+    __slots__ = ("preds", "phis", "nodes", "term", "region", "role", "mirrors")
+
+    def __init__(self, region: Region | None = None, role: str = ""):
+        self.preds: list[Edge] = []
+        self.phis: list[Phi] = []
+        self.nodes: list[Node] = []
+        self.term: Terminator | None = None
+        self.region = region
+        self.role = role  # e.g. "case T", "header", "merge": shown in the printed form
+        self.mirrors: Block | None = None  # adjoint blocks: the forward block they mirror
+
+    def __repr__(self) -> str:
+        return f"<Block {self.role}>"
+
+
+@dataclass(eq=False)
+class Region:
+    """A piece of structure recorded by lowering; regions form a tree via `parent`."""
+
+    id: str
+    parent: Region | None
+    loc: SourceLoc | None
+
+
+@dataclass(eq=False)
+class IfRegion(Region):
+    """`cond`/`switch`: `branch` ends in the Cond, `cases[k]` is case k's entry block,
+    `case_exits[k]` the block of case k that jumps to `merge`."""
+
+    kind: str = "cond"
+    branch: Block | None = None
+    cases: list[Block] = field(default_factory=list)
+    case_exits: list[Block] = field(default_factory=list)
+    merge: Block | None = None
+
+    @property
+    def keys(self) -> list[Any]:
+        return [True, False] if self.kind == "cond" else list(range(len(self.cases)))
+
+
+@dataclass(eq=False)
+class LoopRegion(Region):
+    """`while_loop`/`fori_loop`: `preheader` jumps to `header`, whose Phis are the carry and
+    whose Cond enters `body` (True) or leaves to `exit` (False); `latch` jumps back.
+    `exit` starts with one single-input Phi per carry (loop-closed SSA), so nothing outside
+    the loop reads the header's Phis directly."""
+
+    kind: str = "while"
+    preheader: Block | None = None
+    header: Block | None = None
+    body: Block | None = None
+    latch: Block | None = None
+    exit: Block | None = None
+    checkpoint: Any = None
+    max_iters: int | None = None
+    trip_bounds: tuple[Value, Value] | None = None  # fori_loop: (lower, upper) at entry
+
+
+class Program:
+    """Parameters, blocks (the first is the start block) and the region tree."""
+
+    def __init__(self, name: str, params: list[Value], blocks: list[Block],
+                 regions: list[Region], outputs: list[Value] | None = None):
+        self.name = name
+        self.params = params
+        self.blocks = blocks
+        self.regions = regions
+        # API metadata (pytree structures); not part of the printed form.
+        self.in_tree: Any = None
+        self.out_tree: Any = None
+        self.forward: Program | None = None  # set on adjoint programs
+        self._adjoint: Program | None = None
+
+    # -- queries -----------------------------------------------------------------
+    @property
+    def return_block(self) -> Block:
+        return next(b for b in self.blocks if isinstance(b.term, Return))
+
+    @property
+    def outputs(self) -> list[Value]:
+        term = self.return_block.term
+        assert isinstance(term, Return)
+        return term.values
+
+    def loops(self) -> list[LoopRegion]:
+        return [r for r in self.regions if isinstance(r, LoopRegion)]
+
+    def ifs(self) -> list[IfRegion]:
+        return [r for r in self.regions if isinstance(r, IfRegion)]
+
+    def region(self, region_id: str) -> Region:
+        return next(r for r in self.regions if r.id == region_id)
+
+    def node_count(self) -> int:
+        return sum(len(b.nodes) + len(b.phis) + 1 for b in self.blocks)
+
+    # -- derived programs --------------------------------------------------------
+    def adjoint(self) -> Program:
+        """The mirrored adjoint Program, built once and cached (see reverse.py)."""
+        if self._adjoint is None:
+            from .reverse import build_adjoint  # the reverse builder sits above the IR
+
+            self._adjoint = build_adjoint(self)
+        return self._adjoint
+
+    @staticmethod
+    def parse(text: str) -> Program:
+        """Read a Program back from `text()` output (see irparse.py)."""
+        from .irparse import parse_program
+
+        return parse_program(text)
+
+    # -- printing ----------------------------------------------------------------
+    def names(self) -> tuple[dict[Value, str], dict[Block, str]]:
+        """Print names: parameters by hint, other values numbered in definition order."""
+        vnames: dict[Value, str] = {}
+        used: set[str] = set()
+        for p in self.params:
+            name = p.hint if p.hint and p.hint not in used and not p.hint.isdigit() else None
+            name = name or f"arg{len(vnames)}"
+            used.add(name)
+            vnames[p] = "%" + name
+        counter = 0
+        for b in self.blocks:
+            for n in b.nodes:
+                if is_inline_const(n):
+                    vnames[n.outputs[0]] = const_literal(n.params["value"])
+            for v in [phi.out for phi in b.phis] + [o for n in b.nodes for o in n.outputs]:
+                if v not in vnames:
+                    vnames[v] = f"%{counter}"
+                    counter += 1
+        prefix = "r" if self.forward is not None else "b"
+        bnames = {b: f"{prefix}{i}" for i, b in enumerate(self.blocks)}
+        return vnames, bnames
+
+    def text(self) -> str:
+        return "\n".join(program_lines(self)) + "\n"
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        return f"<Program {self.name}: {len(self.blocks)} blocks, {self.node_count()} nodes>"
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from .inspector import render_program  # rendering sits above the IR
+
+        yield render_program(self)
+
+
+# ---------------------------------------------------------------------------------
+# Text form
+# ---------------------------------------------------------------------------------
+
+def format_param(value: Any) -> str:
+    """A parseable literal for a static node parameter (see irparse.eval_param)."""
+    if isinstance(value, np.ndarray):
+        return f"array({value.tolist()!r}, {value.dtype.name!r})"
+    if isinstance(value, np.dtype):
+        return f"dtype({value.name!r})"
+    if isinstance(value, slice):
+        return f"slice({value.start!r}, {value.stop!r}, {value.step!r})"
+    if value is Ellipsis:
+        return "..."
+    if isinstance(value, tuple):
+        inner = ", ".join(format_param(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, float | np.floating):
+        return repr(float(value))
+    if isinstance(value, np.integer):
+        return repr(int(value))
+    if isinstance(value, np.bool_):
+        return repr(bool(value))
+    if isinstance(value, Region):
+        return value.id
+    return repr(value)
+
+
+def is_inline_const(n: Node) -> bool:
+    """Scalar constants print inline as literals (`mul %3, 2.0`), not as their own lines."""
+    return n.op == "const" and n.outputs[0].type.shape == ()
+
+
+def const_literal(value: np.ndarray) -> str:
+    """`2.0` (f64), `3` (i64), `True` (bool), or `2.0:f32` for other dtypes."""
+    item = value.item()
+    text = repr(float(item)) if value.dtype.kind == "f" else repr(item)
+    if value.dtype in (np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_)):
+        return text
+    return f"{text}:{_DTYPE_NAMES[value.dtype.name]}"
+
+
+def _region_line(r: Region, bn: dict[Block, str]) -> str:
+    parent = f" in {r.parent.id}" if r.parent else ""
+    if isinstance(r, IfRegion):
+        cases = ", ".join(bn[c] for c in r.cases)
+        exits = ", ".join(bn[c] for c in r.case_exits)
+        return (f"  region {r.id} {r.kind} at {bn[r.branch]} cases ({cases}) "
+                f"exits ({exits}) merge {bn[r.merge]}{parent}")
+    assert isinstance(r, LoopRegion)
+    extra = f" checkpoint={r.checkpoint!r}" if r.checkpoint is not None else ""
+    extra += f" max_iters={r.max_iters}" if r.max_iters is not None else ""
+    return (f"  region {r.id} {r.kind} preheader {bn[r.preheader]} header {bn[r.header]} "
+            f"body {bn[r.body]} latch {bn[r.latch]} exit {bn[r.exit]}{parent}{extra}")
+
+
+def block_comment(b: Block) -> str:
+    parts = []
+    if b.region is not None and b.role:
+        parts.append(f"{b.region.id} {b.role}")
+    elif b.role:
+        parts.append(b.role)
+    return "; " + ", ".join(parts) if parts else ""
+
+
+def node_text(n: Node, vn: dict[Value, str], fwd_names: dict[Value, str] | None = None) -> str:
+    """`%3: f64[] = mul %1, %2 {axis=(0,)}` (without the source comment)."""
+    outs = ", ".join(f"{vn[o]}: {o.type}" for o in n.outputs)
+    args = ", ".join(vn[i] for i in n.inputs)
+    params = dict(n.params)
+    ref = ""
+    if n.op == "Primal":
+        of = params.pop("of")
+        ref = " ^" + (fwd_names[of] if fwd_names else "%?")
+    ptext = ""
+    if params:
+        ptext = " {" + ", ".join(f"{k}={format_param(params[k])}" for k in sorted(params)) + "}"
+    lhs = f"{outs} = " if outs else ""
+    sep = " " if args else ""
+    return f"{lhs}{n.op}{ref}{sep}{args}{ptext}"
+
+
+def term_text(b: Block, vn: dict[Value, str], bn: dict[Block, str], back_edge: bool) -> str:
+    t = b.term
+    if isinstance(t, Jmp):
+        return f"Jmp {bn[t.target]}" + (" ↺" if back_edge else "")
+    if isinstance(t, Cond):
+        cases = " | ".join(f"{key_text(k)}: {bn[tb]}" for k, tb in t.cases)
+        return f"Cond {vn[t.selector]} -> {cases}"
+    if isinstance(t, Return):
+        return "Return" + ("" if not t.values else " " + ", ".join(vn[v] for v in t.values))
+    return "<no terminator>"
+
+
+def back_edge_sources(program: Program) -> set[Block]:
+    return {r.latch for r in program.loops()}
+
+
+def program_lines(program: Program) -> list[str]:
+    vn, bn = program.names()
+    fwd_names = program.forward.names()[0] if program.forward is not None else None
+    params = ", ".join(f"{vn[p]}: {p.type}" for p in program.params)
+    outs = ", ".join(str(v.type) for v in program.outputs)
+    lines = [f"program {program.name}({params}) -> ({outs})"]
+    lines += [_region_line(r, bn) for r in program.regions]
+    latches = back_edge_sources(program)
+    width = 48
+
+    def emit(text: str, comment: str) -> None:
+        lines.append(f"{text:<{width}} {comment}".rstrip() if comment else text)
+
+    for b in program.blocks:
+        preds = ""
+        if b.preds:
+            preds = " preds (" + ", ".join(e.label(bn) for e in b.preds) + ")"
+        comment = block_comment(b)
+        if b.mirrors is not None and program.forward is not None:
+            fbn = program.forward.names()[1]
+            comment = (comment + ", " if comment else "; ") + f"mirrors {fbn[b.mirrors]}"
+        emit(f"{bn[b]}:{preds}", comment)
+        for phi in b.phis:
+            ins = ", ".join(f"{e.label(bn)}: {vn[v]}" for e, v in zip(b.preds, phi.inputs))
+            emit(f"  {vn[phi.out]}: {phi.out.type} = Phi ({ins})", "")
+        for n in b.nodes:
+            if not is_inline_const(n):
+                emit("  " + node_text(n, vn, fwd_names), f"; {n.loc}" if n.loc else "")
+        emit("  " + term_text(b, vn, bn, b in latches), "")
+    return lines

@@ -1,0 +1,718 @@
+"""The derivative table: every primitive declared once.
+
+An entry holds the numpy implementation, the shape/dtype rule (abstract evaluation), the
+VJP rule, the JVP rule, and notes on domain and subgradient conventions. Rules are written
+with primitives (via `bind` and the operators of traced values), so the adjoint of a
+program is itself ordinary IR. Adding a primitive means adding one entry here.
+
+Rule signatures (inputs `xs` and output `out` are traced values of the program being
+built, cotangents/tangents likewise; `None` is a symbolic zero):
+
+    vjp(ct, xs, out, **params) -> tuple of input cotangents (None where zero)
+    jvp(ts, xs, out, **params) -> output tangent (None where zero)
+
+The reverse builder never calls a VJP with a zero cotangent and drops cotangents of
+integer and boolean inputs, so rules need not handle either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import LoweringError
+from .ir import TensorType
+
+# ---------------------------------------------------------------------------------
+# The table entry and binding
+# ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Primitive:
+    name: str
+    impl: Callable[..., Any]
+    abstract: Callable[..., TensorType]  # (input types, **params) -> output type
+    vjp: Callable[..., tuple] | None
+    jvp: Callable[..., Any] | None
+    family: str
+    promote: str = "same"  # "same": cast inputs to one dtype; "float": …and ints to f64
+    promote_from: int = 0  # inputs before this index keep their own dtype (where's condition)
+    nondiff: bool = False  # derivative is zero everywhere it exists (comparisons, sign, …)
+    notes: str = ""
+    dynamic: tuple[int, ...] = field(default_factory=tuple)  # inputs that take no derivative
+
+    def __repr__(self) -> str:
+        return f"<primitive {self.name}>"
+
+
+PRIMITIVES: dict[str, Primitive] = {}
+
+
+def _register(p: Primitive) -> Primitive:
+    assert p.name not in PRIMITIVES, p.name
+    PRIMITIVES[p.name] = p
+    return p
+
+
+def _trace_of(args: tuple) -> Any:
+    for a in args:
+        t = getattr(a, "_cfgrad_trace", None)
+        if t is not None:
+            return t
+    return None
+
+
+def _promoted_dtype(prim: Primitive, args: list[Any]) -> np.dtype | None:
+    """numpy 2 (NEP 50) promotion, with Python scalars weakly typed as in JAX."""
+    if prim.promote == "none":
+        return None
+    probes = []
+    for a in args[prim.promote_from:]:
+        dt = getattr(a, "dtype", None)
+        if dt is not None:
+            probes.append(np.dtype(dt))
+        elif isinstance(a, bool | int | float | complex):
+            probes.append(a)
+        else:
+            probes.append(np.asarray(a).dtype)
+    dtype = np.result_type(*probes)
+    if prim.promote == "float" and dtype.kind in "biu":
+        dtype = np.dtype(np.float64)
+    return dtype
+
+
+def bind(name: str, *args: Any, **params: Any) -> Any:
+    """Apply primitive `name`: trace it when any argument is traced, else compute now.
+
+    Inputs are promoted to one dtype first (for primitives that ask for it), so rules and
+    implementations see consistent dtypes."""
+    prim = PRIMITIVES[name]
+    trace = _trace_of(args)
+    dtype = _promoted_dtype(prim, list(args))
+    if trace is not None:
+        return trace.emit(prim, list(args), params, dtype)
+    arrays = [np.asarray(a) if dtype is None or i < prim.promote_from
+              else np.asarray(a, dtype=dtype) for i, a in enumerate(args)]
+    return prim.impl(*arrays, **params)
+
+
+# ---------------------------------------------------------------------------------
+# Shape rules and helpers used by the rules
+# ---------------------------------------------------------------------------------
+
+
+def _broadcast(types: list[TensorType], op: str) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*(t.shape for t in types)))
+    except ValueError:
+        shapes = " and ".join(str(t) for t in types)
+        raise LoweringError(f"{op}: cannot broadcast {shapes} together") from None
+
+
+def _elementwise_type(op: str, out_dtype: Any = None) -> Callable[..., TensorType]:
+    def rule(types: list[TensorType], **_: Any) -> TensorType:
+        dtype = np.dtype(out_dtype) if out_dtype is not None else types[-1].dtype
+        return TensorType(_broadcast(types, op), dtype)
+
+    return rule
+
+
+def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple:
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def unbroadcast(ct: Any, shape: tuple[int, ...]) -> Any:
+    """Sum a cotangent of a broadcast result back to an input's shape."""
+    if tuple(ct.shape) == tuple(shape):
+        return ct
+    lead = len(ct.shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, d in enumerate(shape) if d == 1 and ct.shape[lead + i] != 1)
+    summed = bind("sum", ct, axes=axes, keepdims=False) if axes else ct
+    return bind("reshape", summed, shape=tuple(shape))
+
+
+def _mask(condition: Any, like: Any) -> Any:
+    """A 0/1 array of `like`'s dtype: keeps float32/float16 programs in their precision."""
+    return bind("astype", condition, dtype=like.dtype)
+
+
+def _keep(x: Any, shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> Any:
+    """Reshape a reduction result to its keepdims shape so it broadcasts against the input."""
+    if keepdims:
+        return x
+    return bind("reshape", x, shape=_reduced_shape(shape, axes, True))
+
+
+def _add_terms(*terms: Any) -> Any:
+    present = [t for t in terms if t is not None]
+    if not present:
+        return None
+    total = present[0]
+    for t in present[1:]:
+        total = total + t
+    return total
+
+
+# ---------------------------------------------------------------------------------
+# Elementwise unary
+# ---------------------------------------------------------------------------------
+
+
+def _unary(name: str, impl: Callable, deriv: Callable[[Any, Any], Any] | None,
+           notes: str = "", promote: str = "float", out_dtype: Any = None) -> None:
+    """deriv(x, out) is the pointwise derivative, written with traced values."""
+    if deriv is None:
+        vjp = jvp = None
+    else:
+        def vjp(ct, xs, out):
+            return (ct * deriv(xs[0], out),)
+
+        def jvp(ts, xs, out):
+            return None if ts[0] is None else ts[0] * deriv(xs[0], out)
+
+    _register(Primitive(name, impl, _elementwise_type(name, out_dtype), vjp, jvp, "elementwise",
+                        promote=promote, nondiff=deriv is None, notes=notes))
+
+
+def _sigmoid_impl(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+
+
+def _relu_impl(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, np.zeros((), x.dtype))
+
+
+_register(Primitive("neg", np.negative, _elementwise_type("neg"), lambda ct, xs, out: (-ct,),
+                    lambda ts, xs, out: None if ts[0] is None else -ts[0], "elementwise"))
+_unary("exp", np.exp, lambda x, y: y)
+_unary("log", np.log, lambda x, y: 1.0 / x, "domain x > 0; log(0) = -inf, gradient inf")
+_unary("log1p", np.log1p, lambda x, y: 1.0 / (1.0 + x), "domain x > -1; accurate near 0")
+_unary("expm1", np.expm1, lambda x, y: y + 1.0, "accurate near 0")
+_unary("sin", np.sin, lambda x, y: bind("cos", x))
+_unary("cos", np.cos, lambda x, y: -bind("sin", x))
+_unary("tan", np.tan, lambda x, y: 1.0 + y * y)
+_unary("tanh", np.tanh, lambda x, y: 1.0 - y * y)
+_unary("sinh", np.sinh, lambda x, y: bind("cosh", x))
+_unary("cosh", np.cosh, lambda x, y: bind("sinh", x))
+_unary("arctan", np.arctan, lambda x, y: 1.0 / (1.0 + x * x))
+_unary("sqrt", np.sqrt, lambda x, y: 0.5 / y,
+       "domain x >= 0; sqrt'(0) = +inf (as in JAX and PyTorch); use a custom_vjp for a "
+       "finite value at 0")
+_unary("abs", np.abs, lambda x, y: bind("sign", x), "abs'(0) = 0 (the minimum-norm subgradient)",
+       promote="same")
+_unary("sign", np.sign, None, "derivative 0 everywhere (undefined at 0, taken as 0)",
+       promote="same")
+_unary("sigmoid", _sigmoid_impl, lambda x, y: y * (1.0 - y),
+       "computed from exp(-|x|): finite for any input")
+_unary("relu", _relu_impl, lambda x, y: _mask(x > 0, x), "relu'(0) = 0", promote="same")
+_unary("softplus", lambda x: np.logaddexp(np.zeros((), x.dtype), x),
+       lambda x, y: bind("sigmoid", x), "log(1 + e^x) via logaddexp: finite for any input")
+_unary("floor", np.floor, None, "derivative 0 (undefined at integers, taken as 0)")
+_unary("isfinite", np.isfinite, None, promote="none", out_dtype=np.bool_)
+_unary("logical_not", np.logical_not, None, promote="none", out_dtype=np.bool_)
+_unary("invert", np.invert, None, promote="none")
+
+# ---------------------------------------------------------------------------------
+# Elementwise binary
+# ---------------------------------------------------------------------------------
+
+
+def _binary(name: str, impl: Callable, dx: Callable | None, dy: Callable | None,
+            notes: str = "", promote: str = "same", out_dtype: Any = None) -> None:
+    """dx(x, y, out) and dy(x, y, out) are the partial derivatives (full shape)."""
+    if dx is None:
+        vjp = jvp = None
+    else:
+        def vjp(ct, xs, out):
+            x, y = xs
+            return (unbroadcast(ct * dx(x, y, out), x.shape),
+                    unbroadcast(ct * dy(x, y, out), y.shape))
+
+        def jvp(ts, xs, out):
+            x, y = xs
+            return _add_terms(None if ts[0] is None else ts[0] * dx(x, y, out),
+                              None if ts[1] is None else ts[1] * dy(x, y, out))
+
+    _register(Primitive(name, impl, _elementwise_type(name, out_dtype), vjp, jvp, "elementwise",
+                        promote=promote, nondiff=dx is None, notes=notes))
+
+
+def _add_vjp(ct, xs, out):
+    return unbroadcast(ct, xs[0].shape), unbroadcast(ct, xs[1].shape)
+
+
+def _sub_vjp(ct, xs, out):
+    return unbroadcast(ct, xs[0].shape), unbroadcast(-ct, xs[1].shape)
+
+
+def _mul_vjp(ct, xs, out):
+    x, y = xs
+    return unbroadcast(ct * y, x.shape), unbroadcast(ct * x, y.shape)
+
+
+def _div_vjp(ct, xs, out):
+    x, y = xs
+    gx = ct / y
+    return unbroadcast(gx, x.shape), unbroadcast(-gx * out, y.shape)
+
+
+_register(Primitive("add", np.add, _elementwise_type("add"), _add_vjp,
+                    lambda ts, xs, out: _add_terms(*ts), "elementwise"))
+_register(Primitive("sub", np.subtract, _elementwise_type("sub"), _sub_vjp,
+                    lambda ts, xs, out: _add_terms(ts[0], None if ts[1] is None else -ts[1]),
+                    "elementwise"))
+_register(Primitive("mul", np.multiply, _elementwise_type("mul"), _mul_vjp,
+                    lambda ts, xs, out: _add_terms(None if ts[0] is None else ts[0] * xs[1],
+                                                   None if ts[1] is None else xs[0] * ts[1]),
+                    "elementwise"))
+_register(Primitive("div", np.true_divide, _elementwise_type("div"), _div_vjp,
+                    lambda ts, xs, out: _add_terms(
+                        None if ts[0] is None else ts[0] / xs[1],
+                        None if ts[1] is None else -ts[1] * out / xs[1]),
+                    "elementwise", promote="float",
+                    notes="x / 0 gives ±inf or nan, as numpy"))
+
+
+def _pow_dy(x, y, out):
+    positive = x > 0
+    safe_x = bind("where", positive, x, 1.0)
+    return out * bind("log", safe_x) * _mask(positive, x)
+
+
+_binary("pow", np.power, lambda x, y, out: y * x ** (y - 1.0), _pow_dy,
+        "d/dy is taken as 0 where x <= 0 (log x undefined); d/dx follows y*x^(y-1)",
+        promote="float")
+
+
+def _tie_mask(x, y, out, wins):
+    return _mask(wins, x) + 0.5 * _mask(x == y, x)
+
+
+_binary("maximum", np.maximum, lambda x, y, out: _tie_mask(x, y, out, x > y),
+        lambda x, y, out: _tie_mask(y, x, out, y > x), "ties split the gradient 1/2 : 1/2")
+_binary("minimum", np.minimum, lambda x, y, out: _tie_mask(x, y, out, x < y),
+        lambda x, y, out: _tie_mask(y, x, out, y < x), "ties split the gradient 1/2 : 1/2")
+for _name, _fn in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
+                   ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
+    _binary(_name, _fn, None, None, "comparison: no derivative", out_dtype=np.bool_)
+for _name, _fn in [("logical_and", np.logical_and), ("logical_or", np.logical_or),
+                   ("logical_xor", np.logical_xor)]:
+    _binary(_name, _fn, None, None, "logical: no derivative", promote="none",
+            out_dtype=np.bool_)
+for _name, _fn in [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
+                   ("bitwise_xor", np.bitwise_xor)]:
+    _binary(_name, _fn, None, None, "bitwise on bool/int: no derivative")
+_binary("mod", np.mod, None, None, "integer remainder here: no derivative")
+
+# ---------------------------------------------------------------------------------
+# Selection
+# ---------------------------------------------------------------------------------
+
+
+def _where_type(types: list[TensorType], **_: Any) -> TensorType:
+    if types[0].dtype != np.bool_:
+        raise LoweringError(f"where: the condition must be bool, got {types[0]}")
+    if types[1].dtype != types[2].dtype:
+        raise LoweringError(f"where: branches differ in dtype: {types[1]} vs {types[2]}")
+    return TensorType(_broadcast(types, "where"), types[1].dtype)
+
+
+def _where_impl(c, x, y):
+    return np.where(c, x, y)
+
+
+def _where_vjp(ct, xs, out):
+    c, x, y = xs
+    return (None, unbroadcast(bind("where", c, ct, 0.0), x.shape),
+            unbroadcast(bind("where", c, 0.0, ct), y.shape))
+
+
+def _where_jvp(ts, xs, out):
+    if ts[1] is None and ts[2] is None:
+        return None
+    c = xs[0]
+    tx = ts[1] if ts[1] is not None else 0.0
+    ty = ts[2] if ts[2] is not None else 0.0
+    return bind("broadcast_to", bind("where", c, tx, ty), shape=out.shape)
+
+
+_register(Primitive("where", _where_impl, _where_type, _where_vjp, _where_jvp, "selection",
+                    promote_from=1, dynamic=(0,),
+                    notes="only the selected input receives gradient; the other gets exactly 0 "
+                          "(but a NaN there still poisons the forward value; use cond)"))
+
+
+def _clip_type(types: list[TensorType], **_: Any) -> TensorType:
+    return TensorType(_broadcast(types, "clip"), types[0].dtype)
+
+
+def _clip_vjp(ct, xs, out):
+    x, lo, hi = xs
+    inside = bind("logical_and", x >= lo, x <= hi)
+    return (unbroadcast(ct * _mask(inside, ct), x.shape),
+            unbroadcast(ct * _mask(x < lo, ct), lo.shape),
+            unbroadcast(ct * _mask(x > hi, ct), hi.shape))
+
+
+def _clip_jvp(ts, xs, out):
+    x, lo, hi = xs
+    inside = bind("logical_and", x >= lo, x <= hi)
+    return _add_terms(None if ts[0] is None else ts[0] * _mask(inside, out),
+                      None if ts[1] is None else ts[1] * _mask(x < lo, out),
+                      None if ts[2] is None else ts[2] * _mask(x > hi, out))
+
+
+_register(Primitive("clip", np.clip, _clip_type, _clip_vjp, _clip_jvp, "selection",
+                    notes="at a bound (x == lo or x == hi) the gradient goes to x (1), as "
+                          "PyTorch's clamp; lo/hi get it only where x is strictly outside"))
+
+# ---------------------------------------------------------------------------------
+# Reductions
+# ---------------------------------------------------------------------------------
+
+
+def _reduction_type(out_dtype: Callable[[np.dtype], np.dtype]) -> Callable[..., TensorType]:
+    def rule(types: list[TensorType], axes: tuple[int, ...], keepdims: bool) -> TensorType:
+        t = types[0]
+        return TensorType(_reduced_shape(t.shape, axes, keepdims), np.dtype(out_dtype(t.dtype)))
+
+    return rule
+
+
+def _sum_dtype(d: np.dtype) -> np.dtype:
+    return np.dtype(np.int64) if d.kind in "bi" else (np.dtype(np.uint64) if d.kind == "u" else d)
+
+
+def _mean_dtype(d: np.dtype) -> np.dtype:
+    return np.dtype(np.float64) if d.kind in "biu" else d
+
+
+def _spread(ct, x, axes, keepdims):
+    """Broadcast a reduction's cotangent back over the reduced axes."""
+    return bind("broadcast_to", _keep(ct, x.shape, axes, keepdims), shape=x.shape)
+
+
+def _count(shape, axes) -> int:
+    return int(np.prod([shape[a] for a in axes], dtype=np.int64))
+
+
+def _extreme(name: str, impl: Callable) -> None:
+    def weights(x, out, axes, keepdims):
+        hit = _mask(x == _keep(out, x.shape, axes, keepdims), x)
+        return hit / bind("sum", hit, axes=axes, keepdims=True)
+
+    def vjp(ct, xs, out, axes, keepdims):
+        x = xs[0]
+        return (_spread(ct, x, axes, keepdims) * weights(x, out, axes, keepdims),)
+
+    def jvp(ts, xs, out, axes, keepdims):
+        x = xs[0]
+        return bind("sum", ts[0] * weights(x, out, axes, keepdims), axes=axes, keepdims=keepdims)
+
+    _register(Primitive(name, lambda x, axes, keepdims: impl(x, axis=axes, keepdims=keepdims),
+                        _reduction_type(lambda d: d), vjp, jvp, "reduction", promote="none",
+                        notes="ties share the gradient equally among the extreme entries"))
+
+
+_register(Primitive(
+    "sum", lambda x, axes, keepdims: np.sum(x, axis=axes, keepdims=keepdims),
+    _reduction_type(_sum_dtype),
+    lambda ct, xs, out, axes, keepdims: (_spread(ct, xs[0], axes, keepdims),),
+    lambda ts, xs, out, axes, keepdims: bind("sum", ts[0], axes=axes, keepdims=keepdims),
+    "reduction", promote="none"))
+_register(Primitive(
+    "mean", lambda x, axes, keepdims: np.mean(x, axis=axes, keepdims=keepdims),
+    _reduction_type(_mean_dtype),
+    lambda ct, xs, out, axes, keepdims: (
+        _spread(ct, xs[0], axes, keepdims) / float(_count(xs[0].shape, axes)),),
+    lambda ts, xs, out, axes, keepdims: bind("mean", ts[0], axes=axes, keepdims=keepdims),
+    "reduction", promote="none"))
+_extreme("amax", np.max)
+_extreme("amin", np.min)
+
+
+def _prod_partials(x, out, axes, keepdims):
+    """d prod / d x_i = product of the other entries, exact when some entries are zero."""
+    zero = x == 0.0
+    nonzero_x = bind("where", zero, 1.0, x)
+    prod_nonzero = bind("prod", nonzero_x, axes=axes, keepdims=True)
+    zeros = bind("sum", _mask(zero, x), axes=axes, keepdims=True)
+    no_zero = prod_nonzero / nonzero_x
+    one_zero_here = prod_nonzero * _mask(bind("logical_and", zero, zeros == 1.0), x)
+    return bind("where", zeros == 0.0, no_zero, one_zero_here)
+
+
+_register(Primitive(
+    "prod", lambda x, axes, keepdims: np.prod(x, axis=axes, keepdims=keepdims),
+    _reduction_type(_sum_dtype),
+    lambda ct, xs, out, axes, keepdims: (
+        _spread(ct, xs[0], axes, keepdims) * _prod_partials(xs[0], out, axes, keepdims),),
+    lambda ts, xs, out, axes, keepdims: bind(
+        "sum", ts[0] * _prod_partials(xs[0], out, axes, keepdims), axes=axes,
+        keepdims=keepdims),
+    "reduction", promote="none", notes="exact with zeros: the product of the other entries"))
+
+
+def _logsumexp_impl(x, axes, keepdims):
+    m = np.max(x, axis=axes, keepdims=True)
+    m = np.where(np.isfinite(m), m, np.zeros((), x.dtype))
+    s = np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
+    return s if keepdims else np.squeeze(s, axis=axes)
+
+
+def _softmax_weights(x, out, axes, keepdims):
+    return bind("exp", x - _keep(out, x.shape, axes, keepdims))
+
+
+_register(Primitive(
+    "logsumexp", _logsumexp_impl, _reduction_type(lambda d: d),
+    lambda ct, xs, out, axes, keepdims: (
+        _spread(ct, xs[0], axes, keepdims) * _softmax_weights(xs[0], out, axes, keepdims),),
+    lambda ts, xs, out, axes, keepdims: bind(
+        "sum", ts[0] * _softmax_weights(xs[0], out, axes, keepdims), axes=axes,
+        keepdims=keepdims),
+    "reduction", promote="float", notes="shifted by the maximum: finite for inputs of any size"))
+
+
+def _arg_type(types: list[TensorType], axis: int | None) -> TensorType:
+    shape = () if axis is None else tuple(d for i, d in enumerate(types[0].shape) if i != axis)
+    return TensorType(shape, np.dtype(np.int64))
+
+
+for _name, _fn in [("argmax", np.argmax), ("argmin", np.argmin)]:
+    _register(Primitive(_name, (lambda f: lambda x, axis: f(x, axis=axis))(_fn), _arg_type,
+                        None, None, "reduction", promote="none", nondiff=True,
+                        notes="integer result: no derivative"))
+
+# ---------------------------------------------------------------------------------
+# Linear algebra
+# ---------------------------------------------------------------------------------
+
+
+def _matmul_type(types: list[TensorType], **_: Any) -> TensorType:
+    a, b = types
+    if a.ndim == 0 or b.ndim == 0:
+        raise LoweringError(f"matmul: operands must be at least 1-D, got {a} and {b}")
+    ka = a.shape[-1]
+    kb = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if ka != kb:
+        raise LoweringError(f"matmul: contracted dimensions differ: {a} @ {b}")
+    batch = _broadcast([TensorType(a.shape[:-2], a.dtype), TensorType(b.shape[:-2], b.dtype)],
+                       "matmul")
+    shape = batch + (a.shape[-2:-1] if a.ndim > 1 else ()) + (b.shape[-1:] if b.ndim > 1 else ())
+    return TensorType(tuple(shape), a.dtype)
+
+
+def _swap_last(x):
+    perm = tuple(range(len(x.shape) - 2)) + (len(x.shape) - 1, len(x.shape) - 2)
+    return bind("transpose", x, axes=perm)
+
+
+def _matmul_vjp(ct, xs, out):
+    a, b = xs
+    if len(a.shape) == 1 and len(b.shape) == 1:
+        return ct * b, ct * a
+    a2 = a if len(a.shape) > 1 else bind("reshape", a, shape=(1, a.shape[0]))
+    b2 = b if len(b.shape) > 1 else bind("reshape", b, shape=(b.shape[0], 1))
+    out2 = tuple(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])) + (a2.shape[-2], b2.shape[-1])
+    ct2 = bind("reshape", ct, shape=out2)
+    da = unbroadcast(bind("matmul", ct2, _swap_last(b2)), a2.shape)
+    db = unbroadcast(bind("matmul", _swap_last(a2), ct2), b2.shape)
+    return bind("reshape", da, shape=a.shape), bind("reshape", db, shape=b.shape)
+
+
+_register(Primitive(
+    "matmul", np.matmul, _matmul_type, _matmul_vjp,
+    lambda ts, xs, out: _add_terms(
+        None if ts[0] is None else bind("matmul", ts[0], xs[1]),
+        None if ts[1] is None else bind("matmul", xs[0], ts[1])),
+    "linalg", notes="numpy matmul semantics, including 1-D operands and batch broadcasting"))
+
+# ---------------------------------------------------------------------------------
+# Shape and data movement
+# ---------------------------------------------------------------------------------
+
+
+def _reshape_type(types: list[TensorType], shape: tuple[int, ...]) -> TensorType:
+    if int(np.prod(shape, dtype=np.int64)) != types[0].size:
+        raise LoweringError(f"reshape: cannot reshape {types[0]} to {list(shape)}")
+    return TensorType(tuple(shape), types[0].dtype)
+
+
+_register(Primitive(
+    "reshape", lambda x, shape: np.reshape(x, shape), _reshape_type,
+    lambda ct, xs, out, shape: (bind("reshape", ct, shape=xs[0].shape),),
+    lambda ts, xs, out, shape: bind("reshape", ts[0], shape=shape),
+    "shape", promote="none"))
+
+
+def _transpose_type(types: list[TensorType], axes: tuple[int, ...]) -> TensorType:
+    t = types[0]
+    if sorted(axes) != list(range(t.ndim)):
+        raise LoweringError(f"transpose: axes {axes} are not a permutation for {t}")
+    return TensorType(tuple(t.shape[a] for a in axes), t.dtype)
+
+
+_register(Primitive(
+    "transpose", lambda x, axes: np.transpose(x, axes), _transpose_type,
+    lambda ct, xs, out, axes: (bind("transpose", ct, axes=tuple(np.argsort(axes).tolist())),),
+    lambda ts, xs, out, axes: bind("transpose", ts[0], axes=axes),
+    "shape", promote="none"))
+
+
+def _broadcast_to_type(types: list[TensorType], shape: tuple[int, ...]) -> TensorType:
+    t = types[0]
+    try:
+        np.broadcast_shapes(t.shape, shape)
+        if tuple(np.broadcast_shapes(t.shape, shape)) != tuple(shape):
+            raise ValueError
+    except ValueError:
+        raise LoweringError(f"broadcast_to: cannot broadcast {t} to {list(shape)}") from None
+    return TensorType(tuple(shape), t.dtype)
+
+
+_register(Primitive(
+    "broadcast_to", lambda x, shape: np.broadcast_to(x, shape), _broadcast_to_type,
+    lambda ct, xs, out, shape: (unbroadcast(ct, xs[0].shape),),
+    lambda ts, xs, out, shape: bind("broadcast_to", ts[0], shape=shape),
+    "shape", promote="none",
+    notes="the result is a read-only view, as numpy's"))
+
+
+def _concat_type(types: list[TensorType], axis: int) -> TensorType:
+    first = types[0]
+    for t in types[1:]:
+        if t.ndim != first.ndim or any(
+                a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis):
+            raise LoweringError(f"concatenate: shapes {first} and {t} differ off axis {axis}")
+    shape = list(first.shape)
+    shape[axis] = sum(t.shape[axis] for t in types)
+    return TensorType(tuple(shape), first.dtype)
+
+
+def _concat_vjp(ct, xs, out, axis):
+    pieces, start = [], 0
+    for x in xs:
+        stop = start + x.shape[axis]
+        spec = (slice(None),) * axis + (slice(start, stop, None),)
+        pieces.append(bind("index", ct, spec=spec))
+        start = stop
+    return tuple(pieces)
+
+
+def _concat_jvp(ts, xs, out, axis):
+    if all(t is None for t in ts):
+        return None
+    full = [t if t is not None else bind("broadcast_to", 0.0 * x, shape=x.shape)
+            for t, x in zip(ts, xs)]
+    return bind("concatenate", *full, axis=axis)
+
+
+_register(Primitive(
+    "concatenate", lambda *xs, axis: np.concatenate(xs, axis=axis), _concat_type,
+    _concat_vjp, _concat_jvp, "shape"))
+
+
+def _index_tuple(spec: tuple, dynamic: tuple) -> tuple:
+    it = iter(dynamic)
+    return tuple(next(it) if isinstance(s, str) else s for s in spec)
+
+
+def _index_impl(x, *dynamic, spec):
+    return x[_index_tuple(spec, dynamic)]
+
+
+def _index_type(types: list[TensorType], spec: tuple) -> TensorType:
+    x = types[0]
+    probes = tuple(np.zeros(t.shape, np.int64) for t in types[1:])
+    for t in types[1:]:
+        if t.dtype.kind not in "iu":
+            raise LoweringError(f"indexing: a traced index must be an integer, got {t}")
+    try:
+        view = np.broadcast_to(np.zeros((), x.dtype), x.shape)
+        shape = view[_index_tuple(spec, probes)].shape
+    except IndexError as e:
+        raise LoweringError(f"indexing {x} with {spec!r}: {e}") from None
+    return TensorType(tuple(shape), x.dtype)
+
+
+def _is_advanced(spec: tuple, dynamic_types: list) -> bool:
+    return any(isinstance(s, np.ndarray) for s in spec) or any(t.ndim > 0 for t in dynamic_types)
+
+
+def _scatter_add_impl(ct, *dynamic, spec, shape):
+    z = np.zeros(shape, dtype=ct.dtype)
+    idx = _index_tuple(spec, dynamic)
+    if any(isinstance(s, np.ndarray) or np.ndim(s) > 0 for s in idx):
+        np.add.at(z, idx, ct)
+    else:
+        z[idx] = ct
+    return z
+
+
+def _index_vjp(ct, xs, out, spec):
+    return (bind("scatter_add", ct, *xs[1:], spec=spec, shape=xs[0].shape),) + (None,) * (
+        len(xs) - 1)
+
+
+_register(Primitive(
+    "index", _index_impl, _index_type, _index_vjp,
+    lambda ts, xs, out, spec: None if ts[0] is None else bind("index", ts[0], *xs[1:],
+                                                               spec=spec),
+    "indexing", promote="none", dynamic=(1, 2, 3, 4, 5, 6, 7, 8),
+    notes="numpy basic and integer-array indexing; '$' in spec marks a traced index input; "
+          "the VJP scatter-adds (repeated indices accumulate)"))
+
+
+def _scatter_type(types: list[TensorType], spec: tuple, shape: tuple) -> TensorType:
+    return TensorType(tuple(shape), types[0].dtype)
+
+
+_register(Primitive(
+    "scatter_add", _scatter_add_impl, _scatter_type,
+    lambda ct, xs, out, spec, shape: (bind("index", ct, *xs[1:], spec=spec),) + (None,) * (
+        len(xs) - 1),
+    lambda ts, xs, out, spec, shape: None if ts[0] is None else bind(
+        "scatter_add", ts[0], *xs[1:], spec=spec, shape=shape),
+    "indexing", promote="none", dynamic=(1, 2, 3, 4, 5, 6, 7, 8),
+    notes="zeros of `shape` with the input added at the indexed positions"))
+
+
+def _roll_type(types: list[TensorType], axis: int | None) -> TensorType:
+    if types[1].dtype.kind not in "iu" or types[1].ndim != 0:
+        raise LoweringError(f"roll: the shift must be an integer scalar, got {types[1]}")
+    return types[0]
+
+
+_register(Primitive(
+    "roll", lambda x, shift, axis: np.roll(x, int(shift), axis=axis), _roll_type,
+    lambda ct, xs, out, axis: (bind("roll", ct, -xs[1], axis=axis), None),
+    lambda ts, xs, out, axis: None if ts[0] is None else bind("roll", ts[0], xs[1], axis=axis),
+    "shape", promote="none", dynamic=(1,)))
+
+
+def _astype_vjp(ct, xs, out, dtype):
+    x = xs[0]
+    return (bind("astype", ct, dtype=x.dtype),) if x.dtype.kind == "f" else (None,)
+
+
+_register(Primitive(
+    "astype", lambda x, dtype: np.asarray(x).astype(dtype),
+    lambda types, dtype: TensorType(types[0].shape, np.dtype(dtype)),
+    _astype_vjp,
+    lambda ts, xs, out, dtype: bind("astype", ts[0], dtype=dtype) if out.dtype.kind == "f"
+    else None,
+    "shape", promote="none", notes="a cast to an integer or bool type has no derivative"))
+
+_register(Primitive(
+    "const", lambda value: value, lambda types, value: TensorType(value.shape, value.dtype),
+    None, None, "constant", promote="none", nondiff=True,
+    notes="a constant, materialized once when the program is compiled"))

@@ -1,0 +1,354 @@
+"""The reverse-graph builder: forward Program → mirrored adjoint Program, in the same IR.
+
+The builder walks the forward program's region structure backwards:
+
+* a straight-line block becomes VJP nodes in reverse node order; a value used k times
+  receives the sum of its k contributions;
+* an `if` region becomes a `Cond` on the logged decision (`LogPop`) whose Proj edges lead
+  to the reverses of the cases; each merge Phi routes its cotangent to the input of the
+  edge that was taken, and the reverse of the branching block begins with Phis that merge
+  the cotangents coming back from the cases (the gradient merge);
+* a loop becomes a loop that pops the trip count (`TripPop`), counts down, asks the loop's
+  checkpoint strategy for iteration t's values (`LoopState`) and runs the reversed body.
+  Its Phis carry the carry's cotangents and one accumulator per outer value the body
+  reads (closures), which is how gradients reach values of enclosing scopes.
+
+Cotangents are a map from forward values to adjoint values; a missing entry is a symbolic
+zero, never a materialized array. Phi cotangents are popped all at once before any is
+routed, so reversing a block's Phis is one simultaneous accumulating assignment, and the
+reversed body starts from an empty map every iteration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .ir import (
+    Block,
+    Cond,
+    Edge,
+    IfRegion,
+    Jmp,
+    LoopRegion,
+    Node,
+    Phi,
+    Program,
+    Region,
+    TensorType,
+    Value,
+    key_text,
+)
+from .primitives import PRIMITIVES
+from .trace import Trace
+from .verify import verify
+
+Item = tuple[str, Any]  # ("block", Block) | ("if", IfRegion) | ("loop", LoopRegion)
+
+
+def structure(start: Block, stop: Block | None, regions: dict[Block, Region]) -> list[Item]:
+    """The forward program between `start` and `stop` as a sequence of items."""
+    items: list[Item] = []
+    b: Block | None = start
+    while b is not None and b is not stop:
+        items.append(("block", b))
+        r = regions.get(b)
+        if isinstance(r, IfRegion):
+            items.append(("if", r))
+            b = r.merge
+        elif isinstance(r, LoopRegion):
+            items.append(("loop", r))
+            b = r.exit
+        elif isinstance(b.term, Jmp):
+            b = b.term.target
+        else:
+            b = None
+    return items
+
+
+def _float(v: Value) -> bool:
+    return v.type.dtype.kind == "f"
+
+
+class ReverseBuilder:
+    def __init__(self, fwd: Program):
+        self.fwd = fwd
+        self.t = Trace(f"{fwd.name}.adjoint", check_scopes=False)
+        self.t.entry.mirrors = fwd.return_block
+        self.t.entry.role = ""
+        self.adj: dict[Value, Any] = {}  # forward value -> adjoint tracer
+        self.primal_scopes: list[dict[Value, Any]] = [{}]
+        self.const_of = {n.outputs[0]: n.params["value"] for b in fwd.blocks for n in b.nodes
+                         if n.op == "const"}
+        self.starts: dict[Block, Region] = {}
+        for r in fwd.regions:
+            self.starts[r.branch if isinstance(r, IfRegion) else r.preheader] = r
+        self.region_stack: list[Region] = []
+
+    # -- helpers ---------------------------------------------------------------------
+    def primal(self, v: Value) -> Any:
+        """The forward value `v` as seen from the current adjoint block."""
+        if v in self.const_of:
+            return self.t.tracer(self.t.const(self.const_of[v]))
+        for scope in reversed(self.primal_scopes):
+            if v in scope:
+                return scope[v]
+        out = self.t.emit_special("Primal", [], {"of": v}, [v.type])[0]
+        tr = self.t.tracer(out)
+        self.primal_scopes[-1][v] = tr
+        return tr
+
+    def accumulate(self, adj: dict[Value, Any], v: Value, ct: Any) -> None:
+        if ct is None or not _float(v) or v in self.const_of:
+            return
+        prev = adj.get(v)
+        adj[v] = ct if prev is None else prev + ct
+
+    def zeros(self, t: TensorType) -> Any:
+        return self.t.tracer(self.t.const(np.zeros(t.shape, t.dtype)))
+
+    def value(self, x: Any, t: TensorType) -> Value:
+        return (x if x is not None else self.zeros(t)).value
+
+    def new_block(self, region: Region | None, role: str, mirrors: Block | None) -> Block:
+        b = self.t.new_block(region, role)
+        b.mirrors = mirrors
+        return b
+
+    def parent(self) -> Region | None:
+        return self.region_stack[-1] if self.region_stack else None
+
+    # -- the walk ----------------------------------------------------------------------
+    def build(self) -> Program:
+        fwd = self.fwd
+        params = [Value(v.type, f"ct{i}" if len(fwd.outputs) > 1 else "ct")
+                  for i, v in enumerate(fwd.outputs)]
+        for v, p in zip(fwd.outputs, params):
+            self.accumulate(self.adj, v, self.t.tracer(p))
+        self.reverse_items(structure(fwd.blocks[0], None, self.starts))
+        outs = [self.value(self.adj.get(p), p.type) for p in fwd.params]
+        program = self.t.finish(params, outs)
+        program.forward = fwd
+        eliminate_dead_code(program)
+        return verify(program)
+
+    def reverse_items(self, items: list[Item]) -> None:
+        for kind, obj in reversed(items):
+            if kind == "block":
+                self.reverse_block(obj)
+            elif kind == "if":
+                self.reverse_if(obj)
+            else:
+                self.reverse_loop(obj)
+
+    def reverse_block(self, b: Block) -> None:
+        if self.t.current.mirrors is None:
+            self.t.current.mirrors = b
+        for n in reversed(b.nodes):
+            self.reverse_node(n)
+
+    def reverse_node(self, n: Node) -> None:
+        out = n.outputs[0]
+        ct = self.adj.pop(out, None)
+        prim = PRIMITIVES[n.op]
+        if ct is None or prim.vjp is None or not _float(out):
+            return
+        if not any(_float(v) and v not in self.const_of for v in n.inputs):
+            return
+        saved, self.t.loc_override = self.t.loc_override, n.loc
+        cts = prim.vjp(ct, [self.primal(v) for v in n.inputs], self.primal(out), **n.params)
+        for v, c in zip(n.inputs, cts):
+            self.accumulate(self.adj, v, c)
+        self.t.loc_override = saved
+
+    def reverse_if(self, r: IfRegion) -> None:
+        t = self.t
+        phi_cts = [self.adj.pop(phi.out, None) for phi in r.merge.phis]
+        keys = r.keys
+        selector_type = r.branch.term.selector.type
+        region = IfRegion(r.id, self.parent(), r.loc, kind=r.kind)
+        t.regions.append(region)
+        sel = t.emit_special("LogPop", [], {"region": r}, [selector_type])[0]
+        branch = t.current
+        region.branch = branch
+        outer = self.adj
+        results = []
+        self.region_stack.append(region)
+        for k, key in enumerate(keys):
+            entry = self.new_block(region, f"case {key_text(key)}", r.case_exits[k])
+            entry.preds = [Edge(branch, key)]
+            region.cases.append(entry)
+            t.current = entry
+            adj = dict(outer)
+            for phi, ct in zip(r.merge.phis, phi_cts):
+                self.accumulate(adj, phi.inputs[k], ct)
+            self.adj = adj
+            self.primal_scopes.append({})
+            self.reverse_items(structure(r.cases[k], r.merge, self.starts))
+            self.primal_scopes.pop()
+            region.case_exits.append(t.current)
+            results.append(self.adj)
+        self.region_stack.pop()
+        branch.term = Cond(sel, list(zip(keys, region.cases)))
+        join = self.new_block(region, "merge", r.branch)
+        region.merge = join
+        for exit_block in region.case_exits:
+            exit_block.term = Jmp(join)
+            join.preds.append(Edge(exit_block))
+        merged: dict[Value, Any] = {}
+        for v in {v: None for res in results for v in res}:
+            vals = [res.get(v) for res in results]
+            if all(x is vals[0] for x in vals):
+                merged[v] = vals[0]
+                continue
+            inputs = []
+            for exit_block, x in zip(region.case_exits, vals):
+                t.current = exit_block
+                inputs.append(self.value(x, v.type))
+            phi = Phi(Value(v.type), inputs)
+            join.phis.append(phi)
+            merged[v] = t.tracer(phi.out)
+        self.adj = merged
+        t.current = join
+
+    def reverse_loop(self, r: LoopRegion) -> None:
+        t = self.t
+        t.loc_override = r.loc  # the loop's own bookkeeping nodes point at the loop
+        header = r.header
+        carry_cts = [self.adj.pop(p.out, None) for p in r.exit.phis]
+        float_carries = [j for j, p in enumerate(header.phis) if _float(p.out)]
+        closures = self.closures(r)
+        region = LoopRegion(r.id, self.parent(), r.loc, kind="reverse")
+        t.regions.append(region)
+        trips = t.emit_special("TripPop", [], {"loop": r}, [TensorType((), np.dtype(np.int64))])[0]
+        pre = t.current
+        region.preheader = pre
+        head = self.new_block(region, "header", r.header)
+        region.header = head
+        head.preds = [Edge(pre)]
+        pre.term = Jmp(head)
+        counter = Phi(Value(trips.type), [trips])
+        carry_phis = [Phi(Value(header.phis[j].out.type),
+                          [self.value(carry_cts[j], header.phis[j].out.type)])
+                      for j in float_carries]
+        acc_phis = [Phi(Value(v.type), [self.value(self.adj.get(v), v.type)]) for v in closures]
+        head.phis = [counter] + carry_phis + acc_phis
+        t.current = head
+        go = t.tracer(counter.out) > 0
+        body = self.new_block(region, "body", r.latch)
+        region.body = body
+        body.preds = [Edge(head, True)]
+        t.current = body
+        it = t.tracer(counter.out) - 1
+        t.emit_special("LoopState", [it.value], {"loop": r}, [])
+        outer = self.adj
+        adj: dict[Value, Any] = {v: t.tracer(p.out) for v, p in zip(closures, acc_phis)}
+        for j, phi in zip(float_carries, carry_phis):
+            self.accumulate(adj, header.phis[j].inputs[1], t.tracer(phi.out))
+        self.adj = adj
+        self.primal_scopes.append({})
+        self.region_stack.append(region)
+        self.reverse_items(structure(r.body, r.header, self.starts))
+        self.region_stack.pop()
+        self.primal_scopes.pop()
+        new_carry = [self.adj.pop(header.phis[j].out, None) for j in float_carries]
+        leftover = set(self.adj) - set(closures)
+        assert not leftover, f"cotangents escaped the reversed body of {r.id}: {leftover}"
+        t.loc_override = r.loc
+        latch = t.current
+        region.latch = latch
+        counter.inputs.append(it.value)
+        for phi, j, ct in zip(carry_phis, float_carries, new_carry):
+            phi.inputs.append(self.value(ct, header.phis[j].out.type))
+        for phi, v in zip(acc_phis, closures):
+            phi.inputs.append(self.value(self.adj.get(v), v.type))
+        latch.term = Jmp(head)
+        head.preds.append(Edge(latch))
+        exit_block = self.new_block(region, "exit", r.preheader)
+        region.exit = exit_block
+        exit_block.preds = [Edge(head, False)]
+        head.term = Cond(go.value, [(True, body), (False, exit_block)])
+        t.current = exit_block
+        self.adj = outer
+        for v, phi in zip(closures, acc_phis):
+            self.adj[v] = t.tracer(phi.out)
+        for j, phi in zip(float_carries, carry_phis):
+            self.accumulate(self.adj, header.phis[j].inputs[0], t.tracer(phi.out))
+        t.loc_override = None
+
+    def closures(self, r: LoopRegion) -> list[Value]:
+        """Float values defined outside loop `r` that its body reads: their cotangents
+        accumulate over the iterations in reverse-loop Phis."""
+        inside: set[Block] = set()
+        stack = [r.body]
+        while stack:
+            b = stack.pop()
+            if b in inside or b is r.header:
+                continue
+            inside.add(b)
+            stack.extend(tb for _, tb in b.term.successors())
+        defined = {p.out for p in r.header.phis}
+        for b in inside:
+            defined.update(phi.out for phi in b.phis)
+            defined.update(o for n in b.nodes for o in n.outputs)
+        used: dict[Value, None] = {}
+        for b in sorted(inside, key=self.fwd.blocks.index):
+            for phi in b.phis:
+                used.update(dict.fromkeys(phi.inputs))
+            for n in b.nodes:
+                used.update(dict.fromkeys(n.inputs))
+        used.update(dict.fromkeys(p.inputs[1] for p in r.header.phis))
+        return [v for v in used if v not in defined and _float(v) and v not in self.const_of]
+
+
+_SIDE_EFFECTS = frozenset({"LogPop", "TripPop", "LoopState"})
+
+
+def eliminate_dead_code(program: Program) -> None:
+    """Remove nodes and Phis nothing needs (mark from terminators and side effects).
+
+    VJP rules are written for the general case (both partials of a `mul`, say); where a
+    partial is unused, e.g. for a constant operand, this deletes it, so rules stay simple
+    and adjoints stay lean. Log pops are kept: they consume the log."""
+    live: set[Value] = set()
+    defs: dict[Value, Any] = {}
+    for b in program.blocks:
+        for phi in b.phis:
+            defs[phi.out] = phi
+        for n in b.nodes:
+            for o in n.outputs:
+                defs[o] = n
+    work: list[Value] = []
+    for b in program.blocks:
+        term = b.term
+        work.extend(getattr(term, "values", []))
+        if hasattr(term, "selector"):
+            work.append(term.selector)
+        for n in b.nodes:
+            if n.op in _SIDE_EFFECTS:
+                work.extend(n.inputs)
+                live.update(n.outputs)
+    while work:
+        v = work.pop()
+        if v in live:
+            continue
+        live.add(v)
+        d = defs.get(v)
+        if d is None:
+            continue
+        work.extend(d.inputs)
+    for b in program.blocks:
+        b.phis = [phi for phi in b.phis if phi.out in live]
+        b.nodes = [n for n in b.nodes if n.op in _SIDE_EFFECTS or any(o in live for o in n.outputs)]
+
+
+def build_adjoint(program: Program) -> Program:
+    """The mirrored adjoint of `program`: parameters are the output cotangents, results
+    the parameter cotangents (zeros where no gradient flows)."""
+    return ReverseBuilder(program).build()
+
+
+def primal_reads(adjoint: Program) -> set[Value]:
+    """The forward values the adjoint reads (what StoreAll must keep per iteration)."""
+    return {n.params["of"] for b in adjoint.blocks for n in b.nodes if n.op == "Primal"}

@@ -1,0 +1,633 @@
+"""Tracing: run the user's function on tracers and lower it into an SSA block Program.
+
+Control flow lowers directly into blocks of the one Program being built, so branches and
+loop bodies may close over traced values of enclosing scopes at any depth: the SSA value
+is simply used where it is visible, and its gradient flows back through the reverse
+builder like any other use. A `Scope` per branch case / loop body catches the opposite
+mistake, a value used outside the scope that computed it.
+
+`cond`, `switch`, `while_loop` and `fori_loop` also work outside tracing, as plain Python
+control flow on concrete values (like JAX with jit disabled).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import tree as treelib
+from .errors import LoweringError, TracerBoolError
+from .ir import (
+    Block,
+    Cond,
+    Edge,
+    IfRegion,
+    Jmp,
+    LoopRegion,
+    Node,
+    Phi,
+    Program,
+    Region,
+    Return,
+    SourceLoc,
+    TensorType,
+    Value,
+    key_text,
+    type_of,
+)
+from .primitives import PRIMITIVES, Primitive, bind
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def current_loc() -> SourceLoc | None:
+    """The innermost stack frame outside cfgrad itself: the user's line."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep):
+            return SourceLoc(filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return None
+
+
+class Scope:
+    """A lexical tracing scope: the program top level, a branch case, or a loop."""
+
+    __slots__ = ("parent", "region", "what")
+
+    def __init__(self, parent: Scope | None, region: Region | None, what: str):
+        self.parent = parent
+        self.region = region
+        self.what = what
+
+    def encloses(self, other: Scope) -> bool:
+        s: Scope | None = other
+        while s is not None:
+            if s is self:
+                return True
+            s = s.parent
+        return False
+
+
+# ---------------------------------------------------------------------------------
+# Tracers
+# ---------------------------------------------------------------------------------
+
+_NUMPY_NAMESPACE: dict[str, Callable] = {}
+
+
+def register_numpy_namespace(functions: dict[str, Callable]) -> None:
+    """cfgrad.numpy hands its functions down here so `np.sin(tracer)` can dispatch to them
+    without this module importing the layer above it."""
+    _NUMPY_NAMESPACE.update(functions)
+
+
+class Tracer:
+    """A traced array: shape and dtype are known, the value is not."""
+
+    __slots__ = ("value", "_cfgrad_trace", "scope")
+    __array_priority__ = 1000
+
+    def __init__(self, value: Value, trace: Trace, scope: Scope | None):
+        self.value = value
+        self._cfgrad_trace = trace
+        self.scope = scope
+
+    # -- metadata ------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.value.type.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.value.type.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.value.type.shape)
+
+    @property
+    def size(self) -> int:
+        return self.value.type.size
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d traced array")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"Tracer({self.value.type})"
+
+    # -- Python control flow is not traceable -----------------------------------------
+    def _refuse(self, what: str) -> Any:
+        loc = current_loc()
+        where = f" at {loc}" if loc else ""
+        raise TracerBoolError(
+            f"{what} on a traced value ({self.value.type}){where}: the value is not known while "
+            "the function is traced. Use cg.cond / cg.switch for branches, cg.while_loop / "
+            "cg.fori_loop for loops, and cnp.where for elementwise selection.")
+
+    def __bool__(self) -> bool:
+        return self._refuse("bool() (an `if`, `while`, `and`/`or` or `not`)")
+
+    def __int__(self) -> int:
+        return self._refuse("int()")
+
+    def __float__(self) -> float:
+        return self._refuse("float()")
+
+    def __index__(self) -> int:
+        return self._refuse("using it as a Python index (to index a numpy array with a traced "
+                            "integer, write cnp.asarray(array)[i])")
+
+    def __iter__(self) -> Any:
+        if not self.shape:
+            raise TypeError("iteration over a 0-d traced array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._refuse("conversion to a numpy array (np.asarray, or a numpy function "
+                            "without a cfgrad.numpy counterpart)")
+
+    # -- numpy interop -------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        fn = _NUMPY_NAMESPACE.get(ufunc.__name__) if method == "__call__" and not kwargs else None
+        if fn is None:
+            raise TypeError(f"np.{ufunc.__name__} cannot trace a cfgrad value; use the "
+                            f"cfgrad.numpy function of the same name (import cfgrad.numpy as cnp)")
+        return fn(*inputs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        fn = _NUMPY_NAMESPACE.get(func.__name__)
+        if fn is None:
+            raise TypeError(f"np.{func.__name__} cannot trace a cfgrad value and cfgrad.numpy "
+                            f"has no {func.__name__}; see docs/api.md for the supported functions")
+        return fn(*args, **kwargs)
+
+    # -- operators -----------------------------------------------------------------------
+    def __add__(self, o: Any) -> Any: return bind("add", self, o)
+    def __radd__(self, o: Any) -> Any: return bind("add", o, self)
+    def __sub__(self, o: Any) -> Any: return bind("sub", self, o)
+    def __rsub__(self, o: Any) -> Any: return bind("sub", o, self)
+    def __mul__(self, o: Any) -> Any: return bind("mul", self, o)
+    def __rmul__(self, o: Any) -> Any: return bind("mul", o, self)
+    def __truediv__(self, o: Any) -> Any: return bind("div", self, o)
+    def __rtruediv__(self, o: Any) -> Any: return bind("div", o, self)
+    def __pow__(self, o: Any) -> Any: return _NUMPY_NAMESPACE["power"](self, o)
+    def __rpow__(self, o: Any) -> Any: return _NUMPY_NAMESPACE["power"](o, self)
+    def __mod__(self, o: Any) -> Any: return bind("mod", self, o)
+    def __matmul__(self, o: Any) -> Any: return bind("matmul", self, o)
+    def __rmatmul__(self, o: Any) -> Any: return bind("matmul", o, self)
+    def __neg__(self) -> Any: return bind("neg", self)
+    def __pos__(self) -> Any: return self
+    def __abs__(self) -> Any: return bind("abs", self)
+    def __lt__(self, o: Any) -> Any: return bind("lt", self, o)
+    def __le__(self, o: Any) -> Any: return bind("le", self, o)
+    def __gt__(self, o: Any) -> Any: return bind("gt", self, o)
+    def __ge__(self, o: Any) -> Any: return bind("ge", self, o)
+    def __eq__(self, o: Any) -> Any: return bind("eq", self, o)  # type: ignore[override]
+    def __ne__(self, o: Any) -> Any: return bind("ne", self, o)  # type: ignore[override]
+    def __and__(self, o: Any) -> Any: return bind("bitwise_and", self, o)
+    def __rand__(self, o: Any) -> Any: return bind("bitwise_and", o, self)
+    def __or__(self, o: Any) -> Any: return bind("bitwise_or", self, o)
+    def __ror__(self, o: Any) -> Any: return bind("bitwise_or", o, self)
+    def __xor__(self, o: Any) -> Any: return bind("bitwise_xor", self, o)
+    def __invert__(self) -> Any: return bind("invert", self)
+    __hash__ = object.__hash__
+
+    def __getitem__(self, index: Any) -> Any:
+        return _NUMPY_NAMESPACE["_getitem"](self, index)
+
+    @property
+    def T(self) -> Any:
+        return _NUMPY_NAMESPACE["transpose"](self)
+
+    def __getattr__(self, name: str) -> Any:
+        # array methods: x.sum(), x.reshape(…), x.astype(…), …
+        fn = _NUMPY_NAMESPACE.get(name)
+        if fn is None or name.startswith("_"):
+            raise AttributeError(f"traced arrays have no attribute {name!r}")
+        if name == "astype":
+            return lambda dtype: fn(self, dtype)
+        if name == "reshape":
+            return lambda *shape: fn(self, shape[0] if len(shape) == 1 else shape)
+        return lambda *a, **k: fn(self, *a, **k)
+
+
+# ---------------------------------------------------------------------------------
+# The trace: builds one Program
+# ---------------------------------------------------------------------------------
+
+_TRACES: list[Trace] = []
+
+
+def current_trace() -> Trace | None:
+    return _TRACES[-1] if _TRACES else None
+
+
+def _const_key(a: np.ndarray) -> Any:
+    return (a.dtype.str, a.shape, a.tobytes()) if a.size <= 16 else ("big", id(a))
+
+
+class Trace:
+    """The state of one lowering: the blocks built so far and the insertion point."""
+
+    def __init__(self, name: str, check_scopes: bool = True):
+        self.name = name
+        self.blocks: list[Block] = []
+        self.regions: list[Region] = []
+        self.entry = self.new_block(None, "entry")
+        self.current = self.entry
+        self.scope: Scope | None = Scope(None, None, "the function body") if check_scopes else None
+        self.consts: dict[Any, Value] = {}
+        self.const_nodes: list[Node] = []
+        self._keep_alive: list[np.ndarray] = []
+        self.loc_override: SourceLoc | None = None
+        self.counters = {"if": 0, "loop": 0}
+
+    # -- construction --------------------------------------------------------------
+    def new_block(self, region: Region | None, role: str) -> Block:
+        b = Block(region, role)
+        self.blocks.append(b)
+        return b
+
+    def tracer(self, v: Value) -> Tracer:
+        return Tracer(v, self, self.scope)
+
+    def loc(self) -> SourceLoc | None:
+        return self.loc_override or current_loc()
+
+    def const(self, value: Any, dtype: np.dtype | None = None) -> Value:
+        """A constant, deduplicated and hoisted into the entry block (it dominates all)."""
+        a = np.asarray(value, dtype=dtype)
+        key = _const_key(a)
+        v = self.consts.get(key)
+        if v is None:
+            v = Value(type_of(a))
+            self.const_nodes.append(Node("const", [], {"value": a}, [v], None))
+            self.consts[key] = v
+            self._keep_alive.append(a)
+        return v
+
+    def value_of(self, x: Any, dtype: np.dtype | None = None) -> Value:
+        """The Value of a tracer (checked for scope) or of a concrete input (a constant)."""
+        if isinstance(x, Tracer):
+            if x._cfgrad_trace is not self:
+                raise LoweringError(
+                    "a traced value from another (finished) trace was used; tracers must not "
+                    "escape the function being transformed (store results, not tracers)")
+            if self.scope is not None and x.scope is not None and not x.scope.encloses(self.scope):
+                loc = self.loc()
+                raise LoweringError(
+                    f"a value computed inside {x.scope.what} is used outside it"
+                    f"{' at ' + str(loc) if loc else ''}; return it from the branch or loop "
+                    "instead (values leave a cond through its results and a loop through its "
+                    "carry)")
+            v = x.value
+            if dtype is not None and v.type.dtype != dtype:
+                v = self.emit(PRIMITIVES["astype"], [x], {"dtype": dtype}, None).value
+            return v
+        if isinstance(x, bool | int | float) and dtype is None:
+            dtype = np.dtype(type(x).__name__ if not isinstance(x, bool) else np.bool_)
+        return self.const(x, dtype)
+
+    def emit(self, prim: Primitive, args: list[Any], params: dict[str, Any],
+             dtype: np.dtype | None) -> Tracer:
+        values = [self.value_of(a, dtype if i >= prim.promote_from else None)
+                  for i, a in enumerate(args)]
+        try:
+            out_type = prim.abstract([v.type for v in values], **params)
+        except LoweringError as e:
+            loc = self.loc()
+            raise LoweringError(f"{e}{' at ' + str(loc) if loc else ''}") from None
+        out = Value(out_type)
+        self.current.nodes.append(Node(prim.name, values, params, [out], self.loc()))
+        return self.tracer(out)
+
+    def emit_special(self, op: str, inputs: list[Value], params: dict[str, Any],
+                     out_types: list[TensorType]) -> list[Value]:
+        """Runtime nodes of adjoint programs (Primal, LogPop, TripPop, LoopState)."""
+        outs = [Value(t) for t in out_types]
+        self.current.nodes.append(Node(op, inputs, params, outs, self.loc_override))
+        return outs
+
+    def finish(self, params: list[Value], outputs: list[Value]) -> Program:
+        self.current.term = Return(outputs)
+        self.entry.nodes[:0] = self.const_nodes
+        return Program(self.name, params, self.blocks, self.regions)
+
+    # -- scopes --------------------------------------------------------------------
+    def enter_scope(self, region: Region, what: str) -> Scope | None:
+        saved = self.scope
+        if saved is not None:
+            self.scope = Scope(saved, region, what)
+        return saved
+
+    def parent_region(self) -> Region | None:
+        s = self.scope
+        while s is not None and s.region is None:
+            s = s.parent
+        return s.region if s is not None else None
+
+    # -- structured control flow ---------------------------------------------------------
+    def _leaf_values(self, leaves: list[Any], like: list[TensorType] | None = None) -> list[Value]:
+        """Values for output leaves; Python scalars take the dtype of `like` (weak typing)."""
+        out = []
+        for i, leaf in enumerate(leaves):
+            dtype = None
+            if like is not None and isinstance(leaf, bool | int | float) and not isinstance(
+                    leaf, Tracer):
+                dtype = like[i].dtype
+            out.append(self.value_of(leaf, dtype))
+        return out
+
+    def lower_if(self, kind: str, selector: Value, funs: Sequence[Callable], operands: tuple,
+                 loc: SourceLoc | None) -> Any:
+        region = IfRegion(f"if#{self.counters['if']}", self.parent_region(), loc, kind=kind)
+        self.counters["if"] += 1
+        self.regions.append(region)
+        branch = self.current
+        region.branch = branch
+        keys = region.keys
+        results: list[tuple[treelib.TreeDef, list[Any]]] = []
+        for key, fn in zip(keys, funs):
+            entry = self.new_block(region, f"case {key_text(key)}")
+            entry.preds = [Edge(branch, key)]
+            region.cases.append(entry)
+            self.current = entry
+            saved = self.enter_scope(region, f"{region.id} ({kind} case {key_text(key)})")
+            try:
+                leaves, td = treelib.flatten(fn(*operands))
+                # traced leaves are resolved inside the case's scope; Python scalars wait
+                # until every case is known, to take their dtype from the others (weak typing)
+                results.append((td, [self.value_of(x) if isinstance(x, Tracer) else x
+                                     for x in leaves]))
+            finally:
+                self.scope = saved
+            region.case_exits.append(self.current)
+        ref_td, ref_leaves = results[0]
+        for td, _ in results[1:]:
+            if td != ref_td:
+                raise LoweringError(self._mismatch(kind, "branches return different structures",
+                                                   ref_td, td, keys, keys[results.index(
+                                                       next(r for r in results if r[0] == td))],
+                                                   loc))
+        like = [next((case[1][i].type for case in results if isinstance(case[1][i], Value)),
+                     None) for i in range(len(ref_leaves))]
+        case_values = [[x if isinstance(x, Value) else self.value_of(
+            x, like[i].dtype if like[i] is not None and isinstance(x, bool | int | float)
+            else None) for i, x in enumerate(leaves)] for _, leaves in results]
+        for vals, key in zip(case_values, keys):
+            for i, (a, b) in enumerate(zip(case_values[0], vals)):
+                if a.type != b.type:
+                    raise LoweringError(
+                        f"{kind} at {loc}: the branches return different types for output "
+                        f"{i}: case {key_text(keys[0])} gives {a.type}, case {key_text(key)} "
+                        f"gives {b.type}; cast one of them (cnp.astype) so both agree")
+        merge = self.new_block(region, "merge")
+        region.merge = merge
+        for exit_block in region.case_exits:
+            exit_block.term = Jmp(merge)
+            merge.preds.append(Edge(exit_block))
+        branch.term = Cond(selector, list(zip(keys, region.cases)))
+        outs = []
+        for i in range(len(case_values[0])):
+            phi = Phi(Value(case_values[0][i].type), [vals[i] for vals in case_values])
+            merge.phis.append(phi)
+            outs.append(self.tracer(phi.out))
+        self.current = merge
+        return treelib.unflatten(ref_td, outs)
+
+    @staticmethod
+    def _mismatch(kind: str, what: str, td_a: Any, td_b: Any, keys: list, key: Any,
+                  loc: Any) -> str:
+        return (f"{kind} at {loc}: {what}: case {key_text(keys[0])} returns {td_a.describe()} "
+                f"but case {key_text(key)} returns {td_b.describe()}")
+
+    def lower_loop(self, kind: str, cond_fun: Callable, body_fun: Callable, init_val: Any,
+                   checkpoint: Any, max_iters: int | None, loc: SourceLoc | None,
+                   bounds: tuple[Value, Value] | None = None) -> Any:
+        init_leaves, init_td = treelib.flatten(init_val)
+        init_values = [self.value_of(x) for x in init_leaves]
+        region = LoopRegion(f"loop#{self.counters['loop']}", self.parent_region(), loc, kind=kind,
+                            checkpoint=checkpoint, max_iters=max_iters)
+        self.counters["loop"] += 1
+        self.regions.append(region)
+        region.trip_bounds = bounds
+        pre = self.current
+        region.preheader = pre
+        header = self.new_block(region, "header")
+        region.header = header
+        header.preds = [Edge(pre)]
+        pre.term = Jmp(header)
+        phis = [Phi(Value(v.type), [v]) for v in init_values]
+        header.phis = phis
+        self.current = header
+        saved = self.enter_scope(region, f"{region.id} ({kind}_loop)")
+        try:
+            carry = treelib.unflatten(init_td, [self.tracer(p.out) for p in phis])
+            pred = cond_fun(carry)
+            selector = check_predicate(self, pred, f"{kind}_loop condition", loc)
+            if self.current is not header:
+                raise LoweringError(
+                    f"{kind}_loop at {loc}: cond_fun contains control flow; compute the "
+                    "predicate with straight-line operations (cnp.where, comparisons)")
+            body = self.new_block(region, "body")
+            region.body = body
+            body.preds = [Edge(header, True)]
+            self.current = body
+            new = body_fun(carry)
+            new_leaves, new_td = treelib.flatten(new)
+            if new_td != init_td:
+                raise LoweringError(
+                    f"{kind}_loop at {loc}: the body changes the carry's structure: before "
+                    f"{init_td.describe()}, after {new_td.describe()}")
+            new_values = self._leaf_values(new_leaves, [v.type for v in init_values])
+        finally:
+            self.scope = saved
+        for i, (a, b) in enumerate(zip(init_values, new_values)):
+            if a.type != b.type:
+                raise LoweringError(
+                    f"{kind}_loop at {loc}: the body changes carry leaf {i} from {a.type} "
+                    f"(before) to {b.type} (after); a carry keeps its shape and dtype, so cast "
+                    "or broadcast the initial value to match")
+        latch = self.current
+        region.latch = latch
+        latch.term = Jmp(header)
+        header.preds.append(Edge(latch))
+        for phi, v in zip(phis, new_values):
+            phi.inputs.append(v)
+        exit_block = self.new_block(region, "exit")
+        region.exit = exit_block
+        exit_block.preds = [Edge(header, False)]
+        header.term = Cond(selector, [(True, body), (False, exit_block)])
+        exit_phis = [Phi(Value(p.out.type), [p.out]) for p in phis]
+        exit_block.phis = exit_phis
+        self.current = exit_block
+        return treelib.unflatten(init_td, [self.tracer(p.out) for p in exit_phis])
+
+
+def check_predicate(trace: Trace, pred: Any, what: str, loc: Any) -> Value:
+    v = trace.value_of(pred) if isinstance(pred, Tracer) else trace.const(np.asarray(pred))
+    if v.type.shape != () or v.type.dtype != np.bool_:
+        raise LoweringError(
+            f"{what} at {loc} must be a scalar boolean, got {v.type}; compare explicitly "
+            "(e.g. x > 0) or reduce an array predicate with cnp.all / cnp.any")
+    return v
+
+
+# ---------------------------------------------------------------------------------
+# The public control-flow functions
+# ---------------------------------------------------------------------------------
+
+
+def _contains_tracer(tree: Any) -> bool:
+    return any(isinstance(x, Tracer) for x in treelib.flatten(tree)[0])
+
+
+def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
+    """`true_fun(*operands) if pred else false_fun(*operands)`, differentiably.
+
+    Only the taken branch runs and only it is differentiated, so a NaN in the untaken
+    branch (say `sqrt` of a negative) never reaches the gradient."""
+    trace = current_trace()
+    if trace is None:
+        return true_fun(*operands) if bool(np.asarray(pred)) else false_fun(*operands)
+    loc = current_loc()
+    selector = check_predicate(trace, pred, "cond predicate", loc)
+    return trace.lower_if("cond", selector, [true_fun, false_fun], operands, loc)
+
+
+def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
+    """`branches[clip(index, 0, len(branches) - 1)](*operands)`, differentiably."""
+    branches = list(branches)
+    if not branches:
+        raise LoweringError("switch needs at least one branch")
+    trace = current_trace()
+    if trace is None:
+        i = int(np.clip(np.asarray(index), 0, len(branches) - 1))
+        return branches[i](*operands)
+    loc = current_loc()
+    iv = trace.value_of(index) if isinstance(index, Tracer) else trace.const(np.asarray(index))
+    if iv.type.shape != () or iv.type.dtype.kind not in "iu":
+        raise LoweringError(f"switch index at {loc} must be an integer scalar, got {iv.type}; "
+                            "convert it with cnp.astype(index, 'int64')")
+    clipped = bind("clip", trace.tracer(iv), 0, len(branches) - 1)
+    return trace.lower_if("switch", clipped.value, branches, operands, loc)
+
+
+def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *,
+               checkpoint: Any = None, max_iters: int | None = None) -> Any:
+    """`while cond_fun(val): val = body_fun(val)`, reverse-differentiable.
+
+    `checkpoint` chooses how the reverse pass gets each iteration's state (see
+    cfgrad.checkpoint); `max_iters` bounds the loop (`LoopLimitError` past it)."""
+    if max_iters is not None and (not isinstance(max_iters, int) or max_iters < 0):
+        raise ValueError(f"while_loop: max_iters must be a non-negative int, got {max_iters!r}")
+    trace = current_trace()
+    if trace is None:
+        val, n = init_val, 0
+        while bool(np.asarray(cond_fun(val))):
+            if max_iters is not None and n >= max_iters:
+                from .errors import LoopLimitError
+
+                raise LoopLimitError(f"while_loop at {current_loc()} exceeded max_iters="
+                                     f"{max_iters}")
+            val, n = body_fun(val), n + 1
+        return val
+    return trace.lower_loop("while", cond_fun, body_fun, init_val, checkpoint, max_iters,
+                            current_loc())
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
+              checkpoint: Any = None) -> Any:
+    """`for i in range(lower, upper): val = body_fun(i, val)`, reverse-differentiable.
+
+    The trip count is known when the loop is entered, which lets `Binomial` checkpointing
+    use the optimal (revolve) schedule. Bounds may be traced integers."""
+    trace = current_trace()
+    if trace is None:
+        val = init_val
+        for i in range(int(np.asarray(lower)), int(np.asarray(upper))):
+            val = body_fun(np.int64(i), val)
+        return val
+    loc = current_loc()
+    lo = trace.value_of(lower) if isinstance(lower, Tracer) else trace.const(np.asarray(lower))
+    hi = trace.value_of(upper) if isinstance(upper, Tracer) else trace.const(np.asarray(upper))
+    for name, v in (("lower", lo), ("upper", hi)):
+        if v.type.shape != () or v.type.dtype.kind not in "iu":
+            raise LoweringError(f"fori_loop at {loc}: the {name} bound must be an integer "
+                                f"scalar, got {v.type}")
+    dtype = np.result_type(lo.type.dtype, hi.type.dtype)
+    lo_t = trace.tracer(lo) if lo.type.dtype == dtype else bind("astype", trace.tracer(lo),
+                                                                  dtype=dtype)
+    hi_t = trace.tracer(hi)
+    out = trace.lower_loop(
+        "fori", lambda c: c[0] < hi_t, lambda c: (c[0] + 1, body_fun(c[0], c[1])),
+        (lo_t, init_val), checkpoint, None, loc, bounds=(lo_t.value, hi))
+    return out[1]
+
+
+# ---------------------------------------------------------------------------------
+# lower()
+# ---------------------------------------------------------------------------------
+
+
+def _param_hints(fun: Callable, args: tuple, dynamic: list[int]) -> list[str]:
+    try:
+        names = list(inspect.signature(fun).parameters)
+    except (TypeError, ValueError):
+        names = []
+    hints = []
+    for pos in dynamic:
+        base = names[pos] if pos < len(names) else f"arg{pos}"
+        leaves, _ = treelib.flatten(args[pos])
+        hints += [base] if len(leaves) == 1 else [f"{base}_{i}" for i in range(len(leaves))]
+    return hints
+
+
+def trace_program(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
+                  name: str | None = None) -> Program:
+    """Trace `fun(*args)` into a verified Program; statics are baked in as constants."""
+    from .verify import verify
+
+    dynamic = [i for i in range(len(args)) if i not in static_argnums]
+    leaves, in_tree = treelib.flatten(tuple(args[i] for i in dynamic))
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, Tracer):
+            raise LoweringError("nested transformations (grad of grad, lower inside lower) are "
+                                "not supported yet")
+        if not isinstance(leaf, np.ndarray | np.generic | bool | int | float):
+            raise TypeError(f"argument leaf {i} is a {type(leaf).__name__}; traced arguments "
+                            "must be arrays or Python scalars (mark other arguments static)")
+    hints = _param_hints(fun, args, dynamic)
+    params = [Value(type_of(x), h) for x, h in zip(leaves, hints)]
+    trace = Trace(name or getattr(fun, "__name__", "f"))
+    _TRACES.append(trace)
+    try:
+        tracers = [trace.tracer(p) for p in params]
+        dyn_args = treelib.unflatten(in_tree, tracers)
+        full = list(args)
+        for pos, a in zip(dynamic, dyn_args):
+            full[pos] = a
+        out = fun(*full)
+        out_leaves, out_tree = treelib.flatten(out)
+        outputs = [trace.value_of(x) for x in out_leaves]
+    finally:
+        _TRACES.pop()
+    program = trace.finish(params, outputs)
+    program.in_tree, program.out_tree = in_tree, out_tree
+    verify(program)
+    return program
+
+
+def lower(fun: Callable, *args: Any, static_argnums: int | Sequence[int] = ()) -> Program:
+    """Trace `fun` at `args` and return its Program (`print(program)` shows the IR)."""
+    statics = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    return trace_program(fun, args, statics)

@@ -1,0 +1,295 @@
+"""The IR verifier: every invariant of design §4, checked after lowering and after the
+reverse builder. A violation raises `VerifyError` naming the block and node and showing
+the block's text, so a broken pass is caught where it broke the IR, not later as a wrong
+gradient."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import LoweringError, VerifyError
+from .ir import Block, Cond, IfRegion, Jmp, LoopRegion, Node, Program, Region, Return, Value
+from .nodespec import RUNTIME_NODES
+from .primitives import PRIMITIVES
+
+
+class _Checker:
+    def __init__(self, program: Program):
+        self.p = program
+        self.vn, self.bn = program.names()
+        self.block_set = set(program.blocks)
+
+    # -- reporting -----------------------------------------------------------------
+    def fail(self, invariant: str, block: Block | None, what: str, node: Any = None) -> None:
+        where = f"block {self.bn.get(block, '?')}" if block is not None else "program"
+        if node is not None:
+            where += f", {self._describe(node)}"
+        context = ""
+        if block is not None and block in self.block_set:
+            lines = self.p.text().splitlines()
+            label = self.bn[block] + ":"
+            start = next((i for i, ln in enumerate(lines) if ln.startswith(label)), None)
+            if start is not None:
+                end = start + 1
+                while end < len(lines) and lines[end].startswith("  "):
+                    end += 1
+                context = "\n" + "\n".join("    " + ln for ln in lines[start:end])
+        raise VerifyError(f"[{invariant}] {where}: {what}{context}")
+
+    def _describe(self, node: Any) -> str:
+        if isinstance(node, Node):
+            outs = ", ".join(self.vn.get(o, "?") for o in node.outputs)
+            return f"node `{outs + ' = ' if outs else ''}{node.op}`"
+        if isinstance(node, Value):
+            return f"value {self.vn.get(node, '?')}"
+        return str(node)
+
+    # -- checks ----------------------------------------------------------------------
+    def run(self) -> None:
+        p = self.p
+        if not p.blocks:
+            self.fail("start-block", None, "the program has no blocks")
+        if p.blocks[0].preds:
+            self.fail("start-block", p.blocks[0], "the start block has predecessors")
+        returns = [b for b in p.blocks if isinstance(b.term, Return)]
+        if len(returns) != 1:
+            self.fail("one-return", None, f"{len(returns)} blocks end in Return, expected 1")
+        for b in p.blocks:
+            self.check_terminator(b)
+        for b in p.blocks:
+            self.check_edges(b)
+        for b in p.blocks:
+            self.check_phis(b)
+            for n in b.nodes:
+                self.check_node(b, n)
+        self.check_dominance()
+        self.check_regions()
+
+    def check_terminator(self, b: Block) -> None:
+        t = b.term
+        if t is None:
+            self.fail("one-terminator", b, "the block has no terminator")
+        if isinstance(t, Cond):
+            keys = [k for k, _ in t.cases]
+            sel = t.selector.type
+            if keys == [True, False]:
+                if sel.shape != () or sel.dtype != np.bool_:
+                    self.fail("cond-selector", b, f"a two-way Cond needs a bool[] selector, got "
+                                                  f"{sel}")
+            elif keys == list(range(len(keys))) and keys:
+                if sel.shape != () or sel.dtype.kind not in "iu":
+                    self.fail("cond-selector", b, f"a switch Cond needs an integer scalar "
+                                                  f"selector, got {sel}")
+            else:
+                self.fail("cond-selector", b, f"Cond Proj keys {keys} are neither (T, F) nor "
+                                              "0..n-1")
+
+    def check_edges(self, b: Block) -> None:
+        for key, target in b.term.successors():
+            if target not in self.block_set:
+                self.fail("proj-target", b, "an edge targets a block outside the program")
+            count = sum(1 for e in target.preds if e.src is b and e.key == key
+                        and type(e.key) is type(key))
+            if count != 1:
+                self.fail("edge-both-ends", target,
+                          f"the edge from {self.bn[b]} (key {key!r}) is recorded {count} times "
+                          "among the target's predecessors, expected once")
+        for e in b.preds:
+            if e.src not in self.block_set:
+                self.fail("edge-both-ends", b, "a predecessor edge comes from a block outside "
+                                               "the program")
+            if not any(k == e.key and type(k) is type(e.key) and t is b
+                       for k, t in e.src.term.successors()):
+                self.fail("edge-both-ends", b, f"predecessor edge {e.label(self.bn)} has no "
+                                               "matching terminator edge in its source")
+
+    def check_phis(self, b: Block) -> None:
+        for phi in b.phis:
+            if len(phi.inputs) != len(b.preds):
+                self.fail("phi-arity", b, f"the Phi has {len(phi.inputs)} inputs but the block "
+                                          f"has {len(b.preds)} predecessor edges", phi.out)
+            for v in phi.inputs:
+                if v.type != phi.out.type:
+                    self.fail("phi-types", b, f"a Phi input of type {v.type} merges into "
+                                              f"{phi.out.type}", phi.out)
+
+    def check_node(self, b: Block, n: Node) -> None:
+        if n.op in RUNTIME_NODES:
+            return
+        prim = PRIMITIVES.get(n.op)
+        if prim is None:
+            self.fail("known-op", b, f"unknown operation {n.op!r}", n)
+        if len(n.outputs) != 1:
+            self.fail("node-types", b, "a primitive node has exactly one output", n)
+        try:
+            expected = prim.abstract([v.type for v in n.inputs], **n.params)
+        except (LoweringError, TypeError, ValueError) as e:
+            self.fail("node-types", b, f"its inputs do not type-check: {e}", n)
+        if expected != n.outputs[0].type:
+            self.fail("node-types", b, f"declared {n.outputs[0].type}, but {n.op} of these "
+                                       f"inputs gives {expected}", n)
+
+    # -- dominance ---------------------------------------------------------------------
+    def dominators(self) -> dict[Block, Block | None]:
+        blocks = self.p.blocks
+        order: list[Block] = []
+        seen: set[Block] = set()
+
+        def dfs(b: Block) -> None:
+            stack = [(b, iter([t for _, t in b.term.successors()]))]
+            seen.add(b)
+            while stack:
+                node, it = stack[-1]
+                nxt = next(it, None)
+                if nxt is None:
+                    order.append(node)
+                    stack.pop()
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, iter([t for _, t in nxt.term.successors()])))
+
+        dfs(blocks[0])
+        rpo = list(reversed(order))
+        index = {b: i for i, b in enumerate(rpo)}
+        idom: dict[Block, Block | None] = {blocks[0]: blocks[0]}
+
+        def intersect(a: Block, c: Block) -> Block:
+            while a is not c:
+                while index[a] > index[c]:
+                    a = idom[a]
+                while index[c] > index[a]:
+                    c = idom[c]
+            return a
+
+        changed = True
+        while changed:
+            changed = False
+            for b in rpo[1:]:
+                preds = [e.src for e in b.preds if e.src in idom and e.src in index]
+                if not preds:
+                    continue
+                new = preds[0]
+                for q in preds[1:]:
+                    new = intersect(q, new)
+                if idom.get(b) is not new:
+                    idom[b] = new
+                    changed = True
+        idom[blocks[0]] = None
+        return idom
+
+    def check_dominance(self) -> None:
+        idom = self.dominators()
+        defs: dict[Value, tuple[Block | None, int]] = {v: (None, -1) for v in self.p.params}
+
+        def define(v: Value, b: Block, pos: int, what: Any) -> None:
+            if v in defs:
+                self.fail("single-definition", b, "the value is defined twice", what)
+            defs[v] = (b, pos)
+
+        for b in self.p.blocks:
+            for phi in b.phis:
+                define(phi.out, b, 0, phi.out)
+            for i, n in enumerate(b.nodes):
+                for o in n.outputs:
+                    define(o, b, i + 1, n)
+
+        def dominates(a: Block, c: Block) -> bool:
+            x: Block | None = c
+            while x is not None:
+                if x is a:
+                    return True
+                x = idom.get(x)
+            return False
+
+        def check_use(v: Value, b: Block, pos: int, what: Any) -> None:
+            if v not in defs:
+                self.fail("use-dominated", b, "uses a value that is never defined", what)
+            db, dpos = defs[v]
+            if db is None:
+                return
+            if b not in idom and b is not self.p.blocks[0]:
+                return  # unreachable block: nothing runs there
+            ok = dpos < pos if db is b else dominates(db, b)
+            if not ok:
+                self.fail("use-dominated", b, f"uses {self.vn.get(v, '?')} (defined in "
+                                              f"{self.bn[db]}) where its definition does not "
+                                              "dominate", what)
+
+        for b in self.p.blocks:
+            for phi in b.phis:
+                for e, v in zip(b.preds, phi.inputs):
+                    check_use(v, e.src, len(e.src.nodes) + 1, phi.out)
+            for i, n in enumerate(b.nodes):
+                for v in n.inputs:
+                    check_use(v, b, i + 1, n)
+            t = b.term
+            used = [t.selector] if isinstance(t, Cond) else (t.values if isinstance(t, Return)
+                                                              else [])
+            for v in used:
+                check_use(v, b, len(b.nodes) + 1, "the terminator")
+
+    # -- regions ---------------------------------------------------------------------------
+    def interior(self, r: Region) -> set[Block]:
+        if isinstance(r, IfRegion):
+            starts, stop = list(r.cases), r.merge
+        else:
+            assert isinstance(r, LoopRegion)
+            starts, stop = [r.header], r.exit
+        inside: set[Block] = set()
+        stack = list(starts)
+        while stack:
+            b = stack.pop()
+            if b in inside or b is stop:
+                continue
+            inside.add(b)
+            stack.extend(t for _, t in b.term.successors())
+        return inside
+
+    def check_regions(self) -> None:
+        interiors: dict[Region, set[Block]] = {}
+        for r in self.p.regions:
+            if isinstance(r, IfRegion):
+                self.check_if(r)
+            elif isinstance(r, LoopRegion):
+                self.check_loop(r)
+            interiors[r] = self.interior(r)
+        for r, inner in interiors.items():
+            enclosing = [q for q, qi in interiors.items() if q is not r and inner < qi]
+            for q, qi in interiors.items():
+                if q is not r and inner & qi and not (inner <= qi or qi <= inner):
+                    self.fail("regions-nest", None, f"regions {r.id} and {q.id} overlap "
+                                                    "without nesting")
+            smallest = min(enclosing, key=lambda q: len(interiors[q]), default=None)
+            if smallest is not r.parent:
+                self.fail("regions-nest", None, f"region {r.id} records parent "
+                          f"{r.parent.id if r.parent else None}, but its smallest enclosing "
+                          f"region is {smallest.id if smallest else None}")
+
+    def check_if(self, r: IfRegion) -> None:
+        t = r.branch.term if r.branch else None
+        if not isinstance(t, Cond) or [b for _, b in t.cases] != r.cases:
+            self.fail("regions-nest", r.branch, f"{r.id}: the branch block's Cond does not lead "
+                                                "to the recorded cases")
+        if [e.src for e in r.merge.preds] != r.case_exits:
+            self.fail("regions-nest", r.merge, f"{r.id}: the merge block's predecessors are not "
+                                               "the recorded case exits")
+
+    def check_loop(self, r: LoopRegion) -> None:
+        h = r.header
+        if [e.src for e in h.preds] != [r.preheader, r.latch]:
+            self.fail("regions-nest", h, f"{r.id}: the header's predecessors must be "
+                                         "(preheader, latch)")
+        t = h.term
+        if not isinstance(t, Cond) or t.cases != [(True, r.body), (False, r.exit)]:
+            self.fail("regions-nest", h, f"{r.id}: the header must end in Cond -> T: body | F: "
+                                         "exit")
+        if not isinstance(r.latch.term, Jmp) or r.latch.term.target is not h:
+            self.fail("regions-nest", r.latch, f"{r.id}: the latch must jump back to the header")
+
+
+def verify(program: Program) -> Program:
+    """Check every IR invariant; return the program so calls can be chained."""
+    _Checker(program).run()
+    return program
