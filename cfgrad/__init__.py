@@ -1,6 +1,11 @@
 """cfgrad: reverse-mode automatic differentiation through real control flow."""
 
-from . import numpy  # noqa: F401  (registers the numpy namespace for tracers)
+from . import (
+    checkpoint,
+    numpy,  # noqa: F401  (registers the numpy namespace for tracers)
+    testing,
+)
+from .api import grad, jvp, value_and_grad, vjp
 from .errors import (
     AnomalyError,
     CfgradError,
@@ -11,14 +16,12 @@ from .errors import (
     TracerBoolError,
     VerifyError,
 )
-from . import checkpoint
-from .api import grad, jvp, value_and_grad, vjp
 from .ir import Program
 from .trace import cond, fori_loop, lower, switch, while_loop
 
 __all__ = [
     "AnomalyError", "CfgradError", "LoopLimitError", "LoweringError", "PathInstabilityError",
     "Program", "ReplayMismatchError", "TracerBoolError", "VerifyError",
-    "checkpoint", "cond", "fori_loop", "grad", "jvp", "lower", "switch", "value_and_grad",
+    "checkpoint", "testing", "cond", "fori_loop", "grad", "jvp", "lower", "switch", "value_and_grad",
     "vjp", "while_loop",
 ]

@@ -354,7 +354,7 @@ class Trace:
         self.regions.append(region)
         branch = self.current
         region.branch = branch
-        keys = region.keys
+        keys = [True, False] if kind == "cond" else list(range(len(funs)))
         results: list[tuple[treelib.TreeDef, list[Any]]] = []
         for key, fn in zip(keys, funs):
             entry = self.new_block(region, f"case {key_text(key)}")
