@@ -22,6 +22,6 @@ from .trace import cond, fori_loop, lower, switch, while_loop
 __all__ = [
     "AnomalyError", "CfgradError", "LoopLimitError", "LoweringError", "PathInstabilityError",
     "Program", "ReplayMismatchError", "TracerBoolError", "VerifyError",
-    "checkpoint", "testing", "cond", "fori_loop", "grad", "jvp", "lower", "switch", "value_and_grad",
-    "vjp", "while_loop",
+    "checkpoint", "cond", "fori_loop", "grad", "jvp", "lower", "switch", "testing",
+    "value_and_grad", "vjp", "while_loop",
 ]

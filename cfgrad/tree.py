@@ -101,7 +101,7 @@ def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
     """Apply `fn` leaf-wise over one or more trees of the same structure."""
     leaves, td = flatten(tree)
     others = [flatten(r) for r in rest]
-    for o_leaves, o_td in others:
+    for _, o_td in others:
         if o_td != td:
             raise ValueError(f"tree_map: structures differ: {td.describe()} vs {o_td.describe()}")
     return unflatten(td, [fn(*xs) for xs in zip(leaves, *(o[0] for o in others))])
