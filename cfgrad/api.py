@@ -19,7 +19,14 @@ import numpy as np
 from . import tree as treelib
 from .checkpoint import resolve
 from .forward_mode import build_jvp
-from .interpret import Compiled, Machine, RunStats, plan_saved_slots, run_adjoint
+from .interpret import (
+    Compiled,
+    Machine,
+    RunStats,
+    as_runtime_value,
+    plan_saved_slots,
+    run_adjoint,
+)
 from .ir import Program
 from .reverse import primal_reads
 from .trace import trace_program
@@ -97,7 +104,8 @@ def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = ()) ->
 
 
 def _as_arrays(leaves: list[Any], program: Program) -> list[Any]:
-    return [x if isinstance(x, np.ndarray | np.generic) else np.asarray(x, p.type.dtype)
+    return [as_runtime_value(x if isinstance(x, np.ndarray | np.generic)
+                             else np.asarray(x, p.type.dtype))
             for x, p in zip(leaves, program.params)]
 
 

@@ -11,14 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from .interpret import LoopInfo, Machine
-
-
-def _nbytes(values: tuple) -> int:
-    return sum(int(np.asarray(v).nbytes) for v in values if v is not None and not isinstance(
-        v, list))
 
 
 class StoreAll:
@@ -45,7 +38,7 @@ class StoreAll:
         record.append(frame)
         stats = m.stats.loops[loop.index]
         stats.snapshots += 1
-        stats.bytes += _nbytes(frame)
+        stats.bytes += loop.saved_bytes
         stats.peak_snapshots = max(stats.peak_snapshots, stats.snapshots)
         stats.peak_bytes = max(stats.peak_bytes, stats.bytes)
 
@@ -55,11 +48,10 @@ class StoreAll:
     def restore(self, m: Machine, loop: LoopInfo, record: list[tuple], t: int) -> None:
         # iterations are reversed T-1 … 0, so frame t is always the last one held
         assert len(record) == t + 1, (len(record), t)
-        frame = record.pop()
-        m.write(loop.saved_slots, frame)
+        m.write(loop.saved_slots, record.pop())
         stats = m.stats.loops[loop.index]
         stats.snapshots -= 1
-        stats.bytes -= _nbytes(frame)
+        stats.bytes -= loop.saved_bytes
 
 
 def resolve(region_choice: Any, call_choice: Any) -> Any:

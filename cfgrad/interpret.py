@@ -33,6 +33,22 @@ from .primitives import PRIMITIVES
 
 DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
 
+# numpy functions whose Python operator is exactly equivalent on numpy operands; emitting
+# the operator skips a ufunc call, which dominates the cost of scalar-heavy loops.
+_OPERATOR_FORMS = {
+    np.add: "{0} + {1}", np.subtract: "{0} - {1}", np.multiply: "{0} * {1}",
+    np.true_divide: "{0} / {1}", np.power: "{0} ** {1}", np.matmul: "{0} @ {1}",
+    np.less: "{0} < {1}", np.less_equal: "{0} <= {1}", np.greater: "{0} > {1}",
+    np.greater_equal: "{0} >= {1}", np.equal: "{0} == {1}", np.not_equal: "{0} != {1}",
+    np.bitwise_and: "{0} & {1}", np.bitwise_or: "{0} | {1}", np.bitwise_xor: "{0} ^ {1}",
+    np.mod: "{0} % {1}", np.negative: "-{0}", np.invert: "~{0}", np.abs: "abs({0})",
+}
+
+
+def as_runtime_value(a: Any) -> Any:
+    """0-d arrays run as numpy scalars: same arithmetic, far less per-operation overhead."""
+    return a[()] if isinstance(a, np.ndarray) and a.ndim == 0 else a
+
 
 @dataclass
 class LoopInfo:
@@ -47,6 +63,7 @@ class LoopInfo:
     record_slot: int  # env slot holding this execution's checkpoint record
     trip_bound_slots: tuple[int, int] | None
     saved_slots: tuple[int, ...] = ()  # loop-owned slots the adjoint reads (set later)
+    saved_bytes: int = 0  # their size: shapes are static, so it is known before running
 
 
 class Compiled:
@@ -158,7 +175,7 @@ class Compiled:
         args = ", ".join(f"env[{self.slot[v]}]" for v in n.inputs)
         name = f"f{k}"
         if n.op == "const":
-            self.template[self.slot[n.outputs[0]]] = n.params["value"]
+            self.template[self.slot[n.outputs[0]]] = as_runtime_value(n.params["value"])
             return "pass"
         if n.op == "Primal":
             return f"{outs} = fenv[{self.forward.slot[n.params['of']]}]"
@@ -169,6 +186,9 @@ class Compiled:
         if n.op == "LoopState":
             return f"m.loop_state({self.forward.loop_index[n.params['loop']]}, {args})"
         prim = PRIMITIVES[n.op]
+        form = None if n.params else _OPERATOR_FORMS.get(prim.impl)
+        if form is not None:
+            return f"{outs} = " + form.format(*(f"env[{self.slot[v]}]" for v in n.inputs))
         ns[name] = functools.partial(prim.impl, **n.params) if n.params else prim.impl
         return f"{outs} = {name}({args})"
 
@@ -490,10 +510,12 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
     (plus the checkpoint records of the loops nested directly inside it)."""
     owner = loop_owner(forward.program)
     per_loop: dict[int, list[int]] = {li.index: [] for li in forward.loops}
+    nbytes = dict.fromkeys(per_loop, 0)
     for v in sorted(needed, key=lambda v: forward.slot[v]):
         r = owner.get(v)
         if r is not None:
             per_loop[forward.loop_index[r]].append(forward.slot[v])
+            nbytes[forward.loop_index[r]] += v.type.size * v.type.dtype.itemsize
     for li in forward.loops:
         parent = li.region.parent
         while parent is not None and not isinstance(parent, LoopRegion):
@@ -502,4 +524,5 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
             per_loop[forward.loop_index[parent]].append(li.record_slot)
     for li in forward.loops:
         li.saved_slots = tuple(per_loop[li.index])
+        li.saved_bytes = nbytes[li.index]
 

@@ -38,6 +38,7 @@ from .ir import (
     Region,
     TensorType,
     Value,
+    format_param,
     key_text,
 )
 from .primitives import PRIMITIVES
@@ -130,6 +131,7 @@ class ReverseBuilder:
         outs = [self.value(self.adj.get(p), p.type) for p in fwd.params]
         program = self.t.finish(params, outs)
         program.forward = fwd
+        eliminate_common_subexpressions(program)
         eliminate_dead_code(program)
         return verify(program)
 
@@ -341,6 +343,40 @@ def eliminate_dead_code(program: Program) -> None:
     for b in program.blocks:
         b.phis = [phi for phi in b.phis if phi.out in live]
         b.nodes = [n for n in b.nodes if n.op in _SIDE_EFFECTS or any(o in live for o in n.outputs)]
+
+
+def eliminate_common_subexpressions(program: Program) -> None:
+    """Within each block, reuse the first of identical pure nodes (same op, inputs and
+    parameters). Rules share subterms (both partials of a `div` read `ct / y`, say) and
+    this keeps the adjoint from computing them twice."""
+    replace: dict[Value, Value] = {}
+    for b in program.blocks:
+        seen: dict[Any, Value] = {}
+        kept = []
+        for n in b.nodes:
+            n.inputs = [replace.get(v, v) for v in n.inputs]
+            if n.op in _SIDE_EFFECTS or n.op == "Primal" or len(n.outputs) != 1:
+                kept.append(n)
+                continue
+            key = (n.op, tuple(map(id, n.inputs)),
+                   tuple((k, format_param(p)) for k, p in sorted(n.params.items())))
+            first = seen.get(key)
+            if first is None:
+                seen[key] = n.outputs[0]
+                kept.append(n)
+            else:
+                replace[n.outputs[0]] = first
+        b.nodes = kept
+    for b in program.blocks:  # uses in blocks listed before the replaced definition
+        for n in b.nodes:
+            n.inputs = [replace.get(v, v) for v in n.inputs]
+        for phi in b.phis:
+            phi.inputs = [replace.get(v, v) for v in phi.inputs]
+        term = b.term
+        if isinstance(term, Cond):
+            term.selector = replace.get(term.selector, term.selector)
+        elif hasattr(term, "values"):
+            term.values = [replace.get(v, v) for v in term.values]
 
 
 def build_adjoint(program: Program) -> Program:
