@@ -1,25 +1,30 @@
 """Loop checkpointing strategies: how the reverse pass gets each iteration's state.
 
-A strategy object is the user's choice (`while_loop(..., checkpoint=StoreAll())`); the
-interpreter calls it through the `LoopStrategy` interface of interpret.py: `begin` when a
-loop execution starts, `after_iteration` at each back edge (the environment then holds
-iteration t's carry and values), `finish` at exit, and `restore(t)` from the adjoint's
-`LoopState` node. Accounting goes to the machine's per-loop `LoopStats`.
+A strategy object is the user's choice (`while_loop(..., checkpoint=Binomial(8))`, or per
+call with `grad(..., checkpoint=...)`; the loop's own choice wins). The interpreter calls
+it through the `LoopStrategy` interface of interpret.py: `begin` when a loop execution
+starts, `after_iteration(t)` at each back edge (the environment then holds iteration t's
+carry and values, and the log holds what iteration t decided), `finish(T)` at exit, and
+`restore(t)` from the adjoint's `LoopState` node, for t = T-1 down to 0.
+
+Every strategy runs the same floating-point operations in the same order, so gradients
+are bitwise identical whichever is chosen; only memory and recomputation differ.
+Accounting (design §7) goes to the machine's `LoopStats` of the loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from .interpret import LoopInfo, Machine
+from .revolve import optimal_split
 
 
 class StoreAll:
     """Keep every iteration's forward values that the adjoint reads; reverse by lookup.
 
     Memory grows with the trip count; no body evaluation is ever repeated."""
-
-    tapes_sweep = True
 
     def __repr__(self) -> str:
         return "StoreAll()"
@@ -34,8 +39,7 @@ class StoreAll:
         return []
 
     def after_iteration(self, m: Machine, loop: LoopInfo, record: list[tuple], t: int) -> None:
-        frame = m.read(loop.saved_slots)
-        record.append(frame)
+        record.append(m.read(loop.saved_slots))
         stats = m.stats.loops[loop.index]
         stats.snapshots += 1
         stats.bytes += loop.saved_bytes
@@ -52,6 +56,251 @@ class StoreAll:
         stats = m.stats.loops[loop.index]
         stats.snapshots -= 1
         stats.bytes -= loop.saved_bytes
+
+
+class _Record:
+    """One execution of a checkpointed loop."""
+
+    __slots__ = ("marks", "signatures", "snaps", "last", "trips", "plan", "expected_trips",
+                 "path")
+
+    def __init__(self, marks: tuple[int, ...], expected_trips: int | None):
+        self.marks = marks
+        self.signatures: dict[int, tuple] = {}  # iteration -> its control decisions
+        self.snaps: dict[int, tuple] = {}  # iteration -> stored carry
+        self.last: tuple | None = None  # the latest iteration's saved values (its tape)
+        self.trips = 0
+        self.plan: Iterator[int] | None = None
+        self.expected_trips = expected_trips
+        self.path: list[tuple[int, int]] = []  # Binomial: the sweep's snapshots and slots
+
+
+class _Checkpointing:
+    """The sweep and restore machinery shared by the recomputing strategies.
+
+    The sweep runs every iteration taped but keeps only the latest iteration's tape: at
+    each back edge the iteration's log entries are taken back off the log (kept as its
+    signature, against which recomputation is checked) and its saved values replace the
+    previous iteration's. At exit the last iteration's entries go back on the log, so
+    iteration T-1 is reversed without recomputation (the revolve model). The carries a
+    strategy chooses to keep are its snapshots; `_plan` then yields the iterations
+    T-2 … 0 in turn, recomputing each from a snapshot."""
+
+    trace = False
+
+    # -- the sweep -------------------------------------------------------------------------
+    def begin(self, m: Machine, loop: LoopInfo) -> _Record:
+        return _Record(m.log_marks(loop), m.trip_bound(loop))
+
+    def after_iteration(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
+        sig = m.take_log(loop, rec.marks)
+        if any(sig):
+            rec.signatures[t] = sig
+        if rec.last is None:
+            self._hold(m, loop, loop.saved_bytes)  # one iteration's tape is kept at a time
+        rec.last = m.read(loop.saved_slots)
+        self._event(m, loop, "advance", t)
+        if t == 0 or self._keep(rec, t):
+            self._store(m, loop, rec, t, m.read(loop.carry_slots))
+
+    def finish(self, m: Machine, loop: LoopInfo, rec: _Record, trips: int) -> None:
+        rec.trips = trips
+        if trips:
+            m.put_log(loop, rec.signatures.get(trips - 1, m.empty_signature(loop)))
+            schedule = m.stats.loops[loop.index].schedule
+            if schedule:
+                schedule[-1] = ("taped", trips - 1)  # the sweep's last step keeps its tape
+        rec.plan = self._plan(m, loop, rec)
+
+    # -- the reverse ------------------------------------------------------------------------
+    def restore(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
+        if t == rec.trips - 1:
+            m.write(loop.saved_slots, rec.last)
+            rec.last = None
+            self._hold(m, loop, -loop.saved_bytes)
+        else:
+            produced = next(rec.plan)
+            assert produced == t, (produced, t)
+        self._event(m, loop, "reverse", t)
+        if t == 0:
+            for pos in list(rec.snaps):
+                self._free(m, loop, rec, pos)
+
+    def _taped_from(self, m: Machine, loop: LoopInfo, rec: _Record, a: int, t: int) -> None:
+        """Iteration t's values into the environment, recomputed from snapshot a."""
+        self._event(m, loop, "restore", a)
+        carry = m.advance(loop, rec.snaps[a], a, t - a, rec.signatures)
+        for i in range(a, t):
+            self._event(m, loop, "advance", i)
+        m.replay(loop, carry, t, 1, rec.signatures)
+        self._event(m, loop, "taped", t)
+
+    def _store_from(self, m: Machine, loop: LoopInfo, rec: _Record, a: int, pos: int) -> None:
+        self._event(m, loop, "restore", a)
+        carry = m.advance(loop, rec.snaps[a], a, pos - a, rec.signatures)
+        for i in range(a, pos):
+            self._event(m, loop, "advance", i)
+        self._store(m, loop, rec, pos, carry)
+
+    # -- snapshots and accounting ---------------------------------------------------------------
+    def _store(self, m: Machine, loop: LoopInfo, rec: _Record, t: int, carry: tuple) -> None:
+        rec.snaps[t] = carry
+        stats = m.stats.loops[loop.index]
+        stats.snapshots += 1
+        stats.bytes += loop.carry_bytes
+        stats.peak_snapshots = max(stats.peak_snapshots, stats.snapshots)
+        stats.peak_bytes = max(stats.peak_bytes, stats.bytes)
+        self._event(m, loop, "store", t)
+
+    def _free(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
+        del rec.snaps[t]
+        stats = m.stats.loops[loop.index]
+        stats.snapshots -= 1
+        stats.bytes -= loop.carry_bytes
+        self._event(m, loop, "free", t)
+
+    @staticmethod
+    def _hold(m: Machine, loop: LoopInfo, nbytes: int) -> None:
+        """Account for tapes (saved iteration values) held besides the snapshots."""
+        stats = m.stats.loops[loop.index]
+        stats.bytes += nbytes
+        stats.peak_bytes = max(stats.peak_bytes, stats.bytes)
+
+    def _event(self, m: Machine, loop: LoopInfo, what: str, t: int) -> None:
+        if self.trace:
+            stats = m.stats.loops[loop.index]
+            if stats.schedule is None:
+                stats.schedule = []
+            stats.schedule.append((what, t))
+
+    # -- what each strategy decides ---------------------------------------------------------------
+    def _keep(self, rec: _Record, t: int) -> bool:
+        raise NotImplementedError
+
+    def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
+        raise NotImplementedError
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+class Recompute(_Checkpointing):
+    """Keep only the initial carry; recompute every iteration from it: O(1) carries,
+    O(T²) body evaluations."""
+
+    def __init__(self, *, trace: bool = False):
+        self.trace = trace
+
+    def __repr__(self) -> str:
+        return "Recompute()"
+
+    def _keep(self, rec: _Record, t: int) -> bool:
+        return False
+
+    def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
+        for t in range(rec.trips - 2, -1, -1):
+            self._taped_from(m, loop, rec, 0, t)
+            yield t
+
+
+class EveryK(_Checkpointing):
+    """Keep every k-th carry; reverse each segment of k iterations by recomputing it once
+    with its tape kept: about T/k + k stored states and T extra body evaluations."""
+
+    def __init__(self, k: int, *, trace: bool = False):
+        self.k = _positive_int("EveryK: k", k)
+        self.trace = trace
+
+    def __repr__(self) -> str:
+        return f"EveryK({self.k})"
+
+    def _keep(self, rec: _Record, t: int) -> bool:
+        return t % self.k == 0
+
+    def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
+        end = rec.trips - 1  # iteration T-1 was taped by the sweep
+        while end > 0:
+            start = ((end - 1) // self.k) * self.k
+            self._event(m, loop, "restore", start)
+            frames = m.replay(loop, rec.snaps[start], start, end - start, rec.signatures)
+            self._hold(m, loop, loop.saved_bytes * len(frames))
+            for i in range(start, end):
+                self._event(m, loop, "taped", i)
+            for t in range(end - 1, start - 1, -1):
+                m.write(loop.saved_slots, frames.pop())
+                self._hold(m, loop, -loop.saved_bytes)
+                yield t
+            if start != 0:
+                self._free(m, loop, rec, start)
+            end = start
+
+
+class Binomial(_Checkpointing):
+    """At most `snapshots` stored carries (the initial one included) and the provably
+    minimal number of recomputations for that memory: the revolve schedule of Griewank &
+    Walther, when the trip count is known on entry (fori_loop). On a while_loop, whose trip
+    count is unknown until it exits, it behaves as `Online(snapshots)`."""
+
+    def __init__(self, snapshots: int, *, trace: bool = False):
+        self.snapshots = _positive_int("Binomial: snapshots", snapshots)
+        self.trace = trace
+
+    def __repr__(self) -> str:
+        return f"Binomial({self.snapshots})"
+
+    def begin(self, m: Machine, loop: LoopInfo) -> _Record:
+        rec = super().begin(m, loop)
+        if rec.expected_trips is not None:
+            rec.path = first_path(rec.expected_trips, self.snapshots)
+        else:
+            rec.path = [(0, self.snapshots)]
+        return rec
+
+    def _keep(self, rec: _Record, t: int) -> bool:
+        return any(pos == t for pos, _ in rec.path)
+
+    def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
+        if rec.expected_trips is not None and rec.expected_trips != rec.trips:
+            raise AssertionError(f"{loop.region.id}: {rec.trips} trips, expected "
+                                 f"{rec.expected_trips}")
+        path = [(pos, slots) for pos, slots in rec.path if pos < rec.trips]
+        b = rec.trips - 1  # iteration T-1 was taped by the sweep
+        for a, slots in reversed(path):
+            yield from self._reverse(m, loop, rec, a, b, slots)
+            if a != 0:
+                self._free(m, loop, rec, a)
+            b = a
+
+    def _reverse(self, m: Machine, loop: LoopInfo, rec: _Record, a: int, b: int,
+                 slots: int) -> Iterator[int]:
+        """Reverse iterations b-1 … a from the snapshot at a with `slots` slots (a's own
+        included): the revolve recursion."""
+        if b <= a:
+            return
+        if b - a == 1 or slots == 1:
+            for t in range(b - 1, a - 1, -1):
+                self._taped_from(m, loop, rec, a, t)
+                yield t
+            return
+        mid = a + optimal_split(b - a, slots)
+        self._store_from(m, loop, rec, a, mid)
+        yield from self._reverse(m, loop, rec, mid, b, slots - 1)
+        self._free(m, loop, rec, mid)
+        yield from self._reverse(m, loop, rec, a, mid, slots)
+
+
+def first_path(trips: int, snapshots: int) -> list[tuple[int, int]]:
+    """The snapshots the sweep stores under the revolve schedule: (iteration, slots left for
+    the rest of the loop from there), starting with the initial carry."""
+    path = [(0, snapshots)]
+    a, c = 0, snapshots
+    while trips - a > 1 and c > 1:
+        a, c = a + optimal_split(trips - a, c), c - 1
+        path.append((a, c))
+    return path
 
 
 def resolve(region_choice: Any, call_choice: Any) -> Any:

@@ -64,6 +64,9 @@ class LoopInfo:
     trip_bound_slots: tuple[int, int] | None
     saved_slots: tuple[int, ...] = ()  # loop-owned slots the adjoint reads (set later)
     saved_bytes: int = 0  # their size: shapes are static, so it is known before running
+    carry_bytes: int = 0  # size of one carry (a checkpoint)
+    inner_ifs: tuple[int, ...] = ()  # if regions inside the loop, at any depth
+    inner_loops: tuple[int, ...] = ()  # loops inside the loop, at any depth
 
 
 class Compiled:
@@ -99,7 +102,13 @@ class Compiled:
             self.loops.append(LoopInfo(
                 i, r, self.block_index[r.header], self.block_index[r.exit],
                 tuple(self.slot[p.out] for p in r.header.phis),
-                self.edge_id[(r.latch, None)], self._alloc_extra(), bounds))
+                self.edge_id[(r.latch, None)], self._alloc_extra(), bounds,
+                carry_bytes=sum(p.out.type.size * p.out.type.dtype.itemsize
+                                for p in r.header.phis)))
+        for li in self.loops:
+            inside = [r for r in program.regions if _nested_in(r, li.region)]
+            li.inner_ifs = tuple(self.if_index[r] for r in inside if r in self.if_index)
+            li.inner_loops = tuple(self.loop_index[r] for r in inside if r in self.loop_index)
         self.block_fns = [self._gen_block(b) for b in blocks]
         self.return_slots = tuple(self.slot[v] for v in program.outputs)
         self.param_slots = tuple(self.slot[v] for v in program.params)
@@ -215,11 +224,10 @@ class ControlLog:
 class LoopStrategy(Protocol):
     """How one loop's reverse pass gets iteration t's forward values (see checkpoint.py).
 
-    `tapes_sweep` says whether the forward sweep runs the body taped (logging its
-    decisions and keeping nested records); otherwise the body is re-derived by `restore`.
-    """
-
-    tapes_sweep: bool
+    The forward sweep always runs the body taped; a strategy that does not keep every
+    iteration takes each iteration's log entries back off the log at `after_iteration`
+    (`Machine.take_log`) and re-derives them in reverse with `Machine.advance` and
+    `Machine.replay`."""
 
     def begin(self, m: Machine, loop: LoopInfo) -> Any: ...
     def after_iteration(self, m: Machine, loop: LoopInfo, record: Any, t: int) -> None: ...
@@ -269,8 +277,7 @@ class Machine:
         n_if, n_loops = len(compiled.if_index), len(compiled.loops)
         self.log = ControlLog([[] for _ in range(n_if)], [[] for _ in range(n_loops)])
         self.counters = [0] * n_loops
-        self.sinks: list[list[Any]] = []  # replay signatures being collected
-        self.sweeping: list[int] = []  # loops whose forward sweep runs untaped, innermost last
+        self.sinks: list[list[Any]] = []  # control events being collected (replay checks)
         self.reversing = False
         self.block_hook = block_hook
         self.stats = RunStats([LoopStats(li.region.id, repr(strategies[li.index]) if strategies
@@ -320,11 +327,7 @@ class Machine:
         if action == LOOP_ENTER:
             self.counters[arg] = 0
             if self.taped:
-                strategy = self.strategies[arg]
-                self.env[loop.record_slot] = strategy.begin(self, loop)
-                if not strategy.tapes_sweep:  # the body will be re-derived in reverse
-                    self.taped = False
-                    self.sweeping.append(arg)
+                self.env[loop.record_slot] = self.strategies[arg].begin(self, loop)
             return
         if action == LOOP_LATCH:
             t = self.counters[arg]
@@ -340,7 +343,7 @@ class Machine:
                 stats.recompute_steps += 1
             else:
                 stats.forward_steps += 1
-            if self.taped or (self.sweeping and self.sweeping[-1] == arg):
+            if self.taped:
                 self.strategies[arg].after_iteration(self, loop, self.env[loop.record_slot], t)
             return
         # LOOP_EXIT
@@ -350,9 +353,6 @@ class Machine:
                 sink.append((-1 - arg, trips))
         if not self.reversing:
             self.stats.loops[arg].trip_counts.append(trips)
-        if self.sweeping and self.sweeping[-1] == arg:
-            self.sweeping.pop()
-            self.taped = True
         if self.taped:
             self.log.trips[arg].append(trips)
             self.strategies[arg].finish(self, loop, self.env[loop.record_slot], trips)
@@ -367,59 +367,114 @@ class Machine:
         for s, v in zip(slots, values):
             env[s] = v
 
-    def advance(self, loop: LoopInfo, carry: tuple, steps: int, taped_last: bool,
-                signatures: dict[int, tuple] | None = None, start: int = 0) -> tuple:
-        """From `carry` (the carry of iteration `start`), run `steps` iterations untaped and
-        return the carry after them; with `taped_last`, then run one more iteration taped,
-        leaving its forward values in the environment (for the adjoint to read).
+    def trip_bound(self, loop: LoopInfo) -> int | None:
+        """The trip count of a fori_loop, known when it is entered (None for while)."""
+        if loop.trip_bound_slots is None:
+            return None
+        lo, hi = loop.trip_bound_slots
+        return max(0, int(self.env[hi]) - int(self.env[lo]))
 
-        Each re-run iteration's control decisions are compared with the signature the
-        forward sweep recorded for it: recomputation must take the logged path."""
-        saved_taped = self.taped
-        self.write(loop.carry_slots, carry)
+    # The log entries one iteration of `loop` pushed, as a signature: one tuple per stack
+    # of the regions nested in the loop (if decisions first, then loop trip counts).
+    def log_marks(self, loop: LoopInfo) -> tuple[int, ...]:
+        log = self.log
+        return tuple(len(log.decisions[i]) for i in loop.inner_ifs) + tuple(
+            len(log.trips[j]) for j in loop.inner_loops)
+
+    def _stacks(self, loop: LoopInfo) -> list[list[Any]]:
+        log = self.log
+        return [log.decisions[i] for i in loop.inner_ifs] + [log.trips[j]
+                                                              for j in loop.inner_loops]
+
+    def take_log(self, loop: LoopInfo, marks: tuple[int, ...]) -> tuple:
+        """Remove and return what was logged since `marks`."""
+        sig = []
+        for stack, mark in zip(self._stacks(loop), marks):
+            sig.append(tuple(stack[mark:]))
+            del stack[mark:]
+        return tuple(sig)
+
+    def peek_log(self, loop: LoopInfo, marks: tuple[int, ...]) -> tuple:
+        return tuple(tuple(stack[mark:]) for stack, mark in zip(self._stacks(loop), marks))
+
+    def put_log(self, loop: LoopInfo, sig: tuple) -> None:
+        for stack, entries in zip(self._stacks(loop), sig):
+            stack.extend(entries)
+
+    def _signature_of_events(self, loop: LoopInfo, events: list[Any]) -> tuple:
+        ids = [i for i in loop.inner_ifs] + [-1 - j for j in loop.inner_loops]
+        per = {i: [] for i in ids}
+        for idx, value in events:
+            per[idx].append(value)
+        return tuple(tuple(per[i]) for i in ids)
+
+    def _run_iteration(self, loop: LoopInfo, t: int, expected: tuple | None,
+                       taped: bool) -> int:
+        """Run iteration t from the carry in the header slots; returns the latch edge."""
+        saved = self.taped
+        self.taped = taped
+        marks = self.log_marks(loop) if taped else None
+        sink: list[Any] = []
+        if not taped:
+            self.sinks.append(sink)
         try:
-            for i in range(steps + (1 if taped_last else 0)):
-                last = taped_last and i == steps
-                self.taped = saved_taped and last
-                sink: list[Any] = []
-                self.sinks.append(sink)
-                try:
-                    e = self.walk(loop.header, loop.header, loop.exit)
-                finally:
-                    self.sinks.pop()
-                t = start + i
-                if self.c.edges[e][0] == loop.exit:
-                    raise ReplayMismatchError(
-                        f"recomputing iteration {t} of {loop.region.id} (at {loop.region.loc}) "
-                        "left the loop early: the recomputed condition differs from the "
-                        "forward run's")
-                if signatures is not None:
-                    expected = signatures.get(t, ())
-                    if tuple(sink) != expected:
-                        raise ReplayMismatchError(self._mismatch_text(loop, t, expected, sink))
-                stats = self.stats.loops[loop.index]
-                stats.recompute_steps += 1
-                if not last:
-                    self.c.edges[e][1](self.env)  # latch copy: carry of the next iteration
+            e = self.walk(loop.header, loop.header, loop.exit)
         finally:
-            self.taped = saved_taped
+            self.taped = saved
+            if not taped:
+                self.sinks.pop()
+        if self.c.edges[e][0] == loop.exit:
+            raise ReplayMismatchError(
+                f"recomputing iteration {t} of {loop.region.id} (at {loop.region.loc}) left "
+                "the loop early: the recomputed loop condition differs from the forward run's")
+        got = self.peek_log(loop, marks) if taped else self._signature_of_events(loop, sink)
+        if expected is not None and got != expected:
+            raise ReplayMismatchError(self._mismatch_text(loop, t, expected, got))
+        self.stats.loops[loop.index].recompute_steps += 1
+        return e
+
+    def advance(self, loop: LoopInfo, carry: tuple, start: int, steps: int,
+                signatures: dict[int, tuple]) -> tuple:
+        """From `carry` (iteration `start`'s), run `steps` iterations without taping and
+        return the carry reached. Each re-run iteration must take the path the forward
+        run logged for it (`signatures`), else ReplayMismatchError."""
+        self.write(loop.carry_slots, carry)
+        empty = self.empty_signature(loop)
+        for t in range(start, start + steps):
+            e = self._run_iteration(loop, t, signatures.get(t, empty), taped=False)
+            self.c.edges[e][1](self.env)  # the latch's Phi copy: the next carry
         return self.read(loop.carry_slots)
 
-    def _mismatch_text(self, loop: LoopInfo, t: int, expected: tuple, got: list) -> str:
+    def replay(self, loop: LoopInfo, carry: tuple, start: int, count: int,
+               signatures: dict[int, tuple]) -> list[tuple]:
+        """Run `count` iterations taped from `carry` (iteration `start`'s), logging their
+        control decisions for the adjoint; return each iteration's saved values (the
+        environment holds the last one's)."""
+        self.write(loop.carry_slots, carry)
+        empty = self.empty_signature(loop)
+        frames = []
+        for t in range(start, start + count):
+            e = self._run_iteration(loop, t, signatures.get(t, empty), taped=True)
+            frames.append(self.read(loop.saved_slots))
+            if t + 1 < start + count:
+                self.c.edges[e][1](self.env)
+        return frames
+
+    @staticmethod
+    def empty_signature(loop: LoopInfo) -> tuple:
+        return ((),) * (len(loop.inner_ifs) + len(loop.inner_loops))
+
+    def _mismatch_text(self, loop: LoopInfo, t: int, expected: tuple, got: tuple) -> str:
         ifs = list(self.c.if_index)
-        for a, b in zip(list(expected) + [None] * len(got), got + [None] * len(expected)):
-            if a != b:
-                what = a if a is not None else b
-                if isinstance(what[0], int) and what[0] < 0:
-                    r = self.c.loops[-1 - what[0]].region
-                    desc = f"the trip count of {r.id} ({r.loc})"
-                else:
-                    r = ifs[what[0]]
-                    desc = f"the decision of {r.id} ({r.loc})"
+        regions = [ifs[i] for i in loop.inner_ifs] + [self.c.loops[j].region
+                                                       for j in loop.inner_loops]
+        for r, was, now in zip(regions, expected, got):
+            if was != now:
+                what = "decisions" if r in self.c.if_index else "trip counts"
                 return (f"recomputing iteration {t} of {loop.region.id} (at {loop.region.loc}) "
-                        f"took a different path than the forward run: {desc} was "
-                        f"{a[1] if a else 'absent'} then, {b[1] if b else 'absent'} now. The "
-                        "loop body must be a deterministic function of its carry")
+                        f"took a different path than the forward run: the {what} of {r.id} "
+                        f"(at {r.loc}) were {list(was)} then and {list(now)} now. The loop "
+                        "body must be a deterministic function of its carry")
         return f"replay mismatch in iteration {t} of {loop.region.id}"
 
     # -- services for the adjoint program -------------------------------------------------
@@ -432,6 +487,15 @@ class Machine:
     def loop_state(self, i: int, t: Any) -> None:
         loop = self.c.loops[i]
         self.strategies[i].restore(self, loop, self.env[loop.record_slot], int(t))
+
+
+def _nested_in(inner: Any, outer: LoopRegion) -> bool:
+    r = inner.parent
+    while r is not None:
+        if r is outer:
+            return True
+        r = r.parent
+    return False
 
 
 def _annotate(exc: Exception, compiled: Compiled, b: int) -> None:

@@ -1,0 +1,55 @@
+"""Binomial checkpointing arithmetic (Griewank & Walther, ACM TOMS 26(1), 2000, Alg. 799).
+
+Model: reversing l loop steps from a stored state with c snapshot slots (the slot holding
+that state included) costs R(l, c) step evaluations, each step taped exactly once and the
+rest untaped advances. With the repetition number r = min{r : C(c + r, c) >= l}, the
+optimum is R(l, c) = l + t(l, c), t(l, c) = r·l − C(c + r, c + 1), and no step is advanced
+more than r times. R is convex and piecewise linear in l (slope r + 1 on each piece), so
+the best first advance m of the recursion
+
+    R(l, c) = min over 0 < m < l of  m + R(l − m, c − 1) + R(m, c)
+
+is found by a binary search on the discrete slope. These functions are the whole theory
+the `Binomial` and `Online` strategies need; docs/checkpointing.md derives them.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from math import comb
+
+
+def repetition_number(l: int, c: int) -> int:
+    """The least r with C(c + r, c) >= l: how often the worst step is re-advanced."""
+    r = 0
+    while comb(c + r, c) < l:
+        r += 1
+    return r
+
+
+@lru_cache(maxsize=65536)
+def optimal_cost(l: int, c: int) -> int:
+    """R(l, c): step evaluations to reverse l steps with c snapshots (revolve model)."""
+    if l <= 0:
+        return 0
+    if c == 1:
+        return l * (l + 1) // 2
+    r = repetition_number(l, c)
+    return l + r * l - comb(c + r, c + 1)
+
+
+def _split_cost(l: int, c: int, m: int) -> int:
+    return m + optimal_cost(l - m, c - 1) + optimal_cost(m, c)
+
+
+@lru_cache(maxsize=65536)
+def optimal_split(l: int, c: int) -> int:
+    """The smallest optimal first advance m (1 <= m < l) for l >= 2 steps, c >= 2 slots."""
+    lo, hi = 1, l - 1
+    while lo < hi:  # the cost is convex in m: find where its slope turns non-negative
+        mid = (lo + hi) // 2
+        if _split_cost(l, c, mid + 1) - _split_cost(l, c, mid) >= 0:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
