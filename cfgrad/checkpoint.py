@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .interpret import LoopInfo, Machine
-from .revolve import optimal_split
+from .revolve import online_choice, optimal_split
 
 
 class StoreAll:
@@ -100,7 +100,7 @@ class _Checkpointing:
             self._hold(m, loop, loop.saved_bytes)  # one iteration's tape is kept at a time
         rec.last = m.read(loop.saved_slots)
         self._event(m, loop, "advance", t)
-        if t == 0 or self._keep(rec, t):
+        if t == 0 or self._keep(rec, t, m, loop):
             self._store(m, loop, rec, t, m.read(loop.carry_slots))
 
     def finish(self, m: Machine, loop: LoopInfo, rec: _Record, trips: int) -> None:
@@ -142,6 +142,24 @@ class _Checkpointing:
             self._event(m, loop, "advance", i)
         self._store(m, loop, rec, pos, carry)
 
+    def _revolve(self, m: Machine, loop: LoopInfo, rec: _Record, a: int, b: int,
+                 slots: int) -> Iterator[int]:
+        """Reverse iterations b-1 … a from the snapshot at a with `slots` slots (a's own
+        included) by the revolve recursion: advance to the optimal split, store it, reverse
+        the part after it with one slot less, then the part before it."""
+        if b <= a:
+            return
+        if b - a == 1 or slots == 1:
+            for t in range(b - 1, a - 1, -1):
+                self._taped_from(m, loop, rec, a, t)
+                yield t
+            return
+        mid = a + optimal_split(b - a, slots)
+        self._store_from(m, loop, rec, a, mid)
+        yield from self._revolve(m, loop, rec, mid, b, slots - 1)
+        self._free(m, loop, rec, mid)
+        yield from self._revolve(m, loop, rec, a, mid, slots)
+
     # -- snapshots and accounting ---------------------------------------------------------------
     def _store(self, m: Machine, loop: LoopInfo, rec: _Record, t: int, carry: tuple) -> None:
         rec.snaps[t] = carry
@@ -174,7 +192,7 @@ class _Checkpointing:
             stats.schedule.append((what, t))
 
     # -- what each strategy decides ---------------------------------------------------------------
-    def _keep(self, rec: _Record, t: int) -> bool:
+    def _keep(self, rec: _Record, t: int, m: Machine, loop: LoopInfo) -> bool:
         raise NotImplementedError
 
     def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
@@ -197,7 +215,7 @@ class Recompute(_Checkpointing):
     def __repr__(self) -> str:
         return "Recompute()"
 
-    def _keep(self, rec: _Record, t: int) -> bool:
+    def _keep(self, rec: _Record, t: int, m: Machine, loop: LoopInfo) -> bool:
         return False
 
     def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
@@ -217,7 +235,7 @@ class EveryK(_Checkpointing):
     def __repr__(self) -> str:
         return f"EveryK({self.k})"
 
-    def _keep(self, rec: _Record, t: int) -> bool:
+    def _keep(self, rec: _Record, t: int, m: Machine, loop: LoopInfo) -> bool:
         return t % self.k == 0
 
     def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
@@ -238,58 +256,60 @@ class EveryK(_Checkpointing):
             end = start
 
 
-class Binomial(_Checkpointing):
-    """At most `snapshots` stored carries (the initial one included) and the provably
-    minimal number of recomputations for that memory: the revolve schedule of Griewank &
-    Walther, when the trip count is known on entry (fori_loop). On a while_loop, whose trip
-    count is unknown until it exits, it behaves as `Online(snapshots)`."""
+class Online(_Checkpointing):
+    """At most `snapshots` stored carries (the initial one included) for loops whose trip
+    count is unknown until they exit (while_loop): snapshots are placed online as the
+    sweep runs (see revolve.online_choice), and once the loop has exited the segments
+    between them are reversed by the optimal revolve recursion."""
 
     def __init__(self, snapshots: int, *, trace: bool = False):
-        self.snapshots = _positive_int("Binomial: snapshots", snapshots)
+        self.snapshots = _positive_int(f"{type(self).__name__}: snapshots", snapshots)
         self.trace = trace
 
     def __repr__(self) -> str:
-        return f"Binomial({self.snapshots})"
+        return f"{type(self).__name__}({self.snapshots})"
+
+    def begin(self, m: Machine, loop: LoopInfo) -> _Record:
+        rec = super().begin(m, loop)
+        rec.path = [(0, self.snapshots)]
+        return rec
+
+    def _keep(self, rec: _Record, t: int, m: Machine, loop: LoopInfo) -> bool:
+        held = tuple(pos for pos, _ in rec.path)
+        chosen = online_choice(held, t, self.snapshots)
+        if chosen == held:
+            return False
+        for pos in held:
+            if pos not in chosen:
+                self._free(m, loop, rec, pos)
+        rec.path = [(pos, self.snapshots - i) for i, pos in enumerate(chosen)]
+        return True
+
+    def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
+        b = rec.trips - 1  # iteration T-1 was taped by the sweep
+        for a, slots in reversed(rec.path):
+            yield from self._revolve(m, loop, rec, a, b, slots)
+            if a != 0:
+                self._free(m, loop, rec, a)
+            b = a
+
+
+class Binomial(Online):
+    """At most `snapshots` stored carries (the initial one included) and the provably
+    minimal number of body evaluations for that memory: the revolve schedule of Griewank &
+    Walther, when the trip count is known on entry (fori_loop). On a while_loop, whose trip
+    count is unknown until it exits, it places its snapshots online, as `Online`."""
 
     def begin(self, m: Machine, loop: LoopInfo) -> _Record:
         rec = super().begin(m, loop)
         if rec.expected_trips is not None:
             rec.path = first_path(rec.expected_trips, self.snapshots)
-        else:
-            rec.path = [(0, self.snapshots)]
         return rec
 
-    def _keep(self, rec: _Record, t: int) -> bool:
+    def _keep(self, rec: _Record, t: int, m: Machine, loop: LoopInfo) -> bool:
+        if rec.expected_trips is None:
+            return super()._keep(rec, t, m, loop)
         return any(pos == t for pos, _ in rec.path)
-
-    def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
-        if rec.expected_trips is not None and rec.expected_trips != rec.trips:
-            raise AssertionError(f"{loop.region.id}: {rec.trips} trips, expected "
-                                 f"{rec.expected_trips}")
-        path = [(pos, slots) for pos, slots in rec.path if pos < rec.trips]
-        b = rec.trips - 1  # iteration T-1 was taped by the sweep
-        for a, slots in reversed(path):
-            yield from self._reverse(m, loop, rec, a, b, slots)
-            if a != 0:
-                self._free(m, loop, rec, a)
-            b = a
-
-    def _reverse(self, m: Machine, loop: LoopInfo, rec: _Record, a: int, b: int,
-                 slots: int) -> Iterator[int]:
-        """Reverse iterations b-1 … a from the snapshot at a with `slots` slots (a's own
-        included): the revolve recursion."""
-        if b <= a:
-            return
-        if b - a == 1 or slots == 1:
-            for t in range(b - 1, a - 1, -1):
-                self._taped_from(m, loop, rec, a, t)
-                yield t
-            return
-        mid = a + optimal_split(b - a, slots)
-        self._store_from(m, loop, rec, a, mid)
-        yield from self._reverse(m, loop, rec, mid, b, slots - 1)
-        self._free(m, loop, rec, mid)
-        yield from self._reverse(m, loop, rec, a, mid, slots)
 
 
 def first_path(trips: int, snapshots: int) -> list[tuple[int, int]]:
