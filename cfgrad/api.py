@@ -18,6 +18,7 @@ import numpy as np
 
 from . import tree as treelib
 from .checkpoint import resolve
+from .errors import LoweringError
 from .forward_mode import build_jvp
 from .interpret import (
     Compiled,
@@ -29,7 +30,7 @@ from .interpret import (
 )
 from .ir import Program
 from .reverse import primal_reads
-from .trace import trace_program
+from .trace import Tracer, trace_program
 
 _SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
 
@@ -79,6 +80,10 @@ def _leaf_key(x: Any) -> Any:
         return kind
     if isinstance(x, np.ndarray | np.generic):
         return (x.shape, x.dtype.char)
+    if isinstance(x, Tracer):
+        raise LoweringError("nested transformations (grad of grad, a transformation inside a "
+                            "traced function) are not supported yet: cfgrad differentiates "
+                            "first order only")
     a = np.asarray(x)
     return (a.shape, a.dtype.char)
 
@@ -145,7 +150,7 @@ class Pullback:
         self._machine = None
         adjoint = entry.prepare_reverse()
         with np.errstate(all="ignore"):
-            results = run_adjoint(adjoint, m, cts)
+            results = [as_runtime_value(r) for r in run_adjoint(adjoint, m, cts)]
         if not m.log.is_empty():
             raise AssertionError("internal error: the control log was not fully consumed")
         self.stats = m.stats
@@ -158,7 +163,7 @@ def _forward(entry: _Entry, leaves: list[Any], checkpoint: Any, record: bool) ->
     m = Machine(entry.compiled, entry.strategies(checkpoint), record=record)
     with np.errstate(all="ignore"):
         outs = m.run(_as_arrays(leaves, entry.program))
-    return m, outs
+    return m, [as_runtime_value(o) for o in outs]
 
 
 def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = False) -> Any:
@@ -210,7 +215,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: 
         ones = [np.ones((), program.outputs[0].type.dtype)[()]] + [
             np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
         with np.errstate(all="ignore"):
-            results = run_adjoint(adjoint, m, ones)
+            results = [as_runtime_value(r) for r in run_adjoint(adjoint, m, ones)]
         per_arg = treelib.unflatten(program.in_tree, results)
         grads = per_arg[nums[0]] if single else tuple(per_arg[i] for i in nums)
         value_and_grad_fn.stats = m.stats  # type: ignore[attr-defined]
@@ -276,10 +281,10 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple
         if a.shape != p.type.shape:
             raise TypeError(f"jvp: tangent leaf {i} has shape {a.shape}, its primal has "
                             f"{p.type.shape}")
-        tans.append(a)
+        tans.append(as_runtime_value(a))
     m = Machine(entry.jvp)
     with np.errstate(all="ignore"):
-        outs = m.run(_as_arrays(leaves, program) + tans)
+        outs = [as_runtime_value(o) for o in m.run(_as_arrays(leaves, program) + tans)]
     n = len(program.outputs)
     return (treelib.unflatten(program.out_tree, outs[:n]),
             treelib.unflatten(program.out_tree, outs[n:]))
@@ -293,5 +298,5 @@ def evaluate(fun: Callable, *args: Any) -> tuple[Any, Machine]:
     m.taped = False
     m.sinks.append([])
     with np.errstate(all="ignore"):
-        outs = m.run(_as_arrays(leaves, entry.program))
+        outs = [as_runtime_value(o) for o in m.run(_as_arrays(leaves, entry.program))]
     return treelib.unflatten(entry.program.out_tree, outs), m

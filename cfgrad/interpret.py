@@ -254,7 +254,6 @@ class LoopStats:
 @dataclass
 class RunStats:
     loops: list[LoopStats]
-    decisions: dict[str, list[Any]] = field(default_factory=dict)
 
     def loop(self, name: str) -> LoopStats:
         return next(s for s in self.loops if s.name == name)

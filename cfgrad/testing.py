@@ -51,7 +51,9 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
     rng = np.random.default_rng(seed)
     leaves, td = treelib.flatten(args)
     dtypes = [np.asarray(x).dtype for x in leaves]
-    low_precision = any(d.kind == "f" and d.itemsize < 8 for d in dtypes)
+    out, path, machine = _path(f, args)
+    out_dtypes = [np.asarray(o).dtype for o in treelib.flatten(out)[0]]
+    low_precision = any(d.kind == "f" and d.itemsize < 8 for d in dtypes + out_dtypes)
     eps = eps if eps is not None else (1e-3 if low_precision else 1e-6)
     rtol = rtol if rtol is not None else (2e-2 if low_precision else 1e-5)
     atol = atol if atol is not None else (2e-2 if low_precision else 1e-6)
@@ -63,7 +65,6 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
                  for x, v, d in zip(leaves, direction, dtypes)]
         return treelib.unflatten(td, moved)
 
-    out, path, machine = _path(f, args)
     out_plus, path_plus, _ = _path(f, shifted(1.0))
     out_minus, path_minus, _ = _path(f, shifted(-1.0))
     for other in (path_plus, path_minus):

@@ -215,8 +215,9 @@ class Tracer:
             raise AttributeError(f"traced arrays have no attribute {name!r}")
         if name == "astype":
             return lambda dtype: fn(self, dtype)
-        if name == "reshape":
-            return lambda *shape: fn(self, shape[0] if len(shape) == 1 else shape)
+        if name in ("reshape", "transpose"):  # x.reshape(2, 3) and x.reshape((2, 3)) alike
+            return lambda *shape: fn(self, shape[0] if len(shape) == 1 else shape) if shape \
+                else fn(self)
         return lambda *a, **k: fn(self, *a, **k)
 
 
@@ -248,6 +249,7 @@ class Trace:
         self.consts: dict[Any, Value] = {}
         self.const_nodes: list[Node] = []
         self._keep_alive: list[np.ndarray] = []
+        self.finished = False
         self.loc_override: SourceLoc | None = None
         self.counters = {"if": 0, "loop": 0}
 
@@ -265,7 +267,9 @@ class Trace:
 
     def const(self, value: Any, dtype: np.dtype | None = None) -> Value:
         """A constant, deduplicated and hoisted into the entry block (it dominates all)."""
-        a = np.asarray(value, dtype=dtype)
+        # a copy: the Program keeps the value it was traced with, whatever the caller later
+        # does to its array (closed-over arrays are constants, as under jax.jit)
+        a = np.array(value, dtype=dtype, copy=True)
         key = _const_key(a)
         v = self.consts.get(key)
         if v is None:
@@ -299,6 +303,11 @@ class Trace:
 
     def emit(self, prim: Primitive, args: list[Any], params: dict[str, Any],
              dtype: np.dtype | None) -> Tracer:
+        if self.finished:
+            raise LoweringError(
+                f"{prim.name} was applied to a traced value from the finished trace of "
+                f"{self.name}; tracers must not escape the function being transformed "
+                "(return values instead of storing them)")
         values = [self.value_of(a, dtype if i >= prim.promote_from else None)
                   for i, a in enumerate(args)]
         try:
@@ -320,6 +329,7 @@ class Trace:
     def finish(self, params: list[Value], outputs: list[Value]) -> Program:
         self.current.term = Return(outputs)
         self.entry.nodes[:0] = self.const_nodes
+        self.finished = True
         return Program(self.name, params, self.blocks, self.regions)
 
     # -- scopes --------------------------------------------------------------------
