@@ -8,6 +8,8 @@ from . import (
 from .api import grad, jvp, value_and_grad, vjp
 from .errors import (
     AnomalyError,
+    ArgumentTypeError,
+    ArgumentValueError,
     CfgradError,
     LoopLimitError,
     LoweringError,
@@ -20,8 +22,9 @@ from .ir import Program
 from .trace import cond, fori_loop, lower, switch, while_loop
 
 __all__ = [
-    "AnomalyError", "CfgradError", "LoopLimitError", "LoweringError", "PathInstabilityError",
-    "Program", "ReplayMismatchError", "TracerBoolError", "VerifyError",
+    "AnomalyError", "ArgumentTypeError", "ArgumentValueError", "CfgradError", "LoopLimitError",
+    "LoweringError", "PathInstabilityError", "Program", "ReplayMismatchError",
+    "TracerBoolError", "VerifyError",
     "checkpoint", "cond", "fori_loop", "grad", "jvp", "lower", "switch", "testing",
     "value_and_grad", "vjp", "while_loop",
 ]

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import tree as treelib
 from .checkpoint import resolve
-from .errors import LoweringError
+from .errors import ArgumentTypeError, LoweringError
 from .forward_mode import build_jvp
 from .interpret import (
     Compiled,
@@ -29,7 +29,7 @@ from .interpret import (
     run_adjoint,
 )
 from .ir import Program
-from .reverse import primal_reads
+from .reverse import build_adjoint, primal_reads
 from .trace import Tracer, trace_program
 
 _SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
@@ -38,23 +38,26 @@ _SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
 class _Entry:
     """One lowered signature: its Program and, lazily, everything derived from it."""
 
-    __slots__ = ("program", "compiled", "_adjoint", "_jvp", "_strategies")
+    __slots__ = ("program", "compiled", "_reverse", "_jvp", "_strategies")
 
     def __init__(self, program: Program):
         self.program = program
         self.compiled = Compiled(program)
-        self._adjoint: Compiled | None = None
+        self._reverse: dict[frozenset[int] | None, tuple[Compiled, Compiled]] = {}
         self._jvp: Compiled | None = None
         self._strategies: dict[Any, list[Any]] = {}
 
-    def prepare_reverse(self) -> Compiled:
-        """The compiled adjoint; building it also tells the forward program which values
-        each loop must keep, so call it before a taped forward run."""
-        if self._adjoint is None:
-            adj = self.program.adjoint()
-            plan_saved_slots(self.compiled, primal_reads(adj))
-            self._adjoint = Compiled(adj, forward=self.compiled)
-        return self._adjoint
+    def reverse(self, wrt: frozenset[int] | None) -> tuple[Compiled, Compiled]:
+        """(forward, adjoint) compiled for differentiating the parameters in `wrt` (all
+        when None). The adjoint decides which values each loop must keep, so the forward
+        is compiled with it."""
+        pair = self._reverse.get(wrt)
+        if pair is None:
+            adj = self.program.adjoint() if wrt is None else build_adjoint(self.program, wrt)
+            forward = Compiled(self.program)
+            plan_saved_slots(forward, primal_reads(adj))
+            pair = self._reverse[wrt] = (forward, Compiled(adj, forward=forward))
+        return pair
 
     @property
     def jvp(self) -> Compiled:
@@ -135,20 +138,22 @@ class Pullback:
         program = entry.program
         ct_leaves, ct_tree = treelib.flatten(cotangent)
         if ct_tree != program.out_tree:
-            raise TypeError(f"pullback: the cotangent's structure {ct_tree.describe()} differs "
-                            f"from the output's {program.out_tree.describe()}")
+            raise ArgumentTypeError(
+                f"pullback: the cotangent's structure {ct_tree.describe()} differs from the "
+                f"output's {program.out_tree.describe()}")
         cts = []
         for i, (c, v) in enumerate(zip(ct_leaves, program.outputs)):
             a = np.asarray(c, dtype=v.type.dtype)
             if a.shape != v.type.shape:
-                raise TypeError(f"pullback: cotangent leaf {i} has shape {a.shape}, the output "
-                                f"has {v.type.shape}")
+                raise ArgumentTypeError(f"pullback: cotangent leaf {i} has shape {a.shape}, "
+                                        f"the output has {v.type.shape}")
             cts.append(a)
         m = self._machine
         if m is None:  # a second call: the first consumed the log, so run forward again
-            m = _forward(entry, self._leaves, self._checkpoint, record=True)[0]
+            m = _forward(entry, entry.reverse(None)[0], self._leaves, self._checkpoint,
+                         record=True)[0]
         self._machine = None
-        adjoint = entry.prepare_reverse()
+        adjoint = entry.reverse(None)[1]
         with np.errstate(all="ignore"):
             results = [as_runtime_value(r) for r in run_adjoint(adjoint, m, cts)]
         if not m.log.is_empty():
@@ -158,9 +163,9 @@ class Pullback:
         return tuple(grads)[: self._nargs]
 
 
-def _forward(entry: _Entry, leaves: list[Any], checkpoint: Any, record: bool) -> tuple[
-        Machine, list[Any]]:
-    m = Machine(entry.compiled, entry.strategies(checkpoint), record=record)
+def _forward(entry: _Entry, compiled: Compiled, leaves: list[Any], checkpoint: Any,
+             record: bool) -> tuple[Machine, list[Any]]:
+    m = Machine(compiled, entry.strategies(checkpoint), record=record)
     with np.errstate(all="ignore"):
         outs = m.run(_as_arrays(leaves, entry.program))
     return m, [as_runtime_value(o) for o in outs]
@@ -172,8 +177,7 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     Only the branches taken and the iterations run are differentiated. `checkpoint` sets
     the strategy of every loop that did not choose its own."""
     entry, leaves = lowered(fun, primals)
-    entry.prepare_reverse()
-    m, outs = _forward(entry, leaves, checkpoint, record=True)
+    m, outs = _forward(entry, entry.reverse(None)[0], leaves, checkpoint, record=True)
     out = treelib.unflatten(entry.program.out_tree, outs)
     pb = Pullback(entry, m, leaves, len(primals), checkpoint)
     if has_aux:
@@ -209,8 +213,8 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: 
         entry, leaves = lowered(fun, args)
         program = entry.program
         _check_grad_io(program, args, nums, has_aux, getattr(fun, "__name__", "f"))
-        adjoint = entry.prepare_reverse()
-        m, outs = _forward(entry, leaves, checkpoint, record=True)
+        forward, adjoint = entry.reverse(_param_indices(program, nums))
+        m, outs = _forward(entry, forward, leaves, checkpoint, record=True)
         out = treelib.unflatten(program.out_tree, outs)
         ones = [np.ones((), program.outputs[0].type.dtype)[()]] + [
             np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
@@ -225,6 +229,14 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: 
     return value_and_grad_fn
 
 
+def _param_indices(program: Program, argnums: tuple[int, ...]) -> frozenset[int]:
+    """The flat parameter indices of the leaves of the arguments in `argnums`."""
+    starts = [0]
+    for child in program.in_tree.children:
+        starts.append(starts[-1] + child.num_leaves)
+    return frozenset(i for a in argnums for i in range(starts[a], starts[a + 1]))
+
+
 def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux: bool,
                    name: str) -> None:
     first = program.outputs[0] if program.outputs else None
@@ -232,24 +244,25 @@ def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux
     if has_aux:
         td = program.out_tree
         if td.kind != "tuple" or len(td.children) != 2:
-            raise TypeError(f"grad of {name} with has_aux=True: the function must return a "
+            raise ArgumentTypeError(f"grad of {name} with has_aux=True: the function must return a "
                             f"pair (value, aux), got {td.describe()}")
         n_main = td.children[0].num_leaves
     if first is None or n_main != 1 or first.type.shape != () or first.type.dtype.kind != "f":
         what = "no output" if first is None else f"{first.type}" + (
             "" if n_main == 1 else f" and {n_main - 1} more outputs")
-        raise TypeError(f"grad of {name} needs a float scalar output, got {what}; reduce it "
-                        "(cnp.sum) or use cg.vjp for non-scalar outputs")
+        raise ArgumentTypeError(f"grad of {name} needs a float scalar output, got {what}; "
+                                "reduce it (cnp.sum) or use cg.vjp for non-scalar outputs")
     for i in nums:
         if i >= len(args):
-            raise TypeError(f"grad of {name}: argnums includes {i} but only {len(args)} "
+            raise ArgumentTypeError(f"grad of {name}: argnums includes {i} but only {len(args)} "
                             "arguments were given")
         for leaf in treelib.flatten(args[i])[0]:
             dtype = np.asarray(leaf).dtype
             if dtype.kind != "f":
-                raise TypeError(f"grad of {name} with respect to argument {i}: it has dtype "
-                                f"{dtype} (shape {np.shape(leaf)}); gradients need float "
-                                "inputs, e.g. pass 2.0 instead of 2 or use .astype(float)")
+                raise ArgumentTypeError(
+                    f"grad of {name} with respect to argument {i}: it has dtype {dtype} (shape "
+                    f"{np.shape(leaf)}); gradients need float inputs, e.g. pass 2.0 instead of 2 "
+                    "or use .astype(float)")
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
@@ -271,7 +284,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple
     entry, leaves = lowered(fun, primals)
     t_leaves, t_tree = treelib.flatten(tangents)
     if t_tree != treelib.flatten(primals)[1]:
-        raise TypeError("jvp: tangents must have the same structure as primals")
+        raise ArgumentTypeError("jvp: tangents must have the same structure as primals")
     program = entry.program
     tans = []
     for i, (t, p) in enumerate(zip(t_leaves, program.params)):
@@ -279,7 +292,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple
             continue
         a = np.asarray(t, dtype=p.type.dtype)
         if a.shape != p.type.shape:
-            raise TypeError(f"jvp: tangent leaf {i} has shape {a.shape}, its primal has "
+            raise ArgumentTypeError(f"jvp: tangent leaf {i} has shape {a.shape}, its primal has "
                             f"{p.type.shape}")
         tans.append(as_runtime_value(a))
     m = Machine(entry.jvp)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from .errors import ArgumentValueError
 from .interpret import LoopInfo, Machine
 from .revolve import online_choice, optimal_split
 
@@ -201,7 +202,7 @@ class _Checkpointing:
 
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        raise ArgumentValueError(f"{name} must be an integer >= 1, got {value!r}")
     return value
 
 

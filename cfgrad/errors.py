@@ -42,3 +42,14 @@ class PathInstabilityError(CfgradError):
 
 class ParseError(CfgradError, ValueError):
     """The textual IR could not be read back."""
+
+
+class ArgumentTypeError(CfgradError, TypeError):
+    """A transformation got inputs or outputs it cannot handle: grad of a non-scalar or
+    non-float output, grad with respect to an integer input, a cotangent or tangent of
+    the wrong structure or shape."""
+
+
+class ArgumentValueError(CfgradError, ValueError):
+    """An invalid parameter: a checkpoint strategy's `snapshots < 1` or `k < 1`, a
+    negative `max_iters`, an unsupported `check_grads` order."""

@@ -37,7 +37,7 @@ DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
 # the operator skips a ufunc call, which dominates the cost of scalar-heavy loops.
 _OPERATOR_FORMS = {
     np.add: "{0} + {1}", np.subtract: "{0} - {1}", np.multiply: "{0} * {1}",
-    np.true_divide: "{0} / {1}", np.power: "{0} ** {1}", np.matmul: "{0} @ {1}",
+    np.true_divide: "{0} / {1}", np.matmul: "{0} @ {1}",
     np.less: "{0} < {1}", np.less_equal: "{0} <= {1}", np.greater: "{0} > {1}",
     np.greater_equal: "{0} >= {1}", np.equal: "{0} == {1}", np.not_equal: "{0} != {1}",
     np.bitwise_and: "{0} & {1}", np.bitwise_or: "{0} | {1}", np.bitwise_xor: "{0} ^ {1}",

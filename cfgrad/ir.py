@@ -279,12 +279,17 @@ class Program:
 
     # -- printing ----------------------------------------------------------------
     def names(self) -> tuple[dict[Value, str], dict[Block, str]]:
-        """Print names: parameters by hint, other values numbered in definition order."""
-        vnames: dict[Value, str] = {}
+        """Print names: parameters by hint, other values numbered in definition order.
+
+        The maps answer `%?` / `?` for values and blocks the program never defines, so a
+        broken program still prints (the verifier shows it in its error messages)."""
+        vnames: dict[Value, str] = _Names("%?")
         used: set[str] = set()
-        for p in self.params:
+        for i, p in enumerate(self.params):
             name = p.hint if p.hint and p.hint not in used and not p.hint.isdigit() else None
-            name = name or f"arg{len(vnames)}"
+            k = i
+            while name is None or name in used:
+                name, k = f"arg{k}", k + 1
             used.add(name)
             vnames[p] = "%" + name
         counter = 0
@@ -297,7 +302,8 @@ class Program:
                     vnames[v] = f"%{counter}"
                     counter += 1
         prefix = "r" if self.forward is not None else "b"
-        bnames = {b: f"{prefix}{i}" for i, b in enumerate(self.blocks)}
+        bnames: dict[Block, str] = _Names("?")
+        bnames.update((b, f"{prefix}{i}") for i, b in enumerate(self.blocks))
         return vnames, bnames
 
     def text(self) -> str:
@@ -319,19 +325,34 @@ class Program:
 # Text form
 # ---------------------------------------------------------------------------------
 
+class _Names(dict):
+    """A name map that answers `missing` for keys it lacks instead of raising."""
+
+    def __init__(self, missing: str):
+        super().__init__()
+        self.missing = missing
+
+    def __missing__(self, key: Any) -> str:
+        return self.missing
+
+
 def format_param(value: Any) -> str:
     """A parseable literal for a static node parameter (see irparse.eval_param)."""
     if isinstance(value, np.ndarray):
-        return f"array({value.tolist()!r}, {value.dtype.name!r})"
-    if isinstance(value, np.dtype):
-        return f"dtype({value.name!r})"
+        shape = f", shape={value.shape!r}" if value.size == 0 and value.ndim != 1 else ""
+        return f"array({value.tolist()!r}, {value.dtype.name!r}{shape})"
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        return f"dtype({np.dtype(value).name!r})"
     if isinstance(value, slice):
-        return f"slice({value.start!r}, {value.stop!r}, {value.step!r})"
+        return f"slice({format_param(value.start)}, {format_param(value.stop)}, " \
+               f"{format_param(value.step)})"
     if value is Ellipsis:
         return "..."
     if isinstance(value, tuple):
         inner = ", ".join(format_param(v) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(format_param(v) for v in value) + "]"
     if isinstance(value, float | np.floating):
         return repr(float(value))
     if isinstance(value, np.integer):
@@ -357,7 +378,7 @@ def const_literal(value: np.ndarray) -> str:
     return f"{text}:{_DTYPE_NAMES[value.dtype.name]}"
 
 
-def _region_line(r: Region, bn: dict[Block, str]) -> str:
+def _region_line(r: Region, vn: dict[Value, str], bn: dict[Block, str]) -> str:
     parent = f" in {r.parent.id}" if r.parent else ""
     if isinstance(r, IfRegion):
         cases = ", ".join(bn[c] for c in r.cases)
@@ -365,19 +386,19 @@ def _region_line(r: Region, bn: dict[Block, str]) -> str:
         return (f"  region {r.id} {r.kind} at {bn[r.branch]} cases ({cases}) "
                 f"exits ({exits}) merge {bn[r.merge]}{parent}")
     assert isinstance(r, LoopRegion)
-    extra = f" checkpoint={r.checkpoint!r}" if r.checkpoint is not None else ""
+    extra = ""
+    if r.trip_bounds is not None:
+        extra += f" bounds ({vn[r.trip_bounds[0]]}, {vn[r.trip_bounds[1]]})"
+    extra += f" checkpoint={r.checkpoint!r}" if r.checkpoint is not None else ""
     extra += f" max_iters={r.max_iters}" if r.max_iters is not None else ""
     return (f"  region {r.id} {r.kind} preheader {bn[r.preheader]} header {bn[r.header]} "
             f"body {bn[r.body]} latch {bn[r.latch]} exit {bn[r.exit]}{parent}{extra}")
 
 
 def block_comment(b: Block) -> str:
-    parts = []
-    if b.region is not None and b.role:
-        parts.append(f"{b.region.id} {b.role}")
-    elif b.role:
-        parts.append(b.role)
-    return "; " + ", ".join(parts) if parts else ""
+    """`; if#0 case T`: the region that made the block and the block's role in it."""
+    words = " ".join(w for w in (b.region.id if b.region is not None else "", b.role) if w)
+    return "; " + words if words else ""
 
 
 def node_text(n: Node, vn: dict[Value, str], fwd_names: dict[Value, str] | None = None) -> str:
@@ -415,25 +436,29 @@ def back_edge_sources(program: Program) -> set[Block]:
 
 def program_lines(program: Program) -> list[str]:
     vn, bn = program.names()
-    fwd_names = program.forward.names()[0] if program.forward is not None else None
+    fwd_names: dict[Value, str] | None = None
+    fwd_blocks: dict[Block, str] | None = None
+    if program.forward is not None:  # adjoints name forward values and mirrored blocks
+        fwd_names, fwd_blocks = program.forward.names()
     params = ", ".join(f"{vn[p]}: {p.type}" for p in program.params)
-    outs = ", ".join(str(v.type) for v in program.outputs)
+    returns = [b.term for b in program.blocks if isinstance(b.term, Return)]
+    outs = ", ".join(str(v.type) for v in returns[0].values) if returns else "?"
     lines = [f"program {program.name}({params}) -> ({outs})"]
-    lines += [_region_line(r, bn) for r in program.regions]
     latches = back_edge_sources(program)
     width = 48
 
     def emit(text: str, comment: str) -> None:
         lines.append(f"{text:<{width}} {comment}".rstrip() if comment else text)
 
+    for r in program.regions:
+        emit(_region_line(r, vn, bn), f"; {r.loc}" if r.loc else "")
     for b in program.blocks:
         preds = ""
         if b.preds:
             preds = " preds (" + ", ".join(e.label(bn) for e in b.preds) + ")"
         comment = block_comment(b)
-        if b.mirrors is not None and program.forward is not None:
-            fbn = program.forward.names()[1]
-            comment = (comment + ", " if comment else "; ") + f"mirrors {fbn[b.mirrors]}"
+        if b.mirrors is not None and fwd_blocks is not None:
+            comment = (comment + ", " if comment else "; ") + f"mirrors {fwd_blocks[b.mirrors]}"
         emit(f"{bn[b]}:{preds}", comment)
         for phi in b.phis:
             ins = ", ".join(f"{e.label(bn)}: {vn[v]}" for e, v in zip(b.preds, phi.inputs))

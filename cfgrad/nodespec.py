@@ -28,7 +28,7 @@ NODE_KINDS: tuple[NodeKind, ...] = (
              "inputs before any is written (parallel copy)."),
     NodeKind("Jmp", "terminator", "none", "one control edge", "cyan",
              "Unconditional jump; `↺` marks a loop's back edge (the latch)."),
-    NodeKind("Cond", "terminator", "a selector: bool[] (if) or an integer scalar (switch/loop)",
+    NodeKind("Cond", "terminator", "a selector: bool[] (if, loop) or an integer scalar (switch)",
              "one Proj edge per case", "bold yellow",
              "Branches on its selector; each outcome leaves by its own Proj edge."),
     NodeKind("Proj", "edge", "the Cond it belongs to", "one control edge", "yellow",

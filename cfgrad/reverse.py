@@ -73,8 +73,9 @@ def _float(v: Value) -> bool:
 
 
 class ReverseBuilder:
-    def __init__(self, fwd: Program):
+    def __init__(self, fwd: Program, wrt: frozenset[int] | None = None):
         self.fwd = fwd
+        self.active = active_values(fwd, wrt)
         self.t = Trace(f"{fwd.name}.adjoint", check_scopes=False)
         self.t.entry.mirrors = fwd.return_block
         self.t.entry.role = ""
@@ -101,7 +102,7 @@ class ReverseBuilder:
         return tr
 
     def accumulate(self, adj: dict[Value, Any], v: Value, ct: Any) -> None:
-        if ct is None or not _float(v) or v in self.const_of:
+        if ct is None or v not in self.active:
             return
         prev = adj.get(v)
         adj[v] = ct if prev is None else prev + ct
@@ -156,7 +157,7 @@ class ReverseBuilder:
         prim = PRIMITIVES[n.op]
         if ct is None or prim.vjp is None or not _float(out):
             return
-        if not any(_float(v) and v not in self.const_of for v in n.inputs):
+        if not any(v in self.active for v in n.inputs):
             return
         saved, self.t.loc_override = self.t.loc_override, n.loc
         cts = prim.vjp(ct, [self.primal(v) for v in n.inputs], self.primal(out), **n.params)
@@ -301,7 +302,7 @@ class ReverseBuilder:
             for n in b.nodes:
                 used.update(dict.fromkeys(n.inputs))
         used.update(dict.fromkeys(p.inputs[1] for p in r.header.phis))
-        return [v for v in used if v not in defined and _float(v) and v not in self.const_of]
+        return [v for v in used if v not in defined and v in self.active]
 
 
 _SIDE_EFFECTS = frozenset({"LogPop", "TripPop", "LoopState"})
@@ -379,10 +380,39 @@ def eliminate_common_subexpressions(program: Program) -> None:
             term.values = [replace.get(v, v) for v in term.values]
 
 
-def build_adjoint(program: Program) -> Program:
+def active_values(program: Program, wrt: frozenset[int] | None) -> set[Value]:
+    """Activity analysis: the float values that depend on the parameters being
+    differentiated (all float parameters when `wrt` is None). Only they can carry a
+    nonzero cotangent, so the builder emits nothing for the rest — no gradient work for
+    inputs nobody asked about, nor for constants and integer bookkeeping."""
+    active = {p for i, p in enumerate(program.params)
+              if _float(p) and (wrt is None or i in wrt)}
+    changed = True
+    while changed:  # loops feed Phis from later blocks: iterate to the fixpoint
+        changed = False
+        for b in program.blocks:
+            for phi in b.phis:
+                if phi.out not in active and _float(phi.out) and any(
+                        v in active for v in phi.inputs):
+                    active.add(phi.out)
+                    changed = True
+            for n in b.nodes:
+                out = n.outputs[0] if n.outputs else None
+                if out is None or out in active or not _float(out):
+                    continue
+                prim = PRIMITIVES.get(n.op)
+                if prim is not None and prim.vjp is not None and any(
+                        v in active for v in n.inputs):
+                    active.add(out)
+                    changed = True
+    return active
+
+
+def build_adjoint(program: Program, wrt: frozenset[int] | None = None) -> Program:
     """The mirrored adjoint of `program`: parameters are the output cotangents, results
-    the parameter cotangents (zeros where no gradient flows)."""
-    return ReverseBuilder(program).build()
+    the cotangents of the parameters in `wrt` (all when None; zeros for the others and
+    wherever no gradient flows)."""
+    return ReverseBuilder(program, wrt).build()
 
 
 def primal_reads(adjoint: Program) -> set[Value]:

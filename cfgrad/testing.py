@@ -16,7 +16,7 @@ import numpy as np
 
 from . import tree as treelib
 from .api import evaluate, jvp, vjp
-from .errors import PathInstabilityError
+from .errors import ArgumentValueError, PathInstabilityError
 
 
 def _describe_event(machine: Any, event: tuple) -> str:
@@ -42,11 +42,12 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
     Raises AssertionError on a mismatch and PathInstabilityError when the perturbed points
     take another path through the program's control flow."""
     if order != 1:
-        raise ValueError("check_grads: only order=1 is supported; cfgrad does not "
+        raise ArgumentValueError("check_grads: only order=1 is supported; cfgrad does not "
                          "differentiate adjoint programs (higher order) yet")
     unknown = set(modes) - {"fwd", "rev"}
     if unknown:
-        raise ValueError(f"check_grads: unknown modes {sorted(unknown)}; use 'fwd' and/or 'rev'")
+        raise ArgumentValueError(f"check_grads: unknown modes {sorted(unknown)}; use 'fwd' "
+                                 "and/or 'rev'")
     args = tuple(args)
     rng = np.random.default_rng(seed)
     leaves, td = treelib.flatten(args)

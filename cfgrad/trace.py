@@ -21,7 +21,13 @@ from typing import Any
 import numpy as np
 
 from . import tree as treelib
-from .errors import LoweringError, TracerBoolError
+from .errors import (
+    ArgumentTypeError,
+    ArgumentValueError,
+    LoopLimitError,
+    LoweringError,
+    TracerBoolError,
+)
 from .ir import (
     Block,
     Cond,
@@ -159,15 +165,17 @@ class Tracer:
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         fn = _NUMPY_NAMESPACE.get(ufunc.__name__) if method == "__call__" and not kwargs else None
         if fn is None:
-            raise TypeError(f"np.{ufunc.__name__} cannot trace a cfgrad value; use the "
-                            f"cfgrad.numpy function of the same name (import cfgrad.numpy as cnp)")
+            raise ArgumentTypeError(
+                f"np.{ufunc.__name__} cannot trace a cfgrad value; use the cfgrad.numpy "
+                "function of the same name (import cfgrad.numpy as cnp)")
         return fn(*inputs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         fn = _NUMPY_NAMESPACE.get(func.__name__)
         if fn is None:
-            raise TypeError(f"np.{func.__name__} cannot trace a cfgrad value and cfgrad.numpy "
-                            f"has no {func.__name__}; see docs/api.md for the supported functions")
+            raise ArgumentTypeError(
+                f"np.{func.__name__} cannot trace a cfgrad value and cfgrad.numpy has no "
+                f"{func.__name__}; see docs/api.md for the supported functions")
         return fn(*args, **kwargs)
 
     # -- operators -----------------------------------------------------------------------
@@ -539,14 +547,13 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *,
     `checkpoint` chooses how the reverse pass gets each iteration's state (see
     cfgrad.checkpoint); `max_iters` bounds the loop (`LoopLimitError` past it)."""
     if max_iters is not None and (not isinstance(max_iters, int) or max_iters < 0):
-        raise ValueError(f"while_loop: max_iters must be a non-negative int, got {max_iters!r}")
+        raise ArgumentValueError(f"while_loop: max_iters must be a non-negative int, got "
+                                 f"{max_iters!r}")
     trace = current_trace()
     if trace is None:
         val, n = init_val, 0
         while bool(np.asarray(cond_fun(val))):
             if max_iters is not None and n >= max_iters:
-                from .errors import LoopLimitError
-
                 raise LoopLimitError(f"while_loop at {current_loc()} exceeded max_iters="
                                      f"{max_iters}")
             val, n = body_fun(val), n + 1
@@ -614,8 +621,9 @@ def trace_program(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = 
             raise LoweringError("nested transformations (grad of grad, lower inside lower) are "
                                 "not supported yet")
         if not isinstance(leaf, np.ndarray | np.generic | bool | int | float):
-            raise TypeError(f"argument leaf {i} is a {type(leaf).__name__}; traced arguments "
-                            "must be arrays or Python scalars (mark other arguments static)")
+            raise ArgumentTypeError(
+                f"argument leaf {i} is a {type(leaf).__name__}; traced arguments must be arrays "
+                "or Python scalars (mark other arguments static)")
     hints = _param_hints(fun, args, dynamic)
     params = [Value(type_of(x), h) for x, h in zip(leaves, hints)]
     trace = Trace(name or getattr(fun, "__name__", "f"))

@@ -1,0 +1,629 @@
+"""The IR parser: reads back what `Program.text()` prints, so printing round-trips and
+hand-written IR can be verified and run.
+
+The grammar is the printer's (docs/ir.md shows it in full):
+
+    program NAME(%p: f64[], …) -> (f64[], …)
+      region if#0 cond at b0 cases (b1, b2) exits (b1, b2) merge b3 [in loop#0]   ; f.py:3
+      region loop#0 while preheader b0 header b1 body b2 latch b2 exit b3 [in …]
+             [bounds (%lo, %hi)] [checkpoint=StoreAll()] [max_iters=N]          ; f.py:7
+    b0:                                   ; entry
+      %0: bool[] = lt %a, %b              ; f.py:4
+      Cond %0 -> T: b1 | F: b2
+    b1: preds (b0.T)                      ; if#0 case T
+      %1: f64[] = Phi (b0.T: %a)
+      Jmp b3
+
+Names are resolved after the whole text is read, so a Phi may name a value its block's
+latch defines further down. Inline scalar constants (`2.0`, `3`, `True`, `2.0:f32`)
+become `const` nodes at the top of the entry block, which dominates every use. Static
+node parameters are read by a small evaluator over Python's `ast` that accepts literals
+and the few constructors `format_param` prints, and nothing else, so parsing text never
+runs code. Adjoint programs name forward values (`Primal ^%3`) and read the forward
+run's logs, so they only make sense next to their forward program: they do not parse.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .errors import ParseError
+from .ir import (
+    DTYPE_BY_SHORT_NAME,
+    Block,
+    Cond,
+    Edge,
+    IfRegion,
+    Jmp,
+    LoopRegion,
+    Node,
+    Phi,
+    Program,
+    Region,
+    Return,
+    SourceLoc,
+    TensorType,
+    Value,
+    const_literal,
+    key_text,
+)
+from .nodespec import RUNTIME_NODES
+
+_NAME = r"[A-Za-z_]\w*"
+_TYPE = r"(\w+)\[([\d,\s]*)\]"
+_VALUE_NAME = re.compile(r"%(\w+)$")
+_HEADER = re.compile(r"program\s+([^\s(]+)\((.*)\)\s*->\s*\((.*)\)$")
+_OUTPUT = re.compile(r"\s*%(\w+)\s*:\s*(\w+\[[\d,\s]*\])\s*$")
+_BLOCK = re.compile(rf"({_NAME}):(?:\s+preds\s+\((.*)\))?$")
+_DEF = re.compile(r"(%[^=]*?)\s*=\s*(.*)$")
+_OP = re.compile(rf"({_NAME})(.*)$")
+_EDGE = re.compile(rf"({_NAME})(?:\.(T|F|\d+))?$")
+_LOC = re.compile(r"(.+):(\d+)$")
+_IF_REGION = re.compile(
+    rf"region\s+(\S+)\s+(cond|switch)\s+at\s+({_NAME})\s+cases\s+\(([^)]*)\)\s+"
+    rf"exits\s+\(([^)]*)\)\s+merge\s+({_NAME})(.*)$")
+_LOOP_REGION = re.compile(
+    rf"region\s+(\S+)\s+(\w+)\s+preheader\s+({_NAME})\s+header\s+({_NAME})\s+body\s+"
+    rf"({_NAME})\s+latch\s+({_NAME})\s+exit\s+({_NAME})(.*)$")
+_REGION_TAIL = re.compile(
+    r"(?:\s+in\s+(?P<parent>\S+))?(?:\s+bounds\s+\((?P<bounds>[^)]*)\))?"
+    r"(?:\s+checkpoint=(?P<checkpoint>.*?))?(?:\s+max_iters=(?P<max_iters>\d+))?\s*$")
+_LOOP_KINDS = ("while", "fori")
+
+
+def _proj_key(text: str) -> bool | int:
+    """`T` → True, `F` → False, `2` → 2: the key of a Proj edge."""
+    return True if text == "T" else False if text == "F" else int(text)
+
+
+def _edge_label(src: str, key: Any) -> str:
+    return src if key is None else f"{src}.{key_text(key)}"
+
+
+class _LineError(ParseError):
+    """A parse failure inside one line; `parse_program` adds the line number and text."""
+
+
+# ---------------------------------------------------------------------------------
+# Safe evaluation of parameter literals
+# ---------------------------------------------------------------------------------
+
+def _array(data: Any, dtype: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    a = np.asarray(data, dtype=np.dtype(dtype))
+    return a.reshape(shape) if shape is not None else a
+
+
+_CONSTRUCTORS = {"array": _array, "dtype": np.dtype, "slice": slice}
+_NAMES = {"nan": float("nan"), "inf": float("inf")}
+
+
+def eval_param(text: str, constructors: dict[str, Any] | None = None) -> Any:
+    """Evaluate a parameter literal as `format_param` prints it: numbers, strings, None,
+    booleans, `...`, tuples, lists, `nan`/`inf`, `slice(…)`, `array([…], 'float64')` and
+    `dtype('float32')` (plus any extra `constructors`). Anything else is a `_LineError`."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as e:
+        raise _LineError(f"cannot read parameter {text.strip()!r}: {e.msg}") from None
+    return _eval(tree.body, {**_CONSTRUCTORS, **(constructors or {})})
+
+
+def _eval(node: ast.AST, constructors: dict[str, Any]) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Tuple):
+        return tuple(_eval(e, constructors) for e in node.elts)
+    if isinstance(node, ast.List):
+        return [_eval(e, constructors) for e in node.elts]
+    if isinstance(node, ast.Name) and node.id in _NAMES:
+        return _NAMES[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        x = _eval(node.operand, constructors)
+        if isinstance(x, int | float | complex) and not isinstance(x, bool):
+            return -x if isinstance(node.op, ast.USub) else x
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub):
+        # complex literals print as `(1+2j)`
+        a, b = _eval(node.left, constructors), _eval(node.right, constructors)
+        if isinstance(b, complex) and isinstance(a, int | float) and not isinstance(a, bool):
+            return a + b if isinstance(node.op, ast.Add) else a - b
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in constructors):
+        args = [_eval(a, constructors) for a in node.args]
+        kwargs = {k.arg: _eval(k.value, constructors) for k in node.keywords if k.arg}
+        if len(kwargs) != len(node.keywords):
+            raise _LineError(f"`**` is not allowed in {ast.unparse(node)!r}")
+        try:
+            return constructors[node.func.id](*args, **kwargs)
+        except (TypeError, ValueError) as e:
+            raise _LineError(f"cannot evaluate {ast.unparse(node)!r}: {e}") from None
+    raise _LineError(f"{ast.unparse(node)!r} is not a literal the IR text allows")
+
+
+def _params(text: str) -> dict[str, Any]:
+    """`{axes=(0,), keepdims=False}` → a dict, keyword by keyword."""
+    inner = text.strip()[1:-1]
+    try:
+        call = ast.parse(f"_({inner})", mode="eval").body
+    except SyntaxError as e:
+        raise _LineError(f"cannot read parameters {text.strip()!r}: {e.msg}") from None
+    assert isinstance(call, ast.Call)
+    if call.args or any(k.arg is None for k in call.keywords):
+        raise _LineError(f"parameters are written name=value: {text.strip()!r}")
+    return {k.arg: _eval(k.value, _CONSTRUCTORS) for k in call.keywords}
+
+
+def _checkpoint(text: str) -> Any:
+    """A strategy from its repr, `StoreAll()`, built from the classes of cfgrad.checkpoint."""
+    from . import checkpoint  # strategies sit above the IR; only loop regions need them
+
+    classes = {name: obj for name, obj in vars(checkpoint).items()
+               if isinstance(obj, type) and obj.__module__ == checkpoint.__name__}
+    return eval_param(text, classes)
+
+
+# ---------------------------------------------------------------------------------
+# Lexical helpers
+# ---------------------------------------------------------------------------------
+
+def split_comment(line: str) -> tuple[str, str]:
+    """Split at the first `;` outside quotes and brackets: (code, comment text)."""
+    depth, quote = 0, ""
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == ";" and depth == 0:
+            return line[:i].rstrip(), line[i + 1:].strip()
+    return line.rstrip(), ""
+
+
+def split_top(text: str, sep: str = ",") -> list[str]:
+    """Split at `sep` outside quotes and brackets; empty text gives no items."""
+    items, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    last = text[start:].strip()
+    if items or last:
+        items.append(last)
+    return items
+
+
+def parse_type(text: str) -> TensorType:
+    m = re.fullmatch(_TYPE, text.strip())
+    if m is None or m.group(1) not in DTYPE_BY_SHORT_NAME:
+        raise _LineError(f"{text.strip()!r} is not a type like f64[] or f32[3,4]")
+    dims = [d.strip() for d in m.group(2).split(",") if d.strip()]
+    return TensorType(tuple(int(d) for d in dims), DTYPE_BY_SHORT_NAME[m.group(1)])
+
+
+def parse_literal(text: str) -> np.ndarray:
+    """An inline scalar constant: `2.0` (f64), `3` (i64), `True` (bool), `2.0:f32`."""
+    body, _, suffix = text.rpartition(":")
+    if not body or suffix not in DTYPE_BY_SHORT_NAME:
+        body, suffix = text, ""
+    value = eval_param(body, {})
+    if isinstance(value, bool):
+        default, fits = np.bool_, "b"
+    elif isinstance(value, int):
+        default, fits = np.int64, "biufc"
+    elif isinstance(value, float):
+        default, fits = np.float64, "fc"
+    elif isinstance(value, complex):
+        default, fits = np.complex128, "c"
+    else:
+        raise _LineError(f"{text!r} is neither a value name (%x) nor a scalar constant")
+    dtype = DTYPE_BY_SHORT_NAME[suffix] if suffix else np.dtype(default)
+    if dtype.kind not in fits:
+        raise _LineError(f"the constant {body} cannot have type {suffix}")
+    return np.asarray(value, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------
+# The parse: lines into raw records, then records into a Program
+# ---------------------------------------------------------------------------------
+
+@dataclass
+class _Line:
+    number: int
+    text: str
+
+
+class _RawPhi(NamedTuple):
+    line: _Line
+    out: str
+    type: TensorType
+    inputs: list[tuple[str, Any, str]]  # (source block, Proj key, value text)
+
+
+class _RawNode(NamedTuple):
+    line: _Line
+    outs: list[tuple[str, TensorType]]
+    op: str
+    args: list[str]
+    params: dict[str, Any]
+    loc: str
+
+
+class _RawTerm(NamedTuple):
+    line: _Line
+    op: str  # Jmp: (target, back edge mark); Cond: (selector, cases); Return: values
+    data: Any
+
+
+@dataclass
+class _RawBlock:
+    """One block as read, names unresolved (a use may precede its definition)."""
+
+    label: str
+    line: _Line
+    preds: list[tuple[str, Any]]
+    comment: str
+    phis: list[_RawPhi] = field(default_factory=list)
+    nodes: list[_RawNode] = field(default_factory=list)
+    term: _RawTerm | None = None
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.lines = [_Line(i + 1, t) for i, t in enumerate(text.splitlines())]
+        self.values: dict[str, Value] = {}
+        self.consts: dict[str, Value] = {}
+        self.const_nodes: list[Node] = []
+        self.blocks: dict[str, Block] = {}
+        self.raw: list[_RawBlock] = []
+        self.region_lines: list[tuple[_Line, re.Match, bool, str]] = []
+        self.header = _Line(0, "")
+
+    # -- pass 1: read lines ------------------------------------------------------------
+    def read(self) -> tuple[str, list[Value], list[TensorType]]:
+        lines = [ln for ln in self.lines if ln.text.strip() and not
+                 ln.text.strip().startswith(";")]
+        if not lines:
+            raise ParseError("empty text: expected `program NAME(…) -> (…)`")
+        header = self.header = lines[0]
+        name, params, outs = self.at(header, self.read_header, header.text)
+        for ln in lines[1:]:
+            self.at(ln, self.read_line, ln)
+        return name, params, outs
+
+    def at(self, line: _Line, fn: Any, *args: Any) -> Any:
+        """Call `fn`, turning a `_LineError` into a ParseError naming the line."""
+        try:
+            return fn(*args)
+        except _LineError as e:
+            raise ParseError(f"line {line.number}: {e}\n    {line.text.strip()}") from None
+
+    def read_header(self, text: str) -> tuple[str, list[Value], list[TensorType]]:
+        code, _ = split_comment(text)
+        m = _HEADER.match(code.strip())
+        if m is None:
+            raise _LineError("expected `program NAME(%p: type, …) -> (type, …)`")
+        params = []
+        for item in split_top(m.group(2)):
+            pm = _OUTPUT.match(item)
+            if pm is None:
+                raise _LineError(f"a parameter is written %name: type, not {item!r}")
+            v = Value(parse_type(pm.group(2)), pm.group(1))
+            self.define(pm.group(1), v)
+            params.append(v)
+        outs = [parse_type(t) for t in split_top(m.group(3))]
+        return m.group(1), params, outs
+
+    def define(self, name: str, v: Value) -> None:
+        if name in self.values:
+            raise _LineError(f"%{name} is defined twice")
+        self.values[name] = v
+
+    def read_line(self, ln: _Line) -> None:
+        code, comment = split_comment(ln.text)
+        stripped = code.strip()
+        if stripped.startswith("region "):
+            if self.raw:
+                raise _LineError("region lines come before the first block")
+            self.read_region(ln, stripped, comment)
+        elif not ln.text[:1].isspace():
+            m = _BLOCK.match(stripped)
+            if m is None:
+                raise _LineError("expected a block label like `b1:` or `b1: preds (b0.T)`")
+            if m.group(1) in self.blocks:
+                raise _LineError(f"block {m.group(1)} is defined twice")
+            preds = [self.edge(e) for e in split_top(m.group(2) or "")]
+            if "mirrors" in comment.split():
+                raise _LineError(self.adjoint_message())
+            self.blocks[m.group(1)] = Block()
+            self.raw.append(_RawBlock(m.group(1), ln, preds, comment))
+        else:
+            if not self.raw:
+                raise _LineError("a node outside any block")
+            b = self.raw[-1]
+            if b.term is not None:
+                raise _LineError(f"block {b.label} continues after its terminator")
+            self.read_statement(ln, b, stripped, comment)
+
+    @staticmethod
+    def adjoint_message() -> str:
+        return ("this is an adjoint program (it reads the forward run: Primal ^%v, LogPop, "
+                "TripPop, LoopState); only forward programs parse, rebuild the adjoint with "
+                "Program.adjoint()")
+
+    def edge(self, text: str) -> tuple[str, Any]:
+        m = _EDGE.match(text.strip())
+        if m is None:
+            raise _LineError(f"{text!r} is not an edge like b0, b0.T, b0.F or b0.2")
+        return m.group(1), None if m.group(2) is None else _proj_key(m.group(2))
+
+    def read_region(self, ln: _Line, text: str, comment: str) -> None:
+        m = _IF_REGION.match(text)
+        is_if = m is not None
+        if m is None:
+            m = _LOOP_REGION.match(text)
+            if m is None:
+                raise _LineError("expected `region ID cond|switch at …` or "
+                                 "`region ID while|fori preheader …`")
+            if m.group(2) not in _LOOP_KINDS:
+                if m.group(2) == "reverse":
+                    raise _LineError(self.adjoint_message())
+                raise _LineError(f"unknown loop kind {m.group(2)!r} (expected while or fori)")
+        self.region_lines.append((ln, m, is_if, comment))
+
+    def read_statement(self, ln: _Line, b: _RawBlock, text: str, comment: str) -> None:
+        m = _DEF.match(text)
+        if m is None or not text.startswith("%"):
+            outs, rhs = [], text
+        else:
+            outs = []
+            for item in split_top(m.group(1)):
+                om = _OUTPUT.match(item)
+                if om is None:
+                    raise _LineError(f"an output is written %name: type, not {item!r}")
+                outs.append((om.group(1), parse_type(om.group(2))))
+            rhs = m.group(2)
+        om = _OP.match(rhs)
+        if om is None:
+            raise _LineError("expected an operation name")
+        op, rest = om.group(1), om.group(2).strip()
+        if op in RUNTIME_NODES:
+            raise _LineError(self.adjoint_message())
+        if op in ("Jmp", "Cond", "Return"):
+            if outs:
+                raise _LineError(f"{op} is a terminator and defines no values")
+            b.term = _RawTerm(ln, op, self.read_terminator(op, rest))
+            return
+        if op == "Phi":
+            if len(outs) != 1:
+                raise _LineError("a Phi defines exactly one value")
+            if b.nodes:
+                raise _LineError("Phis come before the block's other nodes")
+            if not (rest.startswith("(") and rest.endswith(")")):
+                raise _LineError("expected `Phi (b0: %x, b1: %y)`")
+            ins = []
+            for item in split_top(rest[1:-1]):
+                label, sep, value = item.partition(":")
+                if not sep:
+                    raise _LineError(f"a Phi input is written edge: value, not {item!r}")
+                src, key = self.edge(label)
+                ins.append((src, key, value.strip()))
+            b.phis.append(_RawPhi(ln, outs[0][0], outs[0][1], ins))
+            return
+        params: dict[str, Any] = {}
+        if rest.endswith("}"):
+            brace = rest.find("{")
+            if brace < 0:
+                raise _LineError("unbalanced `}`")
+            params = _params(rest[brace:])
+            rest = rest[:brace].strip()
+        args = split_top(rest)
+        loc = ""
+        if comment:
+            if _LOC.match(comment) is None:
+                raise _LineError(f"a node's comment is its source location file:line, not "
+                                 f"{comment!r}")
+            loc = comment
+        b.nodes.append(_RawNode(ln, outs, op, args, params, loc))
+
+    def read_terminator(self, op: str, rest: str) -> Any:
+        if op == "Jmp":
+            target, _, mark = rest.partition(" ")
+            if not re.fullmatch(_NAME, target) or mark.strip() not in ("", "↺"):
+                raise _LineError("expected `Jmp b3` (or `Jmp b1 ↺` for a loop's back edge)")
+            return target, bool(mark.strip())
+        if op == "Return":
+            return split_top(rest)
+        selector, arrow, cases = rest.partition("->")
+        if not arrow:
+            raise _LineError("expected `Cond %s -> T: b1 | F: b2`")
+        out = []
+        for item in split_top(cases, "|"):
+            key, sep, target = item.partition(":")
+            if not sep or not re.fullmatch(r"T|F|\d+", key.strip()) or not re.fullmatch(
+                    _NAME, target.strip()):
+                raise _LineError(f"a Cond case is written KEY: block, not {item!r}")
+            out.append((_proj_key(key.strip()), target.strip()))
+        return selector.strip(), out
+
+    # -- pass 2: resolve names -----------------------------------------------------------
+    def value(self, text: str) -> Value:
+        m = _VALUE_NAME.match(text)
+        if m is not None:
+            v = self.values.get(m.group(1))
+            if v is None:
+                raise _LineError(f"{text} is never defined")
+            return v
+        if not text:
+            raise _LineError("a value is missing")
+        literal = parse_literal(text)
+        key = const_literal(literal)
+        v = self.consts.get(key)
+        if v is None:
+            v = self.consts[key] = Value(TensorType((), literal.dtype))
+            self.const_nodes.append(Node("const", [], {"value": literal}, [v]))
+        return v
+
+    def block(self, label: str) -> Block:
+        b = self.blocks.get(label)
+        if b is None:
+            raise _LineError(f"block {label} is never defined")
+        return b
+
+    def build(self) -> Program:
+        name, params, outs = self.read()
+        if not self.raw:
+            raise ParseError("the program has no blocks")
+        for rb in self.raw:  # definitions first: uses may come before them in the text
+            for phi in rb.phis:
+                self.at(phi.line, self.define, phi.out, Value(phi.type))
+            for node in rb.nodes:
+                for out, t in node.outs:
+                    self.at(node.line, self.define, out, Value(t))
+        regions = self.build_regions()
+        by_id = {r.id: r for r in regions}
+        latches = {r.latch for r in regions if isinstance(r, LoopRegion)}
+        for rb in self.raw:
+            self.at(rb.line, self.build_block, rb, by_id)
+            term = rb.term
+            if term is not None and term.op == "Jmp" and term.data[1]:
+                if self.blocks[rb.label] not in latches:
+                    raise ParseError(f"line {term.line.number}: ↺ marks a back edge, but "
+                                     f"{rb.label} is no loop's latch\n    "
+                                     f"{term.line.text.strip()}")
+        entry = self.blocks[self.raw[0].label]
+        entry.nodes[:0] = self.const_nodes
+        program = Program(name, params, [self.blocks[rb.label] for rb in self.raw], regions)
+        returns = [b.term for b in program.blocks if isinstance(b.term, Return)]
+        if returns and [v.type for v in returns[0].values] != outs:
+            got = ", ".join(str(v.type) for v in returns[0].values)
+            raise ParseError(f"line {self.header.number}: the header declares outputs "
+                             f"({', '.join(map(str, outs))}) but Return gives ({got})")
+        return program
+
+    def build_block(self, rb: _RawBlock, by_id: dict[str, Region]) -> None:
+        b = self.blocks[rb.label]
+        b.preds = [Edge(self.block(src), key) for src, key in rb.preds]
+        words = rb.comment.split(maxsplit=1)
+        if words and words[0] in by_id:
+            b.region, b.role = by_id[words[0]], words[1] if len(words) > 1 else ""
+        else:
+            b.role = rb.comment
+        labels = [_edge_label(src, key) for src, key in rb.preds]
+        for ln, out, _, ins in rb.phis:
+            given = [_edge_label(src, key) for src, key, _ in ins]
+            for label in given:
+                if label not in labels:
+                    raise ParseError(f"line {ln.number}: the Phi names edge {label}, which is "
+                                     f"not among {rb.label}'s preds\n    {ln.text.strip()}")
+            # inputs are stored in predecessor order; a Phi with missing or repeated edges
+            # keeps its own order and the verifier reports its arity
+            order = ([given.index(label) for label in labels]
+                     if sorted(given) == sorted(labels) else range(len(ins)))
+            b.phis.append(Phi(self.values[out], [self.at(ln, self.value, ins[i][2])
+                                                 for i in order]))
+        for ln, node_outs, op, args, params, loc in rb.nodes:
+            inputs = [self.at(ln, self.value, a) for a in args]
+            source = None
+            if loc:
+                m = _LOC.match(loc)
+                source = SourceLoc(m.group(1), int(m.group(2)))
+            b.nodes.append(Node(op, inputs, params, [self.values[o] for o, _ in node_outs],
+                                source))
+        if rb.term is None:
+            return  # the verifier reports the missing terminator
+        ln, op, data = rb.term
+        if op == "Jmp":
+            b.term = Jmp(self.at(ln, self.block, data[0]))
+        elif op == "Return":
+            b.term = Return([self.at(ln, self.value, v) for v in data])
+        else:
+            selector, cases = data
+            b.term = Cond(self.at(ln, self.value, selector),
+                          [(k, self.at(ln, self.block, t)) for k, t in cases])
+
+    def build_regions(self) -> list[Region]:
+        regions: list[Region] = []
+        parents: list[str | None] = []
+        for ln, m, is_if, comment in self.region_lines:
+            region = self.at(ln, self.build_region, m, is_if, comment, parents)
+            if any(r.id == region.id for r in regions):
+                raise ParseError(f"line {ln.number}: region {region.id} is defined twice\n    "
+                                 f"{ln.text.strip()}")
+            regions.append(region)
+        by_id = {r.id: r for r in regions}
+        for (ln, *_), r, parent in zip(self.region_lines, regions, parents):
+            if parent is not None:
+                if parent not in by_id:
+                    raise ParseError(f"line {ln.number}: the parent region {parent} is never "
+                                     f"defined\n    {ln.text.strip()}")
+                r.parent = by_id[parent]
+        return regions
+
+    def build_region(self, m: re.Match, is_if: bool, comment: str,
+                     parents: list[str | None]) -> Region:
+        loc = None
+        if comment:
+            lm = _LOC.match(comment)
+            if lm is None:
+                raise _LineError(f"a region's comment is its source location file:line, not "
+                                 f"{comment!r}")
+            loc = SourceLoc(lm.group(1), int(lm.group(2)))
+        if is_if:
+            rid, kind, branch, cases, exits, merge, tail = m.groups()
+            tm = _REGION_TAIL.fullmatch(tail)
+            if tm is None or any(tm.group(g) for g in ("bounds", "checkpoint", "max_iters")):
+                raise _LineError(f"unexpected {tail.strip()!r} after an if region")
+            parents.append(tm.group("parent"))
+            return IfRegion(rid, None, loc, kind=kind, branch=self.block(branch),
+                            cases=[self.block(c) for c in split_top(cases)],
+                            case_exits=[self.block(c) for c in split_top(exits)],
+                            merge=self.block(merge))
+        rid, kind, pre, header, body, latch, exit_, tail = m.groups()
+        tm = _REGION_TAIL.fullmatch(tail)
+        if tm is None:
+            raise _LineError(f"cannot read {tail.strip()!r} after a loop region")
+        parents.append(tm.group("parent"))
+        bounds = None
+        if tm.group("bounds") is not None:
+            items = split_top(tm.group("bounds"))
+            if len(items) != 2:
+                raise _LineError("bounds are written bounds (%lower, %upper)")
+            bounds = (self.value(items[0]), self.value(items[1]))
+        checkpoint = _checkpoint(tm.group("checkpoint")) if tm.group("checkpoint") else None
+        max_iters = int(tm.group("max_iters")) if tm.group("max_iters") else None
+        return LoopRegion(rid, None, loc, kind=kind, preheader=self.block(pre),
+                          header=self.block(header), body=self.block(body),
+                          latch=self.block(latch), exit=self.block(exit_),
+                          checkpoint=checkpoint, max_iters=max_iters, trip_bounds=bounds)
+
+
+def parse_program(text: str, *, check: bool = True) -> Program:
+    """Read a forward Program from its text form (what `Program.text()` prints).
+
+    Malformed text raises `ParseError` naming the line; with `check` (the default) the
+    result is also verified, so text that reads but breaks an IR invariant raises
+    `VerifyError`."""
+    program = _Parser(text).build()
+    if check:
+        from .verify import verify  # the verifier sits above the IR and its parser
+
+        verify(program)
+    return program

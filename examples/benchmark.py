@@ -1,0 +1,537 @@
+"""Forward and gradient time of cfgrad against hand-written numpy, in one run.
+
+Run `python examples/benchmark.py` (seconds; about half a minute when PyTorch, autograd and
+JAX are installed). `--quick` runs tiny sizes, which is what the tests do. Figures are for
+one thread: BLAS and the other libraries are pinned to one thread below, before numpy is
+imported.
+
+Cases (the functions are the ones in newton.py and rnn.py):
+  newton  Newton's cube root, a separate call on each of 1000 Python floats
+  rnn     tanh RNN, hidden 64, up to 300 steps, stopping early if |h| reaches a threshold
+  cond    sum(cond(sum(A) > 0, tanh(A @ B), A @ B.T)) on 512x512 matrices, each branch
+  per-node interpreter overhead: a fori_loop over a chain of adds, time per executed node
+  minus the time numpy itself takes for the same operation
+
+The baseline is a forward function written once and run on numpy, and a reverse pass
+derived by hand. Every implementation's values and gradients are asserted to agree with
+cfgrad's before anything is timed, so a wrong baseline cannot pass silently. PyTorch, HIPS
+autograd and JAX get a column each when they can be imported. Times are the best of
+several repeats (time.perf_counter); ratios divide by hand-written numpy in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before numpy (or any BLAS user) is imported: one thread everywhere, for stable figures.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+             "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS"):
+    os.environ[_var] = "1"
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen="
+                           "false intra_op_parallelism_threads=1").strip()
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import importlib  # noqa: E402
+import importlib.metadata  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import textwrap  # noqa: E402
+import time  # noqa: E402
+import timeit  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+import cfgrad as cg  # noqa: E402
+import cfgrad.numpy as cnp  # noqa: E402
+from cfgrad.api import evaluate, lowered  # noqa: E402
+from cfgrad.interpret import Machine  # noqa: E402
+
+# The example functions live next to this file; make them importable however it is loaded.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from newton import MAX_ITERS, TOL, cube_root  # noqa: E402
+from rnn import make_problem, rnn_loss  # noqa: E402
+
+OTHERS = ("torch", "autograd", "jax")
+CHAIN = 64  # adds per iteration in the per-node overhead loop
+
+
+@dataclass(frozen=True)
+class Sizes:
+    newton_calls: int
+    hidden: int
+    inputs: int
+    steps: int
+    matrix: int
+    chain_trips: int
+    repeats: int
+    budget: float  # seconds of repeats per measurement, beyond the first
+
+
+FULL = Sizes(newton_calls=1000, hidden=64, inputs=32, steps=300, matrix=512,
+             chain_trips=2000, repeats=25, budget=1.0)
+QUICK = Sizes(newton_calls=20, hidden=8, inputs=4, steps=20, matrix=32, chain_trips=50,
+              repeats=1, budget=0.0)
+
+
+# ---------------------------------------------------------------------------------
+# The functions under test, written once for every array library `xp` (numpy, autograd's
+# numpy, torch), and the reverse passes derived by hand for numpy.
+# ---------------------------------------------------------------------------------
+
+
+def newton_forward(a):
+    """Newton's cube root as plain Python: works on floats, tensors and autograd boxes."""
+    x = a
+    while abs(x ** 3 - a) > TOL * a:
+        x = x - (x ** 3 - a) / (3 * x ** 2)
+    return x
+
+
+def newton_grad_by_hand(a: float) -> float:
+    """Reverse pass of newton_forward: x' = 2x/3 + a/(3x^2), so dx'/dx = 2/3 - 2a/(3x^3)
+    and dx'/da = 1/(3x^2); the start x_0 = a adds the final adjoint of x to a's."""
+    xs = []
+    x = a
+    while abs(x ** 3 - a) > TOL * a:
+        xs.append(x)
+        x = x - (x ** 3 - a) / (3 * x ** 2)
+    gx, ga = 1.0, 0.0
+    for xk in reversed(xs):
+        ga += gx / (3 * xk * xk)
+        gx *= 2.0 / 3.0 - 2.0 * a / (3 * xk ** 3)
+    return ga + gx
+
+
+def rnn_forward(W, U, b, X, target, threshold, xp):
+    """The RNN of rnn.py with a Python while loop."""
+    h, t = xp.zeros(b.shape[0]), 0
+    while t < X.shape[0] and xp.sum(h * h) < threshold ** 2:
+        h = xp.tanh(W @ h + U @ X[t] + b)
+        t += 1
+    return 0.5 * xp.sum((h - target) ** 2)
+
+
+def rnn_grad_by_hand(W, U, b, X, target, threshold):
+    """Reverse pass of rnn_forward: with z_t = W h_t + U x_t + b and h_{t+1} = tanh(z_t),
+    dz_t = dh_{t+1} (1 - h_{t+1}^2) and dh_t = W^T dz_t; the weight gradients are sums of
+    outer products, done as one matmul each over the stacked dz."""
+    hs, t = [np.zeros(b.shape[0])], 0
+    while t < X.shape[0] and np.sum(hs[-1] * hs[-1]) < threshold ** 2:
+        hs.append(np.tanh(W @ hs[-1] + U @ X[t] + b))
+        t += 1
+    H = np.array(hs)
+    slope = 1.0 - H[1:] ** 2
+    dz = np.empty((t, b.shape[0]))
+    dh = H[-1] - target
+    for k in range(t - 1, -1, -1):
+        dz[k] = dh * slope[k]
+        dh = dz[k] @ W
+    return dz.T @ H[:-1], dz.T @ X[:t], dz.sum(axis=0)
+
+
+def cond_matmul(A, B):
+    """The cfgrad function of the cond case."""
+    return cnp.sum(cg.cond(cnp.sum(A) > 0, lambda: cnp.tanh(A @ B), lambda: A @ B.T))
+
+
+def cond_forward(A, B, xp):
+    return xp.sum(xp.tanh(A @ B) if xp.sum(A) > 0 else A @ B.T)
+
+
+def cond_grad_by_hand(A, B):
+    """tanh branch: with T = tanh(A B), dZ = 1 - T^2, dA = dZ B^T, dB = A^T dZ.
+    Other branch: d sum(A B^T) / dA[i,k] = sum_j B[j,k], and likewise for B."""
+    if np.sum(A) > 0:
+        T = np.tanh(A @ B)
+        dZ = 1.0 - T * T
+        return dZ @ B.T, A.T @ dZ
+    return (np.broadcast_to(B.sum(axis=0), A.shape).copy(),
+            np.broadcast_to(A.sum(axis=0), B.shape).copy())
+
+
+def add_chain(s, n):
+    """`n` iterations of CHAIN dependent adds: nearly every executed node is an add."""
+
+    def body(i, s):
+        for _ in range(CHAIN):
+            s = s + 1.0
+        return s
+
+    return cg.fori_loop(0, n, body, s)
+
+
+def example_args() -> dict[str, tuple]:
+    rng = np.random.default_rng(0)
+    return {"cond_matmul": (rng.standard_normal((4, 4)) + 0.5, rng.standard_normal((4, 4))),
+            "add_chain": (0.0, 10)}
+
+
+# ---------------------------------------------------------------------------------
+# Other libraries: each gives, per case, a forward and a gradient thunk.
+# ---------------------------------------------------------------------------------
+
+
+def load_others() -> tuple[dict[str, Any], list[str]]:
+    """The importable comparison libraries, configured for float64 and one thread."""
+    libs: dict[str, Any] = {}
+    missing = []
+    for name in OTHERS:
+        try:
+            libs[name] = importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if "torch" in libs:
+        libs["torch"].set_num_threads(1)
+        libs["torch"].set_default_dtype(libs["torch"].float64)
+    if "autograd" in libs:
+        libs["autograd.numpy"] = importlib.import_module("autograd.numpy")
+    if "jax" in libs:
+        libs["jax"].config.update("jax_enable_x64", True)
+        libs["jax.numpy"] = importlib.import_module("jax.numpy")
+    return libs, missing
+
+
+def torch_impls(case: str, torch: Any, data: Any) -> tuple[Callable, Callable]:
+    """Eager PyTorch: the same Python control flow, gradients by torch.autograd.grad."""
+    if case == "newton":
+        def forward():
+            with torch.no_grad():
+                return [float(newton_forward(torch.tensor(a))) for a in data]
+
+        def gradient():
+            out = []
+            for a in data:
+                t = torch.tensor(a, requires_grad=True)
+                out.append(float(torch.autograd.grad(newton_forward(t), t)[0]))
+            return out
+        return forward, gradient
+    if case == "rnn":
+        W, U, b, X, target, threshold = (torch.from_numpy(a) if isinstance(a, np.ndarray)
+                                         else a for a in data)
+        params = [p.detach().clone().requires_grad_(True) for p in (W, U, b)]
+
+        def forward():
+            with torch.no_grad():
+                return float(rnn_forward(W, U, b, X, target, threshold, torch))
+
+        def gradient():
+            loss = rnn_forward(*params, X, target, threshold, torch)
+            return tuple(g.numpy() for g in torch.autograd.grad(loss, params))
+        return forward, gradient
+    A, B = (torch.from_numpy(a) for a in data)
+    params = [p.detach().clone().requires_grad_(True) for p in (A, B)]
+
+    def forward():
+        with torch.no_grad():
+            return float(cond_forward(A, B, torch))
+
+    def gradient():
+        return tuple(g.numpy() for g in torch.autograd.grad(cond_forward(*params, torch),
+                                                            params))
+    return forward, gradient
+
+
+def autograd_impls(case: str, autograd: Any, anp: Any, data: Any) -> tuple[Callable, Callable]:
+    """HIPS autograd: the same Python functions on autograd.numpy."""
+    if case == "newton":
+        g = autograd.grad(newton_forward)
+        return (lambda: [newton_forward(a) for a in data], lambda: [g(a) for a in data])
+    if case == "rnn":
+        W, U, b, X, target, threshold = data
+        g = autograd.grad(lambda p: rnn_forward(*p, X, target, threshold, anp))
+        return (lambda: rnn_forward(W, U, b, X, target, threshold, anp),
+                lambda: g((W, U, b)))
+    A, B = data
+    g = autograd.grad(lambda p: cond_forward(*p, anp))
+    return lambda: cond_forward(A, B, anp), lambda: g((A, B))
+
+
+def jax_impls(case: str, jax: Any, jnp: Any, data: Any) -> tuple[Callable, Callable]:
+    """JAX under jit. `lax.while_loop` cannot be reverse-differentiated, so the gradients
+    of the two loops are taken through a `lax.scan` over the maximum number of steps whose
+    steps after the stop condition leave the carry unchanged (jnp.where masking)."""
+    lax = jax.lax
+    if case == "newton":
+        def while_version(a):
+            return lax.while_loop(lambda x: jnp.abs(x ** 3 - a) > TOL * a,
+                                  lambda x: x - (x ** 3 - a) / (3 * x ** 2), a)
+
+        def scan_version(a):
+            def step(x, _):
+                done = jnp.abs(x ** 3 - a) <= TOL * a
+                return jnp.where(done, x, x - (x ** 3 - a) / (3 * x ** 2)), None
+            return lax.scan(step, a, None, length=MAX_ITERS)[0]
+
+        fwd, grd = jax.jit(while_version), jax.jit(jax.grad(scan_version))
+        return (lambda: [float(fwd(a)) for a in data], lambda: [float(grd(a)) for a in data])
+    if case == "rnn":
+        W, U, b, X, target = (jnp.asarray(a) for a in data[:5])
+        threshold = data[5]
+
+        def rnn_while(W, U, b):
+            def running(c):
+                h, t = c
+                return (t < X.shape[0]) & (jnp.sum(h * h) < threshold ** 2)
+
+            def step(c):
+                h, t = c
+                return jnp.tanh(W @ h + U @ X[t] + b), t + 1
+            h, _ = lax.while_loop(running, step, (jnp.zeros(b.shape[0]), 0))
+            return 0.5 * jnp.sum((h - target) ** 2)
+
+        def rnn_scan(W, U, b):
+            def step(c, x_t):
+                h, done = c
+                done = done | (jnp.sum(h * h) >= threshold ** 2)
+                return (jnp.where(done, h, jnp.tanh(W @ h + U @ x_t + b)), done), None
+            (h, _), _ = lax.scan(step, (jnp.zeros(b.shape[0]), False), X)
+            return 0.5 * jnp.sum((h - target) ** 2)
+
+        fwd, grd = jax.jit(rnn_while), jax.jit(jax.grad(rnn_scan, (0, 1, 2)))
+        return (lambda: float(fwd(W, U, b)),
+                lambda: tuple(np.asarray(g) for g in grd(W, U, b)))
+    A, B = (jnp.asarray(a) for a in data)
+
+    def cond_jax(A, B):
+        return jnp.sum(lax.cond(jnp.sum(A) > 0, lambda: jnp.tanh(A @ B), lambda: A @ B.T))
+
+    fwd, grd = jax.jit(cond_jax), jax.jit(jax.grad(cond_jax, (0, 1)))
+    return (lambda: float(fwd(A, B)), lambda: tuple(np.asarray(g) for g in grd(A, B)))
+
+
+# ---------------------------------------------------------------------------------
+# Cases, checking and timing
+# ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    label: str
+    impls: dict[str, tuple[Callable, Callable]]  # name -> (forward thunk, gradient thunk)
+    times: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+def make_cases(sizes: Sizes, libs: dict[str, Any]) -> list[Case]:
+    points = [float(a) for a in np.linspace(0.5, 100.0, sizes.newton_calls)]
+    # threshold sqrt(hidden) is out of reach (|h| < sqrt(hidden) for tanh entries), so the
+    # RNN runs the whole sequence: the worst case for interpreter overhead.
+    problem = make_problem(sizes.hidden, sizes.inputs, sizes.steps,
+                           threshold=float(np.sqrt(sizes.hidden)), seed=1)
+    rng = np.random.default_rng(2)
+    scale = sizes.matrix ** -0.25  # entries of A @ B of order one: tanh not saturated
+    A = rng.standard_normal((sizes.matrix, sizes.matrix)) * scale
+    A += 0.01 - A.mean()  # sum(A) > 0: the tanh branch; -A takes the other one
+    B = rng.standard_normal((sizes.matrix, sizes.matrix)) * scale
+
+    newton_grad = cg.grad(cube_root)
+    rnn_grad = cg.grad(rnn_loss, (0, 1, 2))
+    cond_grad = cg.grad(cond_matmul, (0, 1))
+    _, pullback = cg.vjp(rnn_loss, *problem)
+    pullback(1.0)
+    rnn_steps = pullback.stats.loops[0].trip_counts[0]
+    specs = {
+        "newton": (f"Newton cube root, {len(points)} scalar calls", points, {
+            "numpy": (lambda: [newton_forward(a) for a in points],
+                      lambda: [newton_grad_by_hand(a) for a in points]),
+            "cfgrad": (lambda: [evaluate(cube_root, a)[0] for a in points],
+                       lambda: [newton_grad(a) for a in points])}),
+        "rnn": (f"tanh RNN, hidden {sizes.hidden}, {rnn_steps} of {sizes.steps} steps", problem, {
+            "numpy": (lambda: rnn_forward(*problem, np),
+                      lambda: rnn_grad_by_hand(*problem)),
+            "cfgrad": (lambda: evaluate(rnn_loss, *problem)[0],
+                       lambda: rnn_grad(*problem))}),
+    }
+    for key, branch, M in (("cond", "tanh(A @ B)", A), ("cond", "A @ B.T", -A)):
+        specs[f"{key}: {branch}"] = (
+            f"cond with matmuls, {sizes.matrix}x{sizes.matrix}, taking {branch}", (M, B), {
+                "numpy": (lambda M=M: cond_forward(M, B, np),
+                          lambda M=M: cond_grad_by_hand(M, B)),
+                "cfgrad": (lambda M=M: evaluate(cond_matmul, M, B)[0],
+                           lambda M=M: cond_grad(M, B))})
+    cases = []
+    for name, (label, data, impls) in specs.items():
+        key = name.split(":")[0]
+        if "torch" in libs:
+            impls["torch"] = torch_impls(key, libs["torch"], data)
+        if "autograd" in libs:
+            impls["autograd"] = autograd_impls(key, libs["autograd"], libs["autograd.numpy"],
+                                               data)
+        if "jax" in libs:
+            impls["jax"] = jax_impls(key, libs["jax"], libs["jax.numpy"], data)
+        cases.append(Case(label, impls))
+    return cases
+
+
+def leaves(x: Any) -> list[np.ndarray]:
+    """Results of any implementation as a flat list of float64 arrays (a list of scalars,
+    as the Newton case returns, becomes one array)."""
+    if isinstance(x, tuple | list):
+        if x and all(np.ndim(v) == 0 for v in x):
+            return [np.array([float(v) for v in x])]
+        return [a for v in x for a in leaves(v)]
+    return [np.asarray(x, dtype=np.float64)]
+
+
+def check(case: Case) -> None:
+    """Every implementation's value and gradient must match cfgrad's (this also warms up
+    caches and JIT compilation before timing)."""
+    want = [leaves(f()) for f in case.impls["cfgrad"]]
+    for name, thunks in case.impls.items():
+        for what, f, expected in zip(("value", "gradient"), thunks, want):
+            got = leaves(f())
+            assert len(got) == len(expected), (case.label, name, what)
+            for g, e in zip(got, expected):
+                np.testing.assert_allclose(
+                    g, e, rtol=1e-7, atol=1e-10,
+                    err_msg=f"{case.label}: {name}'s {what} differs from cfgrad's")
+
+
+def best_time(fn: Callable, sizes: Sizes) -> float:
+    """Best of up to `sizes.repeats` runs, stopping early once `sizes.budget` is spent.
+    The garbage collector is off while a run is timed, as in timeit."""
+    times = []
+    start = time.perf_counter()
+    for _ in range(sizes.repeats):
+        gc.disable()
+        try:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        finally:
+            gc.enable()
+        if len(times) >= 3 and time.perf_counter() - start > sizes.budget:
+            break
+    return min(times)
+
+
+def executed_nodes(fun: Callable, args: tuple) -> int:
+    """How many nodes (constants aside, which cost nothing at run time) one run of `fun`'s
+    Program executes, counted block by block as the interpreter enters them."""
+    entry, flat = lowered(fun, args)
+    per_block = [sum(n.op != "const" for n in b.nodes) for b in entry.program.blocks]
+    entered = [0] * len(per_block)
+
+    def count(b: int) -> None:
+        entered[b] += 1
+
+    Machine(entry.compiled, entry.strategies(None), block_hook=count).run(
+        [np.asarray(x, p.type.dtype) for x, p in zip(flat, entry.program.params)])
+    return sum(n * k for n, k in zip(per_block, entered))
+
+
+def per_node(sizes: Sizes) -> list[tuple[str, int, float, float]]:
+    """(operand, executed nodes, cfgrad seconds per node, numpy seconds per op) for the
+    add chain on a float64 scalar and on a float64[64] vector."""
+    rows = []
+    for label, s in (("f64 scalar", 0.0), ("f64[64] vector", np.zeros(64))):
+        args = (s, sizes.chain_trips)
+        executed = executed_nodes(add_chain, args)
+        expected = sizes.chain_trips * CHAIN + np.zeros_like(s)
+        np.testing.assert_allclose(evaluate(add_chain, *args)[0], expected)
+        run = best_time(lambda args=args: evaluate(add_chain, *args), sizes)
+        x, one = np.asarray(s)[()], np.float64(1.0)
+        number = 20000 if sizes.repeats > 1 else 200
+        numpy_op = min(timeit.repeat("x + one", globals={"x": x, "one": one},
+                                     number=number, repeat=max(3, sizes.repeats))) / number
+        rows.append((label, executed, run / executed, numpy_op))
+    return rows
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds >= 1.0:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def print_notes(console: Console, notes: list[str]) -> None:
+    """Bulleted notes whose wrapped lines stay indented under their bullet."""
+    for note in notes:
+        console.print(textwrap.fill(note, width=console.width - 2, initial_indent="  - ",
+                                    subsequent_indent="    "), markup=False, highlight=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (for the tests)")
+    opts = parser.parse_args(argv)
+    sizes = QUICK if opts.quick else FULL
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    libs, missing = load_others()
+    present = [n for n in OTHERS if n in libs]
+    console.print(f"cfgrad benchmark{' (--quick: tiny sizes)' if opts.quick else ''}: "
+                  f"Python {platform.python_version()}, numpy {np.__version__}, "
+                  + ", ".join(f"{n} {importlib.metadata.version(n)}" for n in present)
+                  + ("" if present else "no comparison library installed"))
+    console.print(f"BLAS and thread pools pinned to 1 thread; load average "
+                  f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (other work on the "
+                  "machine makes the figures noisy)")
+
+    cases = make_cases(sizes, libs)
+    for case in cases:
+        check(case)
+        for name, (forward, gradient) in case.impls.items():
+            case.times[name] = (best_time(forward, sizes), best_time(gradient, sizes))
+
+    table = Table(title=f"Forward and gradient time (best of up to {sizes.repeats} runs); "
+                  "ratios are ÷ hand-written numpy")
+    table.add_column("case")
+    table.add_column("pass")
+    table.add_column("numpy by hand", justify="right")
+    table.add_column("cfgrad", justify="right")
+    table.add_column("cfgrad ÷ numpy", justify="right", style="bold")
+    for name in present:
+        table.add_column(name, justify="right")
+    for case in cases:
+        for k, what in enumerate(("forward", "gradient")):
+            base = case.times["numpy"][k]
+            cells = [fmt_time(case.times[n][k]) + f" ({case.times[n][k] / base:.2f}×)"
+                     for n in present]
+            table.add_row(case.label if k == 0 else "", what, fmt_time(base),
+                          fmt_time(case.times["cfgrad"][k]),
+                          f"{case.times['cfgrad'][k] / base:.2f}×", *cells,
+                          end_section=k == 1)
+    console.print(table)
+    notes = ["numpy by hand: the forward function written once in Python/numpy and a reverse "
+             "pass derived by hand; on the Newton case its inputs are Python floats, so it "
+             "runs Python float arithmetic",
+             "cfgrad forward: the lowered Program run by the interpreter "
+             "(cfgrad.api.evaluate); gradient: cg.grad, forward and adjoint runs",
+             "the RNN's norm threshold is out of reach here, so it runs every step"]
+    if "jax" in libs:
+        notes.append("jax: jit-compiled; lax.while_loop cannot be reverse-differentiated, so "
+                     "the Newton and RNN gradients go through a lax.scan over the maximum "
+                     "step count whose steps after the stop condition change nothing "
+                     f"(Newton: {MAX_ITERS} steps, RNN: {sizes.steps})")
+    if "torch" in libs:
+        notes.append("torch: eager mode, the same Python loops on float64 tensors")
+    for name in missing:
+        notes.append(f"{name} is not installed: no {name} column")
+    print_notes(console, notes)
+
+    overhead = Table(title="Per-node interpreter overhead: fori_loop over a chain of "
+                     f"{CHAIN} adds per iteration, {sizes.chain_trips} iterations (forward)")
+    overhead.add_column("operand")
+    overhead.add_column("nodes executed", justify="right")
+    overhead.add_column("cfgrad per node", justify="right")
+    overhead.add_column("numpy per op", justify="right")
+    overhead.add_column("overhead per node", justify="right", style="bold")
+    for label, executed, node_time, op_time in per_node(sizes):
+        overhead.add_row(label, f"{executed:,}", f"{node_time * 1e9:.0f} ns",
+                         f"{op_time * 1e9:.0f} ns", f"{(node_time - op_time) * 1e9:.0f} ns")
+    console.print(overhead)
+    print_notes(console, ["numpy per op: timeit of `x + one` on the same operand; overhead "
+                          "is the difference (slot reads and writes in the generated block "
+                          "code, control events per iteration)"])
+
+
+if __name__ == "__main__":
+    main()
