@@ -339,6 +339,8 @@ class _Names(dict):
 def format_param(value: Any) -> str:
     """A parseable literal for a static node parameter (see irparse.eval_param)."""
     if isinstance(value, np.ndarray):
+        if value.size > 1 and (value == value.flat[0]).all():  # zeros of an accumulator, …
+            return f"full({value.shape!r}, {format_param(value.flat[0])}, {value.dtype.name!r})"
         shape = f", shape={value.shape!r}" if value.size == 0 and value.ndim != 1 else ""
         return f"array({value.tolist()!r}, {value.dtype.name!r}{shape})"
     if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):

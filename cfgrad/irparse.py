@@ -98,7 +98,11 @@ def _array(data: Any, dtype: str, shape: tuple[int, ...] | None = None) -> np.nd
     return a.reshape(shape) if shape is not None else a
 
 
-_CONSTRUCTORS = {"array": _array, "dtype": np.dtype, "slice": slice}
+def _full(shape: tuple[int, ...], value: Any, dtype: str) -> np.ndarray:
+    return np.full(shape, value, dtype=np.dtype(dtype))
+
+
+_CONSTRUCTORS = {"array": _array, "full": _full, "dtype": np.dtype, "slice": slice}
 _NAMES = {"nan": float("nan"), "inf": float("inf")}
 
 

@@ -35,6 +35,11 @@ def _shape(x: Any) -> tuple[int, ...]:
     return tuple(x.shape) if isinstance(x, Tracer) else _np.shape(x)
 
 
+def _dtype(x: Any) -> _np.dtype:
+    """The dtype numpy gives `x`: Python scalars and lists have none of their own."""
+    return x.dtype if isinstance(x, Tracer) else _np.asarray(x).dtype
+
+
 def _axes(x: Any, axis: Any) -> tuple[int, ...]:
     n = _ndim(x)
     if axis is None:
@@ -81,15 +86,15 @@ def full(shape: Any, fill_value: Any, dtype: Any = None) -> Any:
 
 
 def zeros_like(x: Any, dtype: Any = None) -> _np.ndarray:
-    return _np.zeros(_shape(x), dtype or x.dtype)
+    return _np.zeros(_shape(x), dtype or _dtype(x))
 
 
 def ones_like(x: Any, dtype: Any = None) -> _np.ndarray:
-    return _np.ones(_shape(x), dtype or x.dtype)
+    return _np.ones(_shape(x), dtype or _dtype(x))
 
 
 def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Any:
-    return full(_shape(x), fill_value, dtype or x.dtype)
+    return full(_shape(x), fill_value, dtype or _dtype(x))
 
 
 def arange(*args: Any, dtype: Any = None) -> _np.ndarray:
@@ -298,9 +303,10 @@ def squeeze(a: Any, axis: Any = None) -> Any:
     return reshape(a, tuple(d for i, d in enumerate(shape) if i not in axes))
 
 
-def concatenate(arrays: Sequence[Any], axis: int = 0) -> Any:
-    arrays = list(arrays)
-    return bind("concatenate", *arrays, axis=_axes(arrays[0], axis)[0])
+def concatenate(arrays: Sequence[Any], axis: int | None = 0) -> Any:
+    """As numpy: `axis=None` flattens the arrays first."""
+    arrays = [ravel(a) for a in arrays] if axis is None else list(arrays)
+    return bind("concatenate", *arrays, axis=_axes(arrays[0], 0 if axis is None else axis)[0])
 
 
 def stack(arrays: Sequence[Any], axis: int = 0) -> Any:

@@ -160,6 +160,14 @@ def _add_terms(*terms: Any) -> Any:
     return total
 
 
+def _to_out_shape(t: Any, out: Any) -> Any:
+    """Broadcast a tangent to the output's shape: when the other operand's tangent is a
+    symbolic zero, a sum of tangents still has only its own operand's shape."""
+    if t is None or tuple(t.shape) == tuple(out.shape):
+        return t
+    return bind("broadcast_to", t, shape=tuple(out.shape))
+
+
 # ---------------------------------------------------------------------------------
 # Elementwise unary
 # ---------------------------------------------------------------------------------
@@ -265,9 +273,10 @@ def _div_vjp(ct, xs, out):
 
 
 _register(Primitive("add", np.add, _elementwise_type("add"), _add_vjp,
-                    lambda ts, xs, out: _add_terms(*ts), "elementwise"))
+                    lambda ts, xs, out: _to_out_shape(_add_terms(*ts), out), "elementwise"))
 _register(Primitive("sub", np.subtract, _elementwise_type("sub"), _sub_vjp,
-                    lambda ts, xs, out: _add_terms(ts[0], None if ts[1] is None else -ts[1]),
+                    lambda ts, xs, out: _to_out_shape(
+                        _add_terms(ts[0], None if ts[1] is None else -ts[1]), out),
                     "elementwise"))
 _register(Primitive("mul", np.multiply, _elementwise_type("mul"), _mul_vjp,
                     lambda ts, xs, out: _add_terms(None if ts[0] is None else ts[0] * xs[1],
@@ -287,9 +296,14 @@ def _pow_dy(x, y, out):
     return out * bind("log", safe_x) * _mask(positive, x)
 
 
-_binary("pow", np.power, lambda x, y, out: y * x ** (y - 1.0), _pow_dy,
-        "d/dy is taken as 0 where x <= 0 (log x undefined); d/dx follows y*x^(y-1)",
-        promote="float")
+def _pow_dx(x, y, out):
+    """y*x^(y-1), and exactly 0 where y == 0 (x^0 is constant; 0*0^-1 would be nan)."""
+    return bind("where", y == 0.0, 0.0, y * x ** (y - 1.0))
+
+
+_binary("pow", np.power, _pow_dx, _pow_dy,
+        "d/dy is taken as 0 where x <= 0 (log x undefined); d/dx follows y*x^(y-1), and is "
+        "0 where y == 0 (also at x = 0, as JAX); int ** int stays integer, as numpy")
 
 
 def _tie_mask(x, y, out, wins):
@@ -310,7 +324,26 @@ for _name, _fn in [("logical_and", np.logical_and), ("logical_or", np.logical_or
 for _name, _fn in [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
                    ("bitwise_xor", np.bitwise_xor)]:
     _binary(_name, _fn, None, None, "bitwise on bool/int: no derivative")
-_binary("mod", np.mod, None, None, "integer remainder here: no derivative")
+
+
+def _mod_type(types: list[TensorType], **_: Any) -> TensorType:
+    dtype = types[-1].dtype
+    return TensorType(_broadcast(types, "mod"), np.dtype(np.int8) if dtype == np.bool_ else dtype)
+
+
+def _mod_quotient(x, y):
+    return bind("floor", x / y)
+
+
+_register(Primitive(
+    "mod", np.mod, _mod_type,
+    lambda ct, xs, out: (unbroadcast(ct, xs[0].shape),
+                         unbroadcast(-ct * _mod_quotient(*xs), xs[1].shape)),
+    lambda ts, xs, out: _to_out_shape(_add_terms(
+        ts[0], None if ts[1] is None else -ts[1] * _mod_quotient(*xs)), out),
+    "elementwise",
+    notes="x - floor(x/y)*y (numpy's sign convention): d/dx = 1, d/dy = -floor(x/y); "
+          "undefined where x/y is an integer (a jump)"))
 
 # ---------------------------------------------------------------------------------
 # Selection
@@ -346,8 +379,10 @@ def _where_jvp(ts, xs, out):
 
 _register(Primitive("where", _where_impl, _where_type, _where_vjp, _where_jvp, "selection",
                     promote_from=1, dynamic=(0,),
-                    notes="only the selected input receives gradient; the other gets exactly 0 "
-                          "(but a NaN there still poisons the forward value; use cond)"))
+                    notes="only the selected input receives gradient; the other gets exactly 0, "
+                          "which its own rule can still turn into nan (0 * inf: where(x > 0, "
+                          "sqrt(x), 0) at x = 0, as in JAX); use cond, which never runs the "
+                          "untaken branch"))
 
 
 def _clip_type(types: list[TensorType], **_: Any) -> TensorType:
@@ -423,7 +458,7 @@ def _extreme(name: str, impl: Callable) -> None:
 
 
 _register(Primitive(
-    "sum", lambda x, axes, keepdims: np.sum(x, axis=axes, keepdims=keepdims),
+    "sum", lambda x, axes, keepdims: x.sum(axis=axes, keepdims=keepdims),
     _reduction_type(_sum_dtype),
     lambda ct, xs, out, axes, keepdims: (_spread(ct, xs[0], axes, keepdims),),
     lambda ts, xs, out, axes, keepdims: bind("sum", ts[0], axes=axes, keepdims=keepdims),
@@ -548,7 +583,7 @@ def _reshape_type(types: list[TensorType], shape: tuple[int, ...]) -> TensorType
 
 
 _register(Primitive(
-    "reshape", lambda x, shape: np.reshape(x, shape), _reshape_type,
+    "reshape", lambda x, shape: x.reshape(shape), _reshape_type,
     lambda ct, xs, out, shape: (bind("reshape", ct, shape=xs[0].shape),),
     lambda ts, xs, out, shape: bind("reshape", ts[0], shape=shape),
     "shape", promote="none"))
@@ -562,7 +597,7 @@ def _transpose_type(types: list[TensorType], axes: tuple[int, ...]) -> TensorTyp
 
 
 _register(Primitive(
-    "transpose", lambda x, axes: np.transpose(x, axes), _transpose_type,
+    "transpose", lambda x, axes: x.transpose(axes), _transpose_type,
     lambda ct, xs, out, axes: (bind("transpose", ct, axes=tuple(np.argsort(axes).tolist())),),
     lambda ts, xs, out, axes: bind("transpose", ts[0], axes=axes),
     "shape", promote="none"))

@@ -1,0 +1,784 @@
+"""The derivative table (cfgrad/primitives.py), primitive by primitive (design §2, §10).
+
+`CASES` holds one entry per primitive in `PRIMITIVES`: a hypothesis recipe that draws a
+shape (0-d, size-1 dimensions and broadcasting pairs included), values inside the
+primitive's domain and away from its kinks, and a function that applies the primitive
+through `cfgrad.numpy`. From it:
+
+* every differentiable primitive's VJP and JVP are checked against central differences
+  (`check_grads`, float64), and the cotangents/tangents against their primal's shape and
+  dtype, which `check_grads` cannot see (it contracts them with broadcasting sums);
+* every primitive's numpy implementation is checked against its shape/dtype rule, for
+  float64/32/16, integer and bool inputs where meaningful, so traced types match runtime.
+
+Then the documented subgradients at kinks, stable primitives at extreme inputs, eager use
+on plain numpy arrays, and float32 programs staying float32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import cfgrad as cg
+import cfgrad.numpy as cnp
+from cfgrad import tree as treelib
+from cfgrad.api import evaluate
+from cfgrad.primitives import PRIMITIVES, bind
+from cfgrad.testing import check_grads
+
+F64, F32, F16 = np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16)
+FLOATS = (F64, F32, F16)
+NUMERIC = FLOATS + (np.dtype(np.int64), np.dtype(np.int32))
+ALL = NUMERIC + (np.dtype(np.bool_),)
+INTS = (np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.bool_))
+
+SHAPES = hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=4)
+PAIRS = hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, min_side=1,
+                                          max_side=4).map(lambda b: b.input_shapes)
+TRIPLES = hnp.mutually_broadcastable_shapes(num_shapes=3, min_dims=0, max_dims=3, min_side=1,
+                                            max_side=4).map(lambda b: b.input_shapes)
+# Shapes hypothesis may or may not reach in a bounded run, checked for every binary op.
+EDGE_PAIRS = [((3, 1), (4,)), ((), (2, 3)), ((2, 3), ()), ((1,), (3, 1)),
+              ((2, 1, 3), (1, 4, 1))]
+
+Sampler = Callable[[np.random.Generator, tuple], np.ndarray]
+Drawn = tuple[Callable[..., Any], tuple]
+
+
+# ---------------------------------------------------------------------------------
+# Value samplers: inside the domain, away from kinks and ties
+# ---------------------------------------------------------------------------------
+
+
+def uniform(lo: float, hi: float) -> Sampler:
+    return lambda rng, shape: rng.uniform(lo, hi, shape)
+
+
+SYMMETRIC = uniform(-2.0, 2.0)
+
+
+def away_from_zero(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    """|x| in [0.2, 2] with random signs: clear of the kinks of abs, relu, sign and 1/x."""
+    return rng.uniform(0.2, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
+
+
+def grid(offset: float, lo: int = -5, hi: int = 5) -> Sampler:
+    """Multiples of 0.2 plus `offset`, jittered by ±0.02: two grids with offsets 0 and 0.1
+    never come closer than 0.06, so maximum/minimum/clip never meet a tie."""
+    return lambda rng, shape: (0.2 * rng.integers(lo, hi + 1, shape) + offset
+                               + rng.uniform(-0.02, 0.02, shape))
+
+
+def distinct(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    """Entries at least 0.2 apart: amax/amin have a unique winner along any axis."""
+    size = int(np.prod(shape, dtype=np.int64))
+    values = 0.3 * (rng.permutation(size) - size / 2) + rng.uniform(-0.05, 0.05, size)
+    return values.reshape(shape)
+
+
+def with_zeros(count: int) -> Sampler:
+    """±[0.5, 1.5] with up to `count` exact zeros: prod's exact zero handling."""
+    def sample(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+        x = rng.uniform(0.5, 1.5, shape) * rng.choice([-1.0, 1.0], shape)
+        flat = x.reshape(-1)
+        flat[rng.choice(flat.size, min(count, flat.size), replace=False)] = 0.0
+        return flat.reshape(shape)
+
+    return sample
+
+
+def seeded(data: st.DataObject) -> np.random.Generator:
+    return np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+
+
+def axes_for(ndim: int) -> st.SearchStrategy:
+    """numpy `axis` arguments: None, one (possibly negative) axis, or a tuple of axes."""
+    one = st.integers(-ndim, ndim - 1) if ndim else st.nothing()
+    many = st.lists(st.integers(0, ndim - 1), unique=True, max_size=ndim).map(tuple) \
+        if ndim else st.just(())
+    return st.one_of(st.none(), one, many)
+
+
+def shrunk(data: st.DataObject, shape: tuple) -> tuple:
+    """A shape that broadcasts to `shape`: leading axes dropped, others set to 1."""
+    drop = data.draw(st.integers(0, len(shape)), label="dropped axes")
+    return tuple(1 if data.draw(st.booleans()) else d for d in shape[drop:])
+
+
+# ---------------------------------------------------------------------------------
+# Cases: one per primitive
+# ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """How to exercise one primitive. `draw(data, dtype)` returns a function applying it
+    through cfgrad.numpy and arguments whose float leaves have `dtype` (ints and masks are
+    closed over); `dtypes` lists the input dtypes its shape/dtype rule is checked for."""
+
+    draw: Callable[[st.DataObject, np.dtype], Drawn]
+    dtypes: tuple[np.dtype, ...] = NUMERIC
+
+
+def unary(fn: Callable, sample: Sampler = SYMMETRIC, dtypes=NUMERIC) -> Case:
+    def draw(data, dtype):
+        return fn, (sample(seeded(data), data.draw(SHAPES)).astype(dtype),)
+
+    return Case(draw, dtypes)
+
+
+@dataclass(frozen=True)
+class BinaryCase(Case):
+    """An elementwise binary primitive: `fn` applied to samples `sx` and `sy`, built for
+    any pair of shapes (hypothesis' or the fixed EDGE_PAIRS)."""
+
+    fn: Callable = None  # type: ignore[assignment]
+    sx: Sampler = SYMMETRIC
+    sy: Sampler = SYMMETRIC
+
+    def build(self, rng: np.random.Generator, shapes: tuple, which: str,
+              dtype: np.dtype) -> Drawn:
+        """`which` operands are arguments; the other is closed over, so its tangent and
+        cotangent are symbolic zeros and the rules see one-sided broadcasting."""
+        x, y = self.sx(rng, shapes[0]).astype(dtype), self.sy(rng, shapes[1]).astype(dtype)
+        fn = self.fn
+        if which == "x":
+            return (lambda a: fn(a, y)), (x,)
+        if which == "y":
+            return (lambda b: fn(x, b)), (y,)
+        return fn, (x, y)
+
+
+def binary(fn: Callable, sx: Sampler = SYMMETRIC, sy: Sampler = SYMMETRIC,
+           dtypes=NUMERIC) -> BinaryCase:
+    def draw(data, dtype):
+        which = data.draw(st.sampled_from(["xy", "x", "y"]), label="arguments")
+        return case.build(seeded(data), data.draw(PAIRS), which, dtype)
+
+    case = BinaryCase(draw, dtypes, fn, sx, sy)  # `draw` builds through it
+    return case
+
+
+def draw_mod(data, dtype):
+    """x = q*y with x/y at least 0.2 from an integer: clear of mod's jumps."""
+    rng = seeded(data)
+    sx = data.draw(SHAPES)
+    sy = shrunk(data, sx)
+    y = away_from_zero(rng, sy)
+    q = rng.integers(-3, 3, sx) + rng.uniform(0.2, 0.8, sx)
+    x = (q * y).astype(dtype)
+    return cnp.mod, (x, y.astype(dtype))
+
+
+def draw_where(data, dtype):
+    rng = seeded(data)
+    sc, sx, sy = data.draw(TRIPLES)
+    mask = rng.random(sc) < 0.5
+    x, y = rng.uniform(-2, 2, sx).astype(dtype), rng.uniform(-2, 2, sy).astype(dtype)
+    which = data.draw(st.sampled_from(["xy", "x", "y"]), label="arguments")
+    if which == "x":
+        return (lambda a: cnp.where(mask, a, 0.0)), (x,)
+    if which == "y":
+        return (lambda b: cnp.where(mask, 1.0, b)), (y,)
+    return (lambda a, b: cnp.where(mask, a, b)), (x, y)
+
+
+def draw_clip(data, dtype):
+    """x on the 0.1-offset grid, bounds on the 0-offset grid: some entries below, inside
+    and above, none within 0.06 of a bound."""
+    rng = seeded(data)
+    shape = data.draw(SHAPES)
+    x = grid(0.1, -6, 5)(rng, shape).astype(dtype)
+    lo = grid(-0.6, -2, 0)(rng, shrunk(data, shape)).astype(dtype)
+    hi = grid(0.6, 0, 2)(rng, shrunk(data, shape)).astype(dtype)
+    which = data.draw(st.sampled_from(["x", "x lo hi", "lo", "hi", "x None"]))
+    if which == "x":
+        return (lambda a: cnp.clip(a, lo, hi)), (x,)
+    if which == "lo":
+        return (lambda b: cnp.clip(x, b, hi)), (lo,)
+    if which == "hi":
+        return (lambda c: cnp.clip(x, lo, c)), (hi,)
+    if which == "x None":
+        return (lambda a: cnp.clip(a, None, 0.6)), (x,)
+    return cnp.clip, (x, lo, hi)
+
+
+def reduction(fn: Callable, sample: Sampler = SYMMETRIC, dtypes=ALL) -> Case:
+    def draw(data, dtype):
+        shape = data.draw(SHAPES)
+        axis = data.draw(axes_for(len(shape)), label="axis")
+        keepdims = data.draw(st.booleans(), label="keepdims")
+        x = sample(seeded(data), shape).astype(dtype)
+        return (lambda a: fn(a, axis=axis, keepdims=keepdims)), (x,)
+
+    return Case(draw, dtypes)
+
+
+def draw_prod(data, dtype):
+    count = data.draw(st.integers(0, 2), label="zeros")
+    return reduction(cnp.prod, with_zeros(count)).draw(data, dtype)
+
+
+def draw_arg(fn: Callable) -> Callable:
+    def draw(data, dtype):
+        shape = data.draw(SHAPES)
+        axis = data.draw(st.none() | st.integers(-len(shape), len(shape) - 1)
+                         if shape else st.none())
+        return (lambda a: fn(a, axis)), (distinct(seeded(data), shape).astype(dtype),)
+
+    return draw
+
+
+def draw_matmul(data, dtype):
+    """All of numpy's matmul forms at once: batched (broadcast) matrix @ matrix, matrix @
+    vector, vector @ matrix and vector @ vector."""
+    rng = seeded(data)
+    n, k, m = (data.draw(st.integers(1, 4)) for _ in range(3))
+    ba, bb = data.draw(hnp.mutually_broadcastable_shapes(
+        num_shapes=2, min_dims=0, max_dims=2, min_side=1, max_side=3)).input_shapes
+    a, b = rng.uniform(-2, 2, ba + (n, k)), rng.uniform(-2, 2, bb + (k, m))
+    u, w = rng.uniform(-2, 2, (k,)), rng.uniform(-2, 2, (k,))
+
+    def f(a, b, u, w):
+        return cnp.matmul(a, b), cnp.matmul(a, u), cnp.matmul(u, b), cnp.matmul(u, w)
+
+    return f, tuple(x.astype(dtype) for x in (a, b, u, w))
+
+
+def draw_reshape(data, dtype):
+    """reshape, expand_dims, squeeze and ravel all lower to the reshape primitive."""
+    shape = data.draw(SHAPES)
+    target = data.draw(st.sampled_from([(-1,), shape[::-1], (1,) + shape, shape + (1, 1)]))
+    axis = data.draw(st.integers(-len(shape) - 1, len(shape)), label="expand axis")
+
+    def f(a):
+        return (cnp.reshape(a, target), cnp.expand_dims(a, axis), cnp.squeeze(a),
+                cnp.ravel(a))
+
+    return f, (SYMMETRIC(seeded(data), shape).astype(dtype),)
+
+
+def draw_transpose(data, dtype):
+    shape = data.draw(SHAPES)
+    perm = data.draw(st.permutations(range(len(shape))))
+    x = SYMMETRIC(seeded(data), shape).astype(dtype)
+    return (lambda a: (cnp.transpose(a, perm), a.T)), (x,)
+
+
+def draw_broadcast_to(data, dtype):
+    shape = data.draw(SHAPES)
+    x = SYMMETRIC(seeded(data), shrunk(data, shape)).astype(dtype)
+    return (lambda a: cnp.broadcast_to(a, shape)), (x,)
+
+
+def draw_concatenate(data, dtype):
+    """concatenate along any axis (pieces of different lengths there), and stack."""
+    rng = seeded(data)
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=3))
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    lengths = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=3))
+    pieces = []
+    for n in lengths:
+        s = list(shape)
+        s[axis] = n
+        pieces.append(rng.uniform(-2, 2, s).astype(dtype))
+    stack_axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
+
+    def f(*xs):
+        return cnp.concatenate(xs, axis=axis), cnp.stack([xs[0], xs[0] * xs[0]], stack_axis)
+
+    return f, tuple(pieces)
+
+
+def draw_index(data, dtype):
+    """Basic indexing (slices, ints, None, Ellipsis), integer arrays (repeated indices
+    scatter-add in the VJP), and X[t] with t the traced index of a fori_loop."""
+    shape = data.draw(SHAPES)
+    basic = data.draw(hnp.basic_indices(shape, allow_newaxis=True, allow_ellipsis=True))
+    arrays = data.draw(hnp.integer_array_indices(
+        shape, result_shape=hnp.array_shapes(min_dims=1, max_dims=2, max_side=5))) \
+        if shape else None
+    after_slice = data.draw(hnp.integer_array_indices(shape[1:])) if len(shape) > 1 else None
+    x = SYMMETRIC(seeded(data), shape).astype(dtype)
+
+    def f(a):
+        outs = [a[basic]]
+        if arrays is not None:
+            outs.append(a[arrays])
+            outs.append(a[cnp.asarray(arrays[0])])  # a traced integer array
+            outs.append(cg.fori_loop(0, shape[0], lambda t, c: c + a[t] * a[-1 - t],
+                                     cnp.zeros(shape[1:], a.dtype)))
+        if after_slice is not None:
+            outs.append(a[(slice(None),) + after_slice])
+        return tuple(outs)
+
+    return f, (x,)
+
+
+def draw_scatter_add(data, dtype):
+    """scatter_add is index's VJP (not in cfgrad.numpy): bound directly, with a static
+    integer-array index and with a traced scalar index inside a loop."""
+    rng = seeded(data)
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
+    idx = tuple(i.astype(np.int64) for i in data.draw(hnp.integer_array_indices(
+        shape, result_shape=hnp.array_shapes(min_dims=1, max_dims=2, max_side=5))))
+    x = rng.uniform(-2, 2, np.zeros(shape)[idx].shape).astype(dtype)
+    rows = rng.uniform(-2, 2, shape).astype(dtype)
+
+    def f(a, r):
+        direct = bind("scatter_add", a, spec=idx, shape=shape)
+        looped = cg.fori_loop(0, shape[0], lambda t, c: c + bind(
+            "scatter_add", r[t] * r[t], t, spec=("$",), shape=shape), cnp.zeros(shape, r.dtype))
+        return direct, looped
+
+    return f, (x, rows)
+
+
+def draw_roll(data, dtype):
+    shape = data.draw(SHAPES)
+    axis = data.draw(st.none() | st.integers(-len(shape), len(shape) - 1)
+                     if shape else st.none())
+    shift = data.draw(st.integers(-7, 7), label="shift")
+    x = SYMMETRIC(seeded(data), shape).astype(dtype)
+
+    def f(a):
+        traced = cg.fori_loop(0, 3, lambda t, c: c + cnp.roll(a, t - 1, axis) * c,
+                              cnp.ones(shape, a.dtype))
+        return cnp.roll(a, shift, axis), traced
+
+    return f, (x,)
+
+
+def draw_astype(data, dtype):
+    """A float32 input cast up to float64, float64 values cast down to float32, and a cast
+    to another dtype: any for the type rule, but for gradients none whose rounding would
+    swamp finite differences (a cast to an integer has no derivative)."""
+    shape = data.draw(SHAPES)
+    targets = (F64, np.dtype(np.int64), np.dtype(np.bool_)) if dtype == F64 else ALL
+    target = data.draw(st.sampled_from(targets), label="target dtype")
+    x = SYMMETRIC(seeded(data), shape).astype(F32 if dtype == F64 else dtype)
+
+    def f(a):
+        up = cnp.astype(a, np.float64)
+        return up * up, cnp.astype(up * 3.0, np.float32), cnp.astype(a, target) * 1
+
+    return f, (x,)
+
+
+def draw_const(data, dtype):
+    c = SYMMETRIC(seeded(data), data.draw(SHAPES)).astype(dtype)
+    return (lambda a: a + cnp.asarray(c)), (c,)
+
+
+def draw_bitwise(op: Callable) -> Callable:
+    def draw(data, dtype):
+        sx, sy = data.draw(PAIRS)
+        rng = seeded(data)
+        x, y = rng.integers(0, 4, sx).astype(dtype), rng.integers(0, 4, sy).astype(dtype)
+        return op, (x, y)
+
+    return draw
+
+
+def draw_invert(data, dtype):
+    return (lambda a: ~a), (seeded(data).integers(0, 4, data.draw(SHAPES)).astype(dtype),)
+
+
+POSITIVE = uniform(0.1, 3.0)
+COMPARE = dict(dtypes=ALL)
+
+CASES: dict[str, Case] = {
+    "neg": unary(cnp.negative),
+    "exp": unary(cnp.exp),
+    "log": unary(cnp.log, POSITIVE),
+    "log1p": unary(cnp.log1p, uniform(-0.9, 3.0)),
+    "expm1": unary(cnp.expm1),
+    "sin": unary(cnp.sin, uniform(-3.0, 3.0)),
+    "cos": unary(cnp.cos, uniform(-3.0, 3.0)),
+    "tan": unary(cnp.tan, uniform(-1.2, 1.2)),
+    "tanh": unary(cnp.tanh),
+    "sinh": unary(cnp.sinh),
+    "cosh": unary(cnp.cosh),
+    "arctan": unary(cnp.arctan),
+    "sqrt": unary(cnp.sqrt, POSITIVE),
+    "abs": unary(cnp.abs, away_from_zero, ALL),
+    "sign": unary(cnp.sign, away_from_zero),
+    "sigmoid": unary(cnp.sigmoid, uniform(-5.0, 5.0)),
+    "relu": unary(cnp.relu, away_from_zero, ALL),
+    "softplus": unary(cnp.softplus, uniform(-5.0, 5.0)),
+    "floor": unary(cnp.floor, grid(0.1)),
+    "isfinite": unary(cnp.isfinite),
+    "logical_not": unary(cnp.logical_not, dtypes=ALL),
+    "invert": Case(draw_invert, INTS),
+    "add": binary(cnp.add, dtypes=ALL),
+    "sub": binary(cnp.subtract),
+    "mul": binary(cnp.multiply, dtypes=ALL),
+    "div": binary(cnp.divide, sy=away_from_zero),
+    # exponents > -1: negative for floats, but 0 or 1 as integers (numpy refuses x ** -1)
+    "pow": binary(cnp.power, sx=uniform(0.3, 2.0), sy=uniform(-0.9, 2.0)),
+    "maximum": binary(cnp.maximum, grid(0.1), grid(0.0), ALL),
+    "minimum": binary(cnp.minimum, grid(0.1), grid(0.0), ALL),
+    "lt": binary(cnp.less, **COMPARE),
+    "le": binary(cnp.less_equal, **COMPARE),
+    "gt": binary(cnp.greater, **COMPARE),
+    "ge": binary(cnp.greater_equal, **COMPARE),
+    "eq": binary(cnp.equal, **COMPARE),
+    "ne": binary(cnp.not_equal, **COMPARE),
+    "logical_and": binary(cnp.logical_and, **COMPARE),
+    "logical_or": binary(cnp.logical_or, **COMPARE),
+    "logical_xor": binary(cnp.logical_xor, **COMPARE),
+    "bitwise_and": Case(draw_bitwise(lambda a, b: a & b), INTS),
+    "bitwise_or": Case(draw_bitwise(lambda a, b: a | b), INTS),
+    "bitwise_xor": Case(draw_bitwise(lambda a, b: a ^ b), INTS),
+    "mod": Case(draw_mod, ALL),
+    "where": Case(draw_where, ALL),
+    "clip": Case(draw_clip),
+    "sum": reduction(cnp.sum),
+    "mean": reduction(cnp.mean),
+    "amax": reduction(cnp.amax, distinct),
+    "amin": reduction(cnp.amin, distinct),
+    "prod": Case(draw_prod, ALL),
+    "logsumexp": reduction(cnp.logsumexp, uniform(-3.0, 3.0), NUMERIC),
+    "argmax": Case(draw_arg(cnp.argmax)),
+    "argmin": Case(draw_arg(cnp.argmin)),
+    "matmul": Case(draw_matmul),
+    "reshape": Case(draw_reshape, ALL),
+    "transpose": Case(draw_transpose, ALL),
+    "broadcast_to": Case(draw_broadcast_to, ALL),
+    "concatenate": Case(draw_concatenate, ALL),
+    "index": Case(draw_index, ALL),
+    "scatter_add": Case(draw_scatter_add, NUMERIC),
+    "roll": Case(draw_roll, ALL),
+    "astype": Case(draw_astype, ALL),
+    "const": Case(draw_const, ALL),
+}
+
+DIFFERENTIABLE = sorted(n for n, p in PRIMITIVES.items() if not p.nondiff)
+BINARY_DIFFERENTIABLE = sorted(n for n in DIFFERENTIABLE if isinstance(CASES[n], BinaryCase))
+
+
+# ---------------------------------------------------------------------------------
+# 1. The table is complete, and so is this file
+# ---------------------------------------------------------------------------------
+
+
+def test_every_primitive_has_rules_or_is_marked_nondiff():
+    missing = [n for n, p in PRIMITIVES.items()
+               if not (p.nondiff or n == "const") and (p.vjp is None or p.jvp is None)]
+    assert not missing, f"primitives without a VJP or JVP rule: {missing}"
+
+
+def test_every_primitive_has_a_case_here():
+    assert set(PRIMITIVES) <= set(CASES), f"no test case for {set(PRIMITIVES) - set(CASES)}"
+    unknown = set(CASES) - set(PRIMITIVES)
+    assert not unknown, f"cases for primitives not in the table: {unknown}"
+
+
+# ---------------------------------------------------------------------------------
+# 2. VJP and JVP against finite differences
+# ---------------------------------------------------------------------------------
+
+
+def check_rules(f: Callable, args: tuple, **tolerances: float) -> None:
+    """check_grads in both modes, plus what its contraction cannot see: each cotangent
+    has its input's shape and dtype, and the tangent its output's."""
+    check_grads(f, args, modes=("fwd", "rev"), **tolerances)
+    out, pullback = cg.vjp(f, *args)
+    outs, out_tree = treelib.flatten(out)
+    cts = pullback(treelib.unflatten(out_tree, [np.ones_like(o) for o in outs]))
+    for i, (x, g) in enumerate(zip(args, cts)):
+        assert (np.shape(g), np.asarray(g).dtype) == (x.shape, x.dtype), f"cotangent {i}"
+    _, tangent = cg.jvp(f, args, tuple(np.ones_like(x) for x in args))
+    for i, (o, t) in enumerate(zip(outs, treelib.flatten(tangent)[0])):
+        o, t = np.asarray(o), np.asarray(t)
+        if o.dtype.kind == "f":
+            assert (t.shape, t.dtype) == (o.shape, o.dtype), f"tangent of output {i}"
+
+
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
+@given(data=st.data())
+def test_vjp_and_jvp_match_finite_differences(name, data):
+    f, args = CASES[name].draw(data, F64)
+    check_rules(f, args)
+
+
+@pytest.mark.parametrize("shapes", EDGE_PAIRS, ids=str)
+@pytest.mark.parametrize("name", BINARY_DIFFERENTIABLE)
+def test_binary_rules_on_broadcasting_edge_shapes(name, shapes):
+    case = CASES[name]
+    assert isinstance(case, BinaryCase)
+    for seed, which in enumerate(["xy", "x", "y"]):
+        f, args = case.build(np.random.default_rng(seed), shapes, which, F64)
+        check_rules(f, args)
+
+
+def test_float64_to_float32_round_trip():
+    """astype's VJP casts back: exact for this linear map up to float32 rounding, which
+    a wider eps keeps well below the tolerance."""
+    x = np.random.default_rng(0).uniform(-2, 2, (3, 4))
+    check_rules(lambda a: cnp.astype(cnp.astype(a, np.float32) * 3.0, np.float64), (x,),
+                eps=1e-2, rtol=1e-3, atol=1e-3)
+
+
+# ---------------------------------------------------------------------------------
+# 3. Documented subgradients at kinks
+# ---------------------------------------------------------------------------------
+
+ARR = np.array
+KINKS = [
+    # (id, f, args, expected gradient w.r.t. every argument)
+    ("abs'(0)=0", cnp.abs, (ARR([0.0, -1.0, 2.0]),), (ARR([0.0, -1.0, 1.0]),)),
+    ("relu'(0)=0", cnp.relu, (ARR([0.0, -1.0, 2.0]),), (ARR([0.0, 0.0, 1.0]),)),
+    ("sign'=0", cnp.sign, (ARR([0.0, -1.0, 2.0]),), (ARR([0.0, 0.0, 0.0]),)),
+    ("floor'=0", cnp.floor, (ARR([1.0, -0.5]),), (ARR([0.0, 0.0]),)),
+    ("maximum tie", cnp.maximum, (1.0, 1.0), (0.5, 0.5)),
+    ("minimum tie", cnp.minimum, (1.0, 1.0), (0.5, 0.5)),
+    ("maximum broadcast ties", cnp.maximum, (ARR([1.0, 2.0, 1.0]), 1.0),
+     (ARR([0.5, 1.0, 0.5]), 1.0)),
+    ("minimum broadcast ties", cnp.minimum, (ARR([1.0, 2.0, 1.0]), 1.0),
+     (ARR([0.5, 0.0, 0.5]), 2.0)),
+    ("amax ties share", cnp.amax, (ARR([1.0, 3.0, 3.0, 3.0]),), (ARR([0, 1, 1, 1]) / 3,)),
+    ("amin ties share", cnp.amin, (ARR([1.0, 3.0, 1.0, 3.0]),), (ARR([0.5, 0, 0.5, 0]),)),
+    ("amax ties per row", lambda x: cnp.amax(x, axis=1, keepdims=True),
+     (ARR([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]),), (ARR([[0, 0.5, 0.5], [1 / 3] * 3]),)),
+    ("clip at lo", lambda x: cnp.clip(x, 0.0, 1.0), (0.0,), (1.0,)),
+    ("clip at hi", lambda x: cnp.clip(x, 0.0, 1.0), (1.0,), (1.0,)),
+    ("clip at lo, bounds traced", cnp.clip, (1.0, 1.0, 2.0), (1.0, 0.0, 0.0)),
+    ("clip at hi, bounds traced", cnp.clip, (2.0, 1.0, 2.0), (1.0, 0.0, 0.0)),
+    ("clip below lo", cnp.clip, (0.5, 1.0, 2.0), (0.0, 1.0, 0.0)),
+    ("clip above hi", cnp.clip, (2.5, 1.0, 2.0), (0.0, 0.0, 1.0)),
+    ("sqrt'(0)=inf", cnp.sqrt, (0.0,), (math.inf,)),
+    # d/dx x^3 = 3x^2 = 12 at -2; d/dy is 0 where x <= 0 (log x undefined)
+    ("pow d/dy=0 at x<0", cnp.power, (-2.0, 3.0), (12.0, 0.0)),
+    ("pow d/dy=0 at x=0", cnp.power, (0.0, 2.5), (0.0, 0.0)),
+    ("pow 0^0", cnp.power, (0.0, 0.0), (0.0, 0.0)),  # x^0 is constant in x
+    ("prod one zero", cnp.prod, (ARR([2.0, 0.0, 3.0]),), (ARR([0.0, 6.0, 0.0]),)),
+    ("prod two zeros", cnp.prod, (ARR([2.0, 0.0, 0.0, 3.0]),), (np.zeros(4),)),
+    ("prod zeros per column", lambda x: cnp.prod(x, axis=0),
+     (ARR([[2.0, 0.0, 5.0], [0.0, 0.0, 1.0], [4.0, 1.0, 3.0]]),),
+     (ARR([[0.0, 0.0, 3.0], [8.0, 0.0, 15.0], [0.0, 0.0, 5.0]]),)),
+    ("where: unselected gets 0", lambda x, y: cnp.where(ARR([True, False]), x, y),
+     (ARR([1.0, 2.0]), ARR([3.0, 4.0])), (ARR([1.0, 0.0]), ARR([0.0, 1.0]))),
+]
+
+
+@pytest.mark.parametrize("f, args, expected", [k[1:] for k in KINKS], ids=[k[0] for k in KINKS])
+def test_documented_subgradient_at_kinks(f, args, expected):
+    """grad of the sum (rev) is the documented value; a one-hot tangent per argument (fwd)
+    gives the same numbers summed, so both modes share the convention."""
+    def total(*a):
+        return cnp.sum(f(*a))
+
+    got = cg.grad(total, tuple(range(len(args))))(*args)
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g, e)
+    for i, e in enumerate(expected):
+        tangents = tuple(np.full(np.shape(a), float(j == i)) for j, a in enumerate(args))
+        _, t = cg.jvp(total, args, tangents)
+        assert t == pytest.approx(np.sum(e), rel=1e-15)
+
+
+# ---------------------------------------------------------------------------------
+# 4. Numpy implementation vs shape/dtype rule
+# ---------------------------------------------------------------------------------
+
+
+def example_input(t: Any, rng: np.random.Generator) -> np.ndarray:
+    """Any value of type `t`; integers are 0, a valid index and shift for every shape."""
+    if t.dtype == np.bool_:
+        return rng.random(t.shape) < 0.5
+    if t.dtype.kind in "iu":
+        return np.zeros(t.shape, t.dtype)
+    return rng.uniform(0.5, 1.5, t.shape).astype(t.dtype)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@given(data=st.data())
+def test_impl_output_matches_abstract_rule(name, data):
+    """Each node of the primitive in the lowered program: its numpy implementation, run on
+    inputs of the node's (promoted) input types, returns the type the rule inferred. And
+    the whole function run eagerly (numpy), interpreted and lowered agrees on types."""
+    case = CASES[name]
+    dtype = data.draw(st.sampled_from(case.dtypes), label="dtype")
+    f, args = case.draw(data, dtype)
+    program = cg.lower(f, *args)
+    nodes = [n for b in program.blocks for n in b.nodes if n.op == name]
+    assert nodes, f"the case for {name} does not emit it"
+    rng = np.random.default_rng(0)
+    with np.errstate(all="ignore"):
+        for n in nodes:
+            got = np.asarray(PRIMITIVES[name].impl(
+                *(example_input(v.type, rng) for v in n.inputs), **n.params))
+            t = n.outputs[0].type
+            assert (got.shape, got.dtype) == (t.shape, t.dtype), f"{name}{n.params}"
+        eager = treelib.flatten(f(*args))[0]
+        interpreted = treelib.flatten(evaluate(f, *args)[0])[0]
+    for e, i, v in zip(eager, interpreted, program.outputs, strict=True):
+        e, i = np.asarray(e), np.asarray(i)
+        assert (e.shape, e.dtype) == (i.shape, i.dtype) == (v.type.shape, v.type.dtype)
+        np.testing.assert_array_equal(i, e)
+
+
+# ---------------------------------------------------------------------------------
+# 5. Stable primitives at extreme inputs
+# ---------------------------------------------------------------------------------
+
+E1 = math.exp(-1.0)
+EXTREMES = [
+    # (id, f, x, value, derivative), the references derived by hand
+    ("logsumexp +1000", cnp.logsumexp, ARR([1000.0, 999.0]), 1000.0 + math.log1p(E1),
+     ARR([1.0, E1]) / (1.0 + E1)),
+    ("logsumexp -1000", cnp.logsumexp, ARR([-1000.0, -1001.0]), -1000.0 + math.log1p(E1),
+     ARR([1.0, E1]) / (1.0 + E1)),
+    ("logsumexp 1e-300", cnp.logsumexp, ARR([1e-300, -1e-300]), math.log(2.0),
+     ARR([0.5, 0.5])),
+    ("softplus +1000", cnp.softplus, 1000.0, 1000.0, 1.0),
+    ("softplus -1000", cnp.softplus, -1000.0, 0.0, 0.0),  # e^-1000 underflows to 0
+    ("softplus 1e-300", cnp.softplus, 1e-300, math.log(2.0), 0.5),
+    ("sigmoid +1000", cnp.sigmoid, 1000.0, 1.0, 0.0),
+    ("sigmoid -1000", cnp.sigmoid, -1000.0, 0.0, 0.0),
+    ("sigmoid 1e-300", cnp.sigmoid, 1e-300, 0.5, 0.25),
+    ("log1p 1e-300", cnp.log1p, 1e-300, 1e-300, 1.0),
+    ("log1p +1000", cnp.log1p, 1000.0, math.log(1001.0), 1.0 / 1001.0),
+    ("expm1 1e-300", cnp.expm1, 1e-300, 1e-300, 1.0),
+    ("expm1 -1000", cnp.expm1, -1000.0, -1.0, 0.0),
+    ("expm1 700", cnp.expm1, 700.0, math.exp(700.0), math.exp(700.0)),
+]
+
+
+@pytest.mark.parametrize("f, x, value, derivative", [e[1:] for e in EXTREMES],
+                         ids=[e[0] for e in EXTREMES])
+def test_stable_primitives_at_extreme_inputs(f, x, value, derivative):
+    """Value, gradient and tangent are finite and accurate; run eagerly, the numpy
+    implementation does not even overflow on the way (underflow to 0 is allowed)."""
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        np.testing.assert_allclose(f(x), value, rtol=1e-13, atol=0)
+    got_value, got_grad = cg.value_and_grad(f)(x)
+    _, tangent = cg.jvp(f, (x,), (np.ones_like(x),))
+    assert np.all(np.isfinite(got_value)) and np.all(np.isfinite(got_grad))
+    np.testing.assert_allclose(got_value, value, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(got_grad, derivative, rtol=1e-13, atol=1e-300)
+    np.testing.assert_allclose(tangent, np.sum(derivative), rtol=1e-13, atol=1e-300)
+
+
+# ---------------------------------------------------------------------------------
+# 6. Eager use on numpy arrays
+# ---------------------------------------------------------------------------------
+
+_X = np.random.default_rng(1).uniform(0.2, 2.0, (3, 4))
+_Y = np.random.default_rng(2).uniform(-2.0, 2.0, (4,))
+_I = np.array([[1, 5, 2], [7, 0, 3]])
+_UNARY = ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sinh", "cosh", "arctan",
+          "sqrt", "abs", "sign", "floor", "negative", "isfinite", "square")
+_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "mod", "power",
+           "less", "greater_equal", "equal", "logical_and")
+EAGER = [
+    # (id, cfgrad.numpy call, numpy reference)
+    *[(f"{n} {x.dtype}", lambda n=n, x=x: getattr(cnp, n)(x), lambda n=n, x=x: getattr(np, n)(x))
+      for n in _UNARY for x in (_X, _X.astype(np.float32))],
+    *[(n, lambda n=n: getattr(cnp, n)(_X, _Y), lambda n=n: getattr(np, n)(_X, _Y))
+      for n in _BINARY],
+    ("mod int", lambda: cnp.mod(_I, 3), lambda: np.mod(_I, 3)),
+    ("power int", lambda: cnp.power(_I, 3), lambda: np.power(_I, 3)),
+    ("sigmoid", lambda: cnp.sigmoid(_Y), lambda: 1.0 / (1.0 + np.exp(-_Y))),
+    ("relu", lambda: cnp.relu(_Y), lambda: np.maximum(_Y, 0.0)),
+    ("softplus", lambda: cnp.softplus(_Y), lambda: np.log1p(np.exp(_Y))),
+    ("logsumexp", lambda: cnp.logsumexp(_X, axis=1),
+     lambda: np.log(np.sum(np.exp(_X), axis=1))),
+    ("where", lambda: cnp.where(_X > 1, _X, _Y), lambda: np.where(_X > 1, _X, _Y)),
+    ("clip", lambda: cnp.clip(_X, 0.5, None), lambda: np.clip(_X, 0.5, None)),
+    ("sum keepdims", lambda: cnp.sum(_X, axis=0, keepdims=True),
+     lambda: np.sum(_X, axis=0, keepdims=True)),
+    ("sum int", lambda: cnp.sum(_I), lambda: np.sum(_I)),
+    ("mean int", lambda: cnp.mean(_I, axis=-1), lambda: np.mean(_I, axis=-1)),
+    ("prod", lambda: cnp.prod(_X, axis=(0, 1)), lambda: np.prod(_X, axis=(0, 1))),
+    ("max", lambda: cnp.max(_X, axis=1), lambda: np.max(_X, axis=1)),
+    ("min", lambda: cnp.min(_X), lambda: np.min(_X)),
+    ("argmax", lambda: cnp.argmax(_X, axis=0), lambda: np.argmax(_X, axis=0)),
+    ("argmin", lambda: cnp.argmin(_X), lambda: np.argmin(_X)),
+    ("matmul", lambda: cnp.matmul(_X, _Y), lambda: np.matmul(_X, _Y)),
+    ("dot", lambda: cnp.dot(_X.T, _X), lambda: np.dot(_X.T, _X)),
+    ("reshape", lambda: cnp.reshape(_X, (2, -1)), lambda: np.reshape(_X, (2, -1))),
+    ("transpose", lambda: cnp.transpose(_X), lambda: np.transpose(_X)),
+    ("broadcast_to", lambda: cnp.broadcast_to(_Y, (2, 3, 4)),
+     lambda: np.broadcast_to(_Y, (2, 3, 4))),
+    ("expand_dims", lambda: cnp.expand_dims(_X, 1), lambda: np.expand_dims(_X, 1)),
+    ("squeeze", lambda: cnp.squeeze(_X[:1]), lambda: np.squeeze(_X[:1])),
+    ("concatenate", lambda: cnp.concatenate([_X, _X], axis=-1),
+     lambda: np.concatenate([_X, _X], axis=-1)),
+    ("concatenate axis=None", lambda: cnp.concatenate([_X, _Y], axis=None),
+     lambda: np.concatenate([_X, _Y], axis=None)),
+    ("stack", lambda: cnp.stack([_Y, _Y], axis=1), lambda: np.stack([_Y, _Y], axis=1)),
+    ("take", lambda: cnp.take(_X, [2, 2, 0], axis=1), lambda: np.take(_X, [2, 2, 0], axis=1)),
+    ("roll", lambda: cnp.roll(_X, -5), lambda: np.roll(_X, -5)),
+    ("roll axis", lambda: cnp.roll(_X, 2, axis=1), lambda: np.roll(_X, 2, axis=1)),
+    ("astype", lambda: cnp.astype(_X, np.float32), lambda: _X.astype(np.float32)),
+    ("zeros_like scalar", lambda: cnp.zeros_like(1.5), lambda: np.zeros_like(1.5)),
+    ("ones_like list", lambda: cnp.ones_like([1, 2]), lambda: np.ones_like([1, 2])),
+    ("full_like", lambda: cnp.full_like(_I, 7), lambda: np.full_like(_I, 7)),
+    ("exp scalar", lambda: cnp.exp(0.5), lambda: np.exp(0.5)),
+]
+
+
+@pytest.mark.parametrize("ours, reference", [e[1:] for e in EAGER], ids=[e[0] for e in EAGER])
+def test_eager_calls_compute_what_numpy_does(ours, reference):
+    got, want = ours(), reference()
+    assert isinstance(got, np.ndarray | np.generic)
+    assert (np.shape(got), np.asarray(got).dtype) == (np.shape(want), np.asarray(want).dtype)
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+
+
+SCALAR_BINARY = {n: (c.fn, c.sx, c.sy) for n, c in CASES.items() if isinstance(c, BinaryCase)}
+SCALAR_BINARY["mod"] = (cnp.mod, uniform(-3.0, 3.0), away_from_zero)
+
+
+@pytest.mark.parametrize("name", sorted(SCALAR_BINARY))
+def test_interpreter_computes_what_numpy_does_on_scalars(name):
+    """The interpreter runs 0-d values as numpy scalars and some ufuncs as Python operators
+    (cheaper per call); the result must still be the ufunc's, to the last bit."""
+    fn, sx, sy = SCALAR_BINARY[name]
+    rng = np.random.default_rng(0)
+    differ = []
+    for a, b in zip(sx(rng, (300,)), sy(rng, (300,))):
+        x, y = np.asarray(a), np.asarray(b)
+        if evaluate(fn, x, y)[0] != fn(x, y):
+            differ.append((a, b))
+    assert not differ, f"{len(differ)} of 300 differ from numpy, e.g. {name}{differ[0]}"
+
+
+# ---------------------------------------------------------------------------------
+# 7. float32 programs stay float32
+# ---------------------------------------------------------------------------------
+
+LOW_PRECISION = {
+    "scalars": lambda x: cnp.sum(x * 2.0 + 1 - x / 3.0 + x % 0.7),
+    "power": lambda x: cnp.sum(cnp.abs(x) ** 2.5 + 2.0 ** x),
+    "maximum": lambda x: cnp.sum(cnp.maximum(x, 0.3) * cnp.relu(x)),
+    "where+clip": lambda x: cnp.sum(cnp.where(x > 0, x, 0.0) + cnp.clip(x, -0.1, None)),
+    "sigmoid": lambda x: cnp.sum(cnp.sigmoid(x) * cnp.softplus(x)),
+    "reductions": lambda x: cnp.logsumexp(x) + cnp.mean(x) + cnp.max(x) + cnp.prod(x),
+    "matmul+index": lambda x: cnp.sum((x @ x.T)[np.array([0, 0, 1])]),
+    "loop": lambda x: cnp.sum(cg.fori_loop(0, 3, lambda t, c: c * 0.5 + x[t % 2], x[0])),
+}
+
+
+@pytest.mark.parametrize("dtype", [F32, F16], ids=str)
+@pytest.mark.parametrize("name", sorted(LOW_PRECISION))
+def test_low_precision_programs_keep_their_dtype(name, dtype):
+    """Python scalars are weakly typed, so they never promote a float32 program to float64:
+    value, gradient and tangent all keep the input's dtype."""
+    f = LOW_PRECISION[name]
+    x = np.array([[0.5, -0.3], [1.2, 0.7]], dtype)
+    value, g = cg.value_and_grad(f)(x)
+    _, tangent = cg.jvp(f, (x,), (np.ones_like(x),))
+    assert np.asarray(value).dtype == g.dtype == np.asarray(tangent).dtype == dtype
+    assert cg.lower(f, x).outputs[0].type.dtype == dtype
