@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import VerifyError
 from .ir import Block, Cond, Edge, IfRegion, Jmp, LoopRegion, Phi, Program, Region, Return, Value
 from .primitives import PRIMITIVES
 from .trace import Trace
@@ -69,7 +70,11 @@ def build_jvp(fwd: Program) -> Program:
             primal[n.outputs[0]] = out.value
             ts = [tangent.get(v) for v in n.inputs]
             if prim.jvp is not None and _float(n.outputs[0]) and any(x is not None for x in ts):
-                tangent[n.outputs[0]] = prim.jvp(ts, ins, out, **n.params)
+                tan = prim.jvp(ts, ins, out, **n.params)
+                if tan is not None and tan.value.type != out.value.type:
+                    raise VerifyError(f"the JVP rule of {n.op} (traced at {n.loc}) returned a "
+                                      f"{tan.value.type} tangent for a {out.value.type} output")
+                tangent[n.outputs[0]] = tan
             t.loc_override = None
     for b in fwd.blocks:
         nb = blocks[b]

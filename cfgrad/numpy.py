@@ -153,6 +153,16 @@ def power(x: Any, y: Any) -> Any:
     return bind("pow", x, y)
 
 
+def floor_divide(x: Any, y: Any) -> Any:
+    """x // y as numpy computes it: (x - x % y) / y, exact for integers and floats; its
+    derivative is 0 wherever it exists, like floor's."""
+    quotient = bind("sub", x, bind("mod", x, y))
+    dtype = _np.result_type(getattr(x, "dtype", x), getattr(y, "dtype", y))
+    if dtype.kind in "iu":
+        return astype(bind("floor", bind("div", quotient, y)), dtype)
+    return bind("floor", bind("div", quotient, y))
+
+
 def square(x: Any) -> Any:
     return bind("mul", x, x)
 

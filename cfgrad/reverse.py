@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import VerifyError
 from .ir import (
     Block,
     Cond,
@@ -162,6 +163,9 @@ class ReverseBuilder:
         saved, self.t.loc_override = self.t.loc_override, n.loc
         cts = prim.vjp(ct, [self.primal(v) for v in n.inputs], self.primal(out), **n.params)
         for v, c in zip(n.inputs, cts):
+            if c is not None and v in self.active and c.value.type != v.type:
+                raise VerifyError(f"the VJP rule of {n.op} (traced at {n.loc}) returned a "
+                                  f"{c.value.type} cotangent for a {v.type} input")
             self.accumulate(self.adj, v, c)
         self.t.loc_override = saved
 

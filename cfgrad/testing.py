@@ -91,10 +91,19 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
             o).dtype.kind == "f" else np.zeros(np.shape(o), np.asarray(o).dtype)
             for w, o in zip(u, out_leaves)])
         grads = treelib.flatten(pullback(cts))[0]
+        for i, (g, x, d) in enumerate(zip(grads, leaves, dtypes)):
+            if d.kind == "f" and (np.shape(g) != np.shape(x) or np.asarray(g).dtype != d):
+                raise AssertionError(f"check_grads: the cotangent of input leaf {i} is "
+                                     f"{np.asarray(g).dtype}{list(np.shape(g))}, the input is "
+                                     f"{d}{list(np.shape(x))}")
         results["rev"] = sum(float(np.sum(np.asarray(g, np.float64) * v))
                              for g, v, d in zip(grads, direction, dtypes) if d.kind == "f")
     if "fwd" in modes:
         _, tangent = jvp(f, args, treelib.unflatten(td, direction))
+        for i, (t, o) in enumerate(zip(treelib.flatten(tangent)[0], out_leaves)):
+            if np.shape(t) != np.shape(o):
+                raise AssertionError(f"check_grads: the tangent of output leaf {i} has shape "
+                                     f"{list(np.shape(t))}, the output {list(np.shape(o))}")
         results["fwd"] = sum(float(np.sum(w * np.asarray(t, np.float64)))
                              for w, t in zip(u, treelib.flatten(tangent)[0]))
     for mode, value in results.items():

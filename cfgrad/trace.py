@@ -190,6 +190,9 @@ class Tracer:
     def __pow__(self, o: Any) -> Any: return _NUMPY_NAMESPACE["power"](self, o)
     def __rpow__(self, o: Any) -> Any: return _NUMPY_NAMESPACE["power"](o, self)
     def __mod__(self, o: Any) -> Any: return bind("mod", self, o)
+    def __rmod__(self, o: Any) -> Any: return bind("mod", o, self)
+    def __floordiv__(self, o: Any) -> Any: return _NUMPY_NAMESPACE["floor_divide"](self, o)
+    def __rfloordiv__(self, o: Any) -> Any: return _NUMPY_NAMESPACE["floor_divide"](o, self)
     def __matmul__(self, o: Any) -> Any: return bind("matmul", self, o)
     def __rmatmul__(self, o: Any) -> Any: return bind("matmul", o, self)
     def __neg__(self) -> Any: return bind("neg", self)
@@ -206,6 +209,7 @@ class Tracer:
     def __or__(self, o: Any) -> Any: return bind("bitwise_or", self, o)
     def __ror__(self, o: Any) -> Any: return bind("bitwise_or", o, self)
     def __xor__(self, o: Any) -> Any: return bind("bitwise_xor", self, o)
+    def __rxor__(self, o: Any) -> Any: return bind("bitwise_xor", o, self)
     def __invert__(self) -> Any: return bind("invert", self)
     __hash__ = object.__hash__
 
