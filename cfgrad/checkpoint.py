@@ -100,9 +100,9 @@ class _Checkpointing:
         if rec.last is None:
             self._hold(m, loop, loop.saved_bytes)  # one iteration's tape is kept at a time
         rec.last = m.read(loop.saved_slots)
-        self._event(m, loop, "advance", t)
-        if t == 0 or self._keep(rec, t, m, loop):
+        if t == 0 or self._keep(rec, t, m, loop):  # the carry of iteration t, its input
             self._store(m, loop, rec, t, m.read(loop.carry_slots))
+        self._event(m, loop, "advance", t)
 
     def finish(self, m: Machine, loop: LoopInfo, rec: _Record, trips: int) -> None:
         rec.trips = trips

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .errors import LoopLimitError, ReplayMismatchError
-from .ir import Block, Cond, Jmp, LoopRegion, Node, Program, Return, Value
+from .ir import Block, Cond, Jmp, LoopRegion, Node, Program, Return, Value, loop_owners
 from .primitives import PRIMITIVES
 
 DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
@@ -542,36 +542,10 @@ def run_adjoint(adjoint: Compiled, machine: Machine, cotangents: list[Any]) -> l
     return [env[s] for s in adjoint.return_slots]
 
 
-def loop_owner(program: Program) -> dict[Value, LoopRegion | None]:
-    """The innermost loop whose header or body defines each value (None: not in a loop).
-
-    A loop's exit block belongs to the enclosing scope (loop-closed SSA), so the final
-    carry is owned by the enclosing loop, which keeps it in its own saved state."""
-    owner: dict[Value, LoopRegion | None] = {v: None for v in program.params}
-    inner_of: dict[Block, LoopRegion] = {}
-    for r in program.loops():  # outermost first: inner loops overwrite
-        stack, seen = [r.header], set()
-        while stack:
-            b = stack.pop()
-            if b in seen or b is r.exit:
-                continue
-            seen.add(b)
-            inner_of[b] = r
-            stack.extend(t for _, t in b.term.successors())
-    for b in program.blocks:
-        r = inner_of.get(b)
-        for phi in b.phis:
-            owner[phi.out] = r
-        for n in b.nodes:
-            for o in n.outputs:
-                owner[o] = r
-    return owner
-
-
 def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
     """Tell each loop which of its slots the adjoint reads, so StoreAll keeps only those
     (plus the checkpoint records of the loops nested directly inside it)."""
-    owner = loop_owner(forward.program)
+    owner = loop_owners(forward.program)
     per_loop: dict[int, list[int]] = {li.index: [] for li in forward.loops}
     nbytes = dict.fromkeys(per_loop, 0)
     for v in sorted(needed, key=lambda v: forward.slot[v]):

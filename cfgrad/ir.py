@@ -470,3 +470,29 @@ def program_lines(program: Program) -> list[str]:
                 emit("  " + node_text(n, vn, fwd_names), f"; {n.loc}" if n.loc else "")
         emit("  " + term_text(b, vn, bn, b in latches), "")
     return lines
+
+
+def loop_owners(program: Program) -> dict[Value, LoopRegion | None]:
+    """The innermost loop whose header or body defines each value (None: not in a loop).
+
+    A loop's exit block belongs to the enclosing scope (loop-closed SSA), so the final
+    carry is owned by the enclosing loop, which keeps it in its own saved state."""
+    owner: dict[Value, LoopRegion | None] = {v: None for v in program.params}
+    inner_of: dict[Block, LoopRegion] = {}
+    for r in program.loops():  # outermost first: inner loops overwrite
+        stack, seen = [r.header], set()
+        while stack:
+            b = stack.pop()
+            if b in seen or b is r.exit:
+                continue
+            seen.add(b)
+            inner_of[b] = r
+            stack.extend(t for _, t in b.term.successors())
+    for b in program.blocks:
+        r = inner_of.get(b)
+        for phi in b.phis:
+            owner[phi.out] = r
+        for n in b.nodes:
+            for o in n.outputs:
+                owner[o] = r
+    return owner

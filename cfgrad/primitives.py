@@ -551,10 +551,20 @@ def _swap_last(x):
     return bind("transpose", x, axes=perm)
 
 
+def _outer(u, v):
+    return bind("reshape", u, shape=(u.shape[0], 1)) * bind("reshape", v, shape=(1, v.shape[0]))
+
+
 def _matmul_vjp(ct, xs, out):
     a, b = xs
     if len(a.shape) == 1 and len(b.shape) == 1:
         return ct * b, ct * a
+    # matrix-vector products (an RNN step) need no batch bookkeeping: an outer product
+    # and one matmul with the transpose
+    if len(a.shape) == 2 and len(b.shape) == 1:
+        return _outer(ct, b), bind("matmul", _swap_last(a), ct)
+    if len(a.shape) == 1 and len(b.shape) == 2:
+        return bind("matmul", b, ct), _outer(a, ct)
     a2 = a if len(a.shape) > 1 else bind("reshape", a, shape=(1, a.shape[0]))
     b2 = b if len(b.shape) > 1 else bind("reshape", b, shape=(b.shape[0], 1))
     out2 = tuple(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])) + (a2.shape[-2], b2.shape[-1])
@@ -751,3 +761,28 @@ _register(Primitive(
     "const", lambda value: value, lambda types, value: TensorType(value.shape, value.dtype),
     None, None, "constant", promote="none", nondiff=True,
     notes="a constant, materialized once when the program is compiled"))
+
+
+# -- Reverse-builder internals: in-place accumulation of a loop's gradient accumulators --
+
+
+def _same_type(types: list[TensorType], **_: Any) -> TensorType:
+    if any(t != types[0] for t in types[1:]):
+        raise LoweringError(f"accumulate: operands differ in type: {types}")
+    return types[0]
+
+
+def _accumulate_impl(acc: np.ndarray, contribution: np.ndarray) -> np.ndarray:
+    np.add(acc, contribution, out=acc)
+    return acc
+
+
+_register(Primitive(
+    "copy", lambda x: np.array(x, copy=True), _same_type, None, None, "internal",
+    promote="none", nondiff=True,
+    notes="a fresh buffer: starts a gradient accumulator that `accumulate` then updates"))
+_register(Primitive(
+    "accumulate", _accumulate_impl, _same_type, None, None, "internal", promote="none",
+    nondiff=True,
+    notes="acc += contribution in place; emitted only by the reverse builder, for a reverse "
+          "loop's accumulator whose buffer nothing else can see"))

@@ -41,6 +41,7 @@ from .ir import (
     Value,
     format_param,
     key_text,
+    loop_owners,
 )
 from .primitives import PRIMITIVES
 from .trace import Trace
@@ -135,6 +136,8 @@ class ReverseBuilder:
         program.forward = fwd
         eliminate_common_subexpressions(program)
         eliminate_dead_code(program)
+        hoist_loop_invariants(program)
+        accumulate_in_place(program)
         return verify(program)
 
     def reverse_items(self, items: list[Item]) -> None:
@@ -410,6 +413,96 @@ def active_values(program: Program, wrt: frozenset[int] | None) -> set[Value]:
                     active.add(out)
                     changed = True
     return active
+
+
+def hoist_loop_invariants(adjoint: Program) -> None:
+    """Move work that is the same in every reverse iteration out of the reverse loop.
+
+    A node of a reverse loop's first body block is invariant when its inputs come from
+    outside the loop or from nodes already hoisted; a `Primal` read is invariant when the
+    forward value is not one the loop restores (not defined in the forward loop or loops
+    inside it). Reading weights and transposing them once per loop instead of once per
+    iteration is the typical gain. Innermost loops go first, so work can move out of
+    several levels."""
+    owners = loop_owners(adjoint.forward)
+    forward_of = {r.id: r for r in adjoint.forward.loops()}
+    for region in reversed(adjoint.loops()):
+        restored = forward_of[region.id]
+        inside = _loop_blocks(region)
+        defined_inside = {v for b in inside for v in
+                          [phi.out for phi in b.phis] + [o for n in b.nodes for o in n.outputs]}
+        hoisted, kept = [], []
+        for n in region.body.nodes:
+            if n.op == "Primal":
+                owner = owners.get(n.params["of"])
+                movable = owner is None or not _within(owner, restored)
+            else:
+                movable = n.op not in _SIDE_EFFECTS and not any(
+                    v in defined_inside for v in n.inputs)
+            if movable:
+                hoisted.append(n)
+                defined_inside.difference_update(n.outputs)
+            else:
+                kept.append(n)
+        region.body.nodes = kept
+        region.preheader.nodes.extend(hoisted)
+
+
+def accumulate_in_place(adjoint: Program) -> None:
+    """Turn `acc' = add(acc, c)` into an in-place `accumulate` for reverse-loop Phis whose
+    buffer nothing else reads: the add is the Phi's only use inside the loop, and the
+    buffer starts as a `copy` made when the loop is entered (never a shared constant or a
+    value the caller holds). Per iteration this saves allocating an array the size of a
+    weight matrix, which is what the gradient of a recurrent weight costs otherwise."""
+    uses: dict[Value, list[Any]] = {}
+    for b in adjoint.blocks:
+        for phi in b.phis:
+            for v in phi.inputs:
+                uses.setdefault(v, []).append(phi)
+        for n in b.nodes:
+            for v in n.inputs:
+                uses.setdefault(v, []).append(n)
+    for region in adjoint.loops():
+        inside = _loop_blocks(region)
+        in_loop = {id(n) for b in inside for n in b.nodes} | {id(p) for b in inside
+                                                              for p in b.phis}
+        for phi in region.header.phis[1:]:  # the first Phi is the iteration counter
+            if phi.out.type.ndim == 0 or len(phi.inputs) != 2:
+                continue
+            users = [u for u in uses.get(phi.out, []) if id(u) in in_loop]
+            nxt = phi.inputs[1]
+            if len(users) != 1 or not isinstance(users[0], Node) or users[0].op != "add" or \
+                    users[0].outputs[0] is not nxt or users[0].inputs.count(phi.out) != 1:
+                continue
+            add = users[0]
+            contribution = add.inputs[1] if add.inputs[0] is phi.out else add.inputs[0]
+            if contribution.type != phi.out.type or len(uses.get(nxt, [])) != 1:
+                continue
+            add.op, add.inputs = "accumulate", [phi.out, contribution]
+            fresh = Value(phi.out.type)
+            region.preheader.nodes.append(Node("copy", [phi.inputs[0]], {}, [fresh], region.loc))
+            phi.inputs[0] = fresh
+
+
+def _loop_blocks(region: LoopRegion) -> set[Block]:
+    inside: set[Block] = set()
+    stack = [region.header]
+    while stack:
+        b = stack.pop()
+        if b in inside or b is region.exit:
+            continue
+        inside.add(b)
+        stack.extend(t for _, t in b.term.successors())
+    return inside
+
+
+def _within(region: Region, outer: Region) -> bool:
+    r: Region | None = region
+    while r is not None:
+        if r is outer:
+            return True
+        r = r.parent
+    return False
 
 
 def build_adjoint(program: Program, wrt: frozenset[int] | None = None) -> Program:

@@ -174,7 +174,8 @@ class Tracer:
         fn = _NUMPY_NAMESPACE.get(func.__name__)
         if fn is None:
             raise ArgumentTypeError(
-                f"np.{func.__name__} cannot trace a cfgrad value and cfgrad.numpy has no "
+                f"{getattr(func, '__module__', 'numpy')}.{func.__name__} cannot trace a cfgrad "
+                "value and cfgrad.numpy has no "
                 f"{func.__name__}; see docs/api.md for the supported functions")
         return fn(*args, **kwargs)
 
@@ -550,7 +551,8 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *,
 
     `checkpoint` chooses how the reverse pass gets each iteration's state (see
     cfgrad.checkpoint); `max_iters` bounds the loop (`LoopLimitError` past it)."""
-    if max_iters is not None and (not isinstance(max_iters, int) or max_iters < 0):
+    if max_iters is not None and (isinstance(max_iters, bool) or not isinstance(max_iters, int)
+                                  or max_iters < 0):
         raise ArgumentValueError(f"while_loop: max_iters must be a non-negative int, got "
                                  f"{max_iters!r}")
     trace = current_trace()
