@@ -38,7 +38,7 @@ _SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
 class _Entry:
     """One lowered signature: its Program and, lazily, everything derived from it."""
 
-    __slots__ = ("program", "compiled", "_reverse", "_jvp", "_strategies")
+    __slots__ = ("program", "compiled", "_reverse", "_jvp", "_strategies", "grad_plans")
 
     def __init__(self, program: Program):
         self.program = program
@@ -46,6 +46,7 @@ class _Entry:
         self._reverse: dict[frozenset[int] | None, tuple[Compiled, Compiled]] = {}
         self._jvp: Compiled | None = None
         self._strategies: dict[Any, list[Any]] = {}
+        self.grad_plans: dict[Any, tuple] = {}
 
     def reverse(self, wrt: frozenset[int] | None) -> tuple[Compiled, Compiled]:
         """(forward, adjoint) compiled for differentiating the parameters in `wrt` (all
@@ -212,14 +213,18 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: 
     def value_and_grad_fn(*args: Any) -> Any:
         entry, leaves = lowered(fun, args)
         program = entry.program
-        _check_grad_io(program, args, nums, has_aux, getattr(fun, "__name__", "f"))
-        forward, adjoint = entry.reverse(_param_indices(program, nums))
+        plan = entry.grad_plans.get((nums, has_aux))
+        if plan is None:  # checked and prepared once per signature, like the lowering
+            _check_grad_io(program, args, nums, has_aux, getattr(fun, "__name__", "f"))
+            forward, adjoint = entry.reverse(_param_indices(program, nums))
+            seeds = [np.ones((), program.outputs[0].type.dtype)[()]] + [
+                np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
+            plan = entry.grad_plans[(nums, has_aux)] = (forward, adjoint, seeds)
+        forward, adjoint, seeds = plan
         m, outs = _forward(entry, forward, leaves, checkpoint, record=True)
         out = treelib.unflatten(program.out_tree, outs)
-        ones = [np.ones((), program.outputs[0].type.dtype)[()]] + [
-            np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
         with np.errstate(all="ignore"):
-            results = [as_runtime_value(r) for r in run_adjoint(adjoint, m, ones)]
+            results = [as_runtime_value(r) for r in run_adjoint(adjoint, m, seeds)]
         per_arg = treelib.unflatten(program.in_tree, results)
         grads = per_arg[nums[0]] if single else tuple(per_arg[i] for i in nums)
         value_and_grad_fn.stats = m.stats  # type: ignore[attr-defined]

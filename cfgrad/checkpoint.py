@@ -40,20 +40,19 @@ class StoreAll:
         return []
 
     def after_iteration(self, m: Machine, loop: LoopInfo, record: list[tuple], t: int) -> None:
-        record.append(m.read(loop.saved_slots))
+        record.append(loop.read_saved(m.env))
+
+    def finish(self, m: Machine, loop: LoopInfo, record: list[tuple], trips: int) -> None:
+        # frames only accumulate during the sweep, so the accounting can wait until here
         stats = m.stats.loops[loop.index]
-        stats.snapshots += 1
-        stats.bytes += loop.saved_bytes
+        stats.snapshots += trips
+        stats.bytes += trips * loop.saved_bytes
         stats.peak_snapshots = max(stats.peak_snapshots, stats.snapshots)
         stats.peak_bytes = max(stats.peak_bytes, stats.bytes)
 
-    def finish(self, m: Machine, loop: LoopInfo, record: list[tuple], trips: int) -> None:
-        pass
-
     def restore(self, m: Machine, loop: LoopInfo, record: list[tuple], t: int) -> None:
         # iterations are reversed T-1 … 0, so frame t is always the last one held
-        assert len(record) == t + 1, (len(record), t)
-        m.write(loop.saved_slots, record.pop())
+        loop.write_saved(m.env, record.pop())
         stats = m.stats.loops[loop.index]
         stats.snapshots -= 1
         stats.bytes -= loop.saved_bytes
@@ -99,7 +98,7 @@ class _Checkpointing:
             rec.signatures[t] = sig
         if rec.last is None:
             self._hold(m, loop, loop.saved_bytes)  # one iteration's tape is kept at a time
-        rec.last = m.read(loop.saved_slots)
+        rec.last = loop.read_saved(m.env)
         if t == 0 or self._keep(rec, t, m, loop):  # the carry of iteration t, its input
             self._store(m, loop, rec, t, m.read(loop.carry_slots))
         self._event(m, loop, "advance", t)
@@ -116,7 +115,7 @@ class _Checkpointing:
     # -- the reverse ------------------------------------------------------------------------
     def restore(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
         if t == rec.trips - 1:
-            m.write(loop.saved_slots, rec.last)
+            loop.write_saved(m.env, rec.last)
             rec.last = None
             self._hold(m, loop, -loop.saved_bytes)
         else:
@@ -249,7 +248,7 @@ class EveryK(_Checkpointing):
             for i in range(start, end):
                 self._event(m, loop, "taped", i)
             for t in range(end - 1, start - 1, -1):
-                m.write(loop.saved_slots, frames.pop())
+                loop.write_saved(m.env, frames.pop())
                 self._hold(m, loop, -loop.saved_bytes)
                 yield t
             if start != 0:

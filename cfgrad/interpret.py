@@ -64,6 +64,8 @@ class LoopInfo:
     trip_bound_slots: tuple[int, int] | None
     saved_slots: tuple[int, ...] = ()  # loop-owned slots the adjoint reads (set later)
     saved_bytes: int = 0  # their size: shapes are static, so it is known before running
+    read_saved: Any = staticmethod(lambda env: ())  # env -> tuple of the saved slots
+    write_saved: Any = staticmethod(lambda env, values: None)  # the inverse
     carry_bytes: int = 0  # size of one carry (a checkpoint)
     inner_ifs: tuple[int, ...] = ()  # if regions inside the loop, at any depth
     inner_loops: tuple[int, ...] = ()  # loops inside the loop, at any depth
@@ -195,6 +197,9 @@ class Compiled:
         if n.op == "LoopState":
             return f"m.loop_state({self.forward.loop_index[n.params['loop']]}, {args})"
         prim = PRIMITIVES[n.op]
+        if n.op == "integer_pow" and 2 <= n.params["n"] <= 4:  # x*x*x: no call at all
+            x = f"env[{self.slot[n.inputs[0]]}]"
+            return f"{outs} = " + " * ".join([x] * n.params["n"])
         form = None if n.params else _OPERATOR_FORMS.get(prim.impl)
         if form is not None:
             return f"{outs} = " + form.format(*(f"env[{self.slot[v]}]" for v in n.inputs))
@@ -454,7 +459,7 @@ class Machine:
         frames = []
         for t in range(start, start + count):
             e = self._run_iteration(loop, t, signatures.get(t, empty), taped=True)
-            frames.append(self.read(loop.saved_slots))
+            frames.append(loop.read_saved(self.env))
             if t + 1 < start + count:
                 self.c.edges[e][1](self.env)
         return frames
@@ -562,4 +567,17 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
     for li in forward.loops:
         li.saved_slots = tuple(per_loop[li.index])
         li.saved_bytes = nbytes[li.index]
+        li.read_saved, li.write_saved = _slot_access(li.saved_slots)
+
+
+def _slot_access(slots: tuple[int, ...]) -> tuple[Any, Any]:
+    """Generated `env -> tuple of env[slots]` and `(env, values) -> None` for a fixed slot
+    list: one tuple build or one unpacking assignment per iteration, no Python loop."""
+    if not slots:
+        return (lambda env: ()), (lambda env, values: None)
+    targets = ", ".join(f"env[{s}]" for s in slots)
+    ns: dict[str, Any] = {}
+    exec(f"def read(env):\n    return ({targets},)\n"  # noqa: S102 - from slot numbers
+         f"def write(env, values):\n    {targets}, = values\n", ns)
+    return ns["read"], ns["write"]
 

@@ -146,10 +146,14 @@ logical_and, logical_or, logical_xor = (
 
 
 def power(x: Any, y: Any) -> Any:
-    """x ** y; `x ** 2` with a Python integer exponent is traced as `x * x`, which is exact
-    and has the derivative everywhere (no log of a negative base)."""
-    if isinstance(y, int | _np.integer) and not isinstance(y, bool) and y in (1, 2):
-        return x if y == 1 else bind("mul", x, x)
+    """x ** y. With a Python integer exponent it is `integer_pow` (repeated
+    multiplication, like JAX): exact, cheap, and with a derivative for negative bases (no
+    log of a negative number); otherwise the general `pow`."""
+    if isinstance(y, int | _np.integer) and not isinstance(y, bool) and not isinstance(
+            x, int | float):
+        if y == 1:
+            return x
+        return bind("integer_pow", x, n=int(y))
     return bind("pow", x, y)
 
 

@@ -306,6 +306,36 @@ _binary("pow", np.power, _pow_dx, _pow_dy,
         "0 where y == 0 (also at x = 0, as JAX); int ** int stays integer, as numpy")
 
 
+def _integer_pow_impl(x: np.ndarray, n: int) -> np.ndarray:
+    """x ** n for a static integer n by repeated squaring, as JAX's integer_pow: exact for
+    integers, defined for negative bases, and a few multiplications instead of pow()."""
+    if n < 0:
+        return 1 / _integer_pow_impl(x, -n)
+    result, base = None, x
+    while n:
+        if n & 1:
+            result = base if result is None else result * base
+        n >>= 1
+        if n:
+            base = base * base
+    return np.ones_like(x) if result is None else result
+
+
+def _integer_pow_slope(x, n):
+    return float(n) * bind("integer_pow", x, n=n - 1) if n != 1 else 1.0 + 0.0 * x
+
+
+_register(Primitive(
+    "integer_pow", _integer_pow_impl,
+    lambda types, n: types[0] if types[0].dtype.kind == "f" or n >= 0 else
+    TensorType(types[0].shape, np.dtype(np.float64)),
+    lambda ct, xs, out, n: (ct * _integer_pow_slope(xs[0], n),),
+    lambda ts, xs, out, n: None if ts[0] is None else ts[0] * _integer_pow_slope(xs[0], n),
+    "elementwise", promote="none",
+    notes="x ** n for a Python integer n: repeated multiplication (as JAX's integer_pow), "
+          "so negative bases are fine; d/dx = n x^(n-1)"))
+
+
 def _tie_mask(x, y, out, wins):
     return _mask(wins, x) + 0.5 * _mask(x == y, x)
 

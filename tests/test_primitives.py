@@ -425,6 +425,7 @@ CASES: dict[str, Case] = {
     "div": binary(cnp.divide, sy=away_from_zero),
     # exponents > -1: negative for floats, but 0 or 1 as integers (numpy refuses x ** -1)
     "pow": binary(cnp.power, sx=uniform(0.3, 2.0), sy=uniform(-0.9, 2.0)),
+    "integer_pow": unary(lambda x: cnp.power(x, 3), dtypes=ALL[:-1]),
     "maximum": binary(cnp.maximum, grid(0.1), grid(0.0), ALL),
     "minimum": binary(cnp.minimum, grid(0.1), grid(0.0), ALL),
     "lt": binary(cnp.less, **COMPARE),
