@@ -472,6 +472,25 @@ def program_lines(program: Program) -> list[str]:
     return lines
 
 
+def region_blocks(r: Region) -> set[Block]:
+    """The blocks inside a region: for an if, those reachable from its cases before the
+    merge; for a loop, the header and those reachable from it before the exit."""
+    if isinstance(r, IfRegion):
+        starts, stop = list(r.cases), r.merge
+    else:
+        assert isinstance(r, LoopRegion)
+        starts, stop = [r.header], r.exit
+    inside: set[Block] = set()
+    stack = list(starts)
+    while stack:
+        b = stack.pop()
+        if b in inside or b is stop:
+            continue
+        inside.add(b)
+        stack.extend(t for _, t in b.term.successors())
+    return inside
+
+
 def loop_owners(program: Program) -> dict[Value, LoopRegion | None]:
     """The innermost loop whose header or body defines each value (None: not in a loop).
 
@@ -480,14 +499,8 @@ def loop_owners(program: Program) -> dict[Value, LoopRegion | None]:
     owner: dict[Value, LoopRegion | None] = {v: None for v in program.params}
     inner_of: dict[Block, LoopRegion] = {}
     for r in program.loops():  # outermost first: inner loops overwrite
-        stack, seen = [r.header], set()
-        while stack:
-            b = stack.pop()
-            if b in seen or b is r.exit:
-                continue
-            seen.add(b)
+        for b in region_blocks(r):
             inner_of[b] = r
-            stack.extend(t for _, t in b.term.successors())
     for b in program.blocks:
         r = inner_of.get(b)
         for phi in b.phis:

@@ -174,27 +174,9 @@ def _checkpoint(text: str) -> Any:
 # Lexical helpers
 # ---------------------------------------------------------------------------------
 
-def split_comment(line: str) -> tuple[str, str]:
-    """Split at the first `;` outside quotes and brackets: (code, comment text)."""
+def _top_level(text: str, chars: str):
+    """Positions of `chars` in `text` outside quotes and brackets."""
     depth, quote = 0, ""
-    for i, ch in enumerate(line):
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == ";" and depth == 0:
-            return line[:i].rstrip(), line[i + 1:].strip()
-    return line.rstrip(), ""
-
-
-def split_top(text: str, sep: str = ",") -> list[str]:
-    """Split at `sep` outside quotes and brackets; empty text gives no items."""
-    items, depth, quote, start = [], 0, "", 0
     for i, ch in enumerate(text):
         if quote:
             if ch == quote:
@@ -205,9 +187,23 @@ def split_top(text: str, sep: str = ",") -> list[str]:
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif ch == sep and depth == 0:
-            items.append(text[start:i].strip())
-            start = i + 1
+        elif ch in chars and depth == 0:
+            yield i
+
+
+def split_comment(line: str) -> tuple[str, str]:
+    """Split at the first `;` outside quotes and brackets: (code, comment text)."""
+    for i in _top_level(line, ";"):
+        return line[:i].rstrip(), line[i + 1:].strip()
+    return line.rstrip(), ""
+
+
+def split_top(text: str, sep: str = ",") -> list[str]:
+    """Split at `sep` outside quotes and brackets; empty text gives no items."""
+    items, start = [], 0
+    for i in _top_level(text, sep):
+        items.append(text[start:i].strip())
+        start = i + 1
     last = text[start:].strip()
     if items or last:
         items.append(last)

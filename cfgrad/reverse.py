@@ -42,6 +42,7 @@ from .ir import (
     format_param,
     key_text,
     loop_owners,
+    region_blocks,
 )
 from .primitives import PRIMITIVES
 from .trace import Trace
@@ -290,14 +291,7 @@ class ReverseBuilder:
     def closures(self, r: LoopRegion) -> list[Value]:
         """Float values defined outside loop `r` that its body reads: their cotangents
         accumulate over the iterations in reverse-loop Phis."""
-        inside: set[Block] = set()
-        stack = [r.body]
-        while stack:
-            b = stack.pop()
-            if b in inside or b is r.header:
-                continue
-            inside.add(b)
-            stack.extend(tb for _, tb in b.term.successors())
+        inside = region_blocks(r) - {r.header}
         defined = {p.out for p in r.header.phis}
         for b in inside:
             defined.update(phi.out for phi in b.phis)
@@ -428,7 +422,7 @@ def hoist_loop_invariants(adjoint: Program) -> None:
     forward_of = {r.id: r for r in adjoint.forward.loops()}
     for region in reversed(adjoint.loops()):
         restored = forward_of[region.id]
-        inside = _loop_blocks(region)
+        inside = region_blocks(region)
         defined_inside = {v for b in inside for v in
                           [phi.out for phi in b.phis] + [o for n in b.nodes for o in n.outputs]}
         hoisted, kept = [], []
@@ -463,7 +457,7 @@ def accumulate_in_place(adjoint: Program) -> None:
             for v in n.inputs:
                 uses.setdefault(v, []).append(n)
     for region in adjoint.loops():
-        inside = _loop_blocks(region)
+        inside = region_blocks(region)
         in_loop = {id(n) for b in inside for n in b.nodes} | {id(p) for b in inside
                                                               for p in b.phis}
         for phi in region.header.phis[1:]:  # the first Phi is the iteration counter
@@ -482,18 +476,6 @@ def accumulate_in_place(adjoint: Program) -> None:
             fresh = Value(phi.out.type)
             region.preheader.nodes.append(Node("copy", [phi.inputs[0]], {}, [fresh], region.loc))
             phi.inputs[0] = fresh
-
-
-def _loop_blocks(region: LoopRegion) -> set[Block]:
-    inside: set[Block] = set()
-    stack = [region.header]
-    while stack:
-        b = stack.pop()
-        if b in inside or b is region.exit:
-            continue
-        inside.add(b)
-        stack.extend(t for _, t in b.term.successors())
-    return inside
 
 
 def _within(region: Region, outer: Region) -> bool:

@@ -10,7 +10,19 @@ from typing import Any
 import numpy as np
 
 from .errors import VerifyError
-from .ir import Block, Cond, IfRegion, Jmp, LoopRegion, Node, Program, Region, Return, Value
+from .ir import (
+    Block,
+    Cond,
+    IfRegion,
+    Jmp,
+    LoopRegion,
+    Node,
+    Program,
+    Region,
+    Return,
+    Value,
+    region_blocks,
+)
 from .nodespec import RUNTIME_NODES
 from .primitives import PRIMITIVES
 
@@ -281,22 +293,6 @@ class _Checker:
                 check_use(v, b, len(b.nodes) + 1, "the terminator", b)
 
     # -- regions ---------------------------------------------------------------------------
-    def interior(self, r: Region) -> set[Block]:
-        if isinstance(r, IfRegion):
-            starts, stop = list(r.cases), r.merge
-        else:
-            assert isinstance(r, LoopRegion)
-            starts, stop = [r.header], r.exit
-        inside: set[Block] = set()
-        stack = list(starts)
-        while stack:
-            b = stack.pop()
-            if b in inside or b is stop:
-                continue
-            inside.add(b)
-            stack.extend(t for _, t in b.term.successors())
-        return inside
-
     def check_regions(self) -> None:
         ids = [r.id for r in self.p.regions]
         if len(set(ids)) != len(ids):
@@ -307,7 +303,7 @@ class _Checker:
                 self.check_if(r)
             elif isinstance(r, LoopRegion):
                 self.check_loop(r)
-            interiors[r] = self.interior(r)
+            interiors[r] = region_blocks(r)
         for r, inner in interiors.items():
             enclosing = [q for q, qi in interiors.items() if q is not r and inner < qi]
             for q, qi in interiors.items():
