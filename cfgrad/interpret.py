@@ -222,9 +222,6 @@ class ControlLog:
     def is_empty(self) -> bool:
         return not any(self.decisions) and not any(self.trips)
 
-    def snapshot(self) -> tuple:
-        return tuple(map(tuple, self.decisions)), tuple(map(tuple, self.trips))
-
 
 class LoopStrategy(Protocol):
     """How one loop's reverse pass gets iteration t's forward values (see checkpoint.py).

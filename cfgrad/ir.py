@@ -38,10 +38,6 @@ class TensorType:
         return f"{_DTYPE_NAMES[self.dtype.name]}[{','.join(map(str, self.shape))}]"
 
     @property
-    def is_float(self) -> bool:
-        return self.dtype.kind == "f"
-
-    @property
     def ndim(self) -> int:
         return len(self.shape)
 
@@ -254,9 +250,6 @@ class Program:
 
     def ifs(self) -> list[IfRegion]:
         return [r for r in self.regions if isinstance(r, IfRegion)]
-
-    def region(self, region_id: str) -> Region:
-        return next(r for r in self.regions if r.id == region_id)
 
     def node_count(self) -> int:
         return sum(len(b.nodes) + len(b.phis) + 1 for b in self.blocks)
