@@ -5,7 +5,9 @@ from . import (
     numpy,  # noqa: F401  (registers the numpy namespace for tracers)
     testing,
 )
+from .anomaly import detect_anomaly
 from .api import grad, jvp, value_and_grad, vjp
+from .custom import custom_jvp, custom_vjp, stop_gradient
 from .errors import (
     AnomalyError,
     ArgumentTypeError,
@@ -18,6 +20,7 @@ from .errors import (
     TracerBoolError,
     VerifyError,
 )
+from .inspector import inspect
 from .ir import Program
 from .trace import cond, fori_loop, lower, switch, while_loop
 
@@ -25,6 +28,7 @@ __all__ = [
     "AnomalyError", "ArgumentTypeError", "ArgumentValueError", "CfgradError", "LoopLimitError",
     "LoweringError", "PathInstabilityError", "Program", "ReplayMismatchError",
     "TracerBoolError", "VerifyError",
-    "checkpoint", "cond", "fori_loop", "grad", "jvp", "lower", "switch", "testing",
-    "value_and_grad", "vjp", "while_loop",
+    "checkpoint", "cond", "custom_jvp", "custom_vjp", "detect_anomaly", "fori_loop", "grad",
+    "jvp", "lower", "stop_gradient", "switch", "testing", "value_and_grad", "vjp",
+    "while_loop",
 ]

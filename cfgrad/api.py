@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import tree as treelib
+from .anomaly import anomaly_detection_enabled
 from .checkpoint import resolve
 from .errors import ArgumentTypeError, LoweringError
 from .forward_mode import build_jvp
@@ -127,6 +128,7 @@ class Pullback:
 
     def __init__(self, entry: _Entry, machine: Machine, leaves: list[Any], nargs: int,
                  checkpoint: Any):
+        self._check = machine.check
         self._entry = entry
         self._machine: Machine | None = machine
         self._leaves = leaves
@@ -152,7 +154,7 @@ class Pullback:
         m = self._machine
         if m is None:  # a second call: the first consumed the log, so run forward again
             m = _forward(entry, entry.reverse(None)[0], self._leaves, self._checkpoint,
-                         record=True)[0]
+                         record=True, check=self._check)[0]
         self._machine = None
         adjoint = entry.reverse(None)[1]
         with np.errstate(all="ignore"):
@@ -165,20 +167,23 @@ class Pullback:
 
 
 def _forward(entry: _Entry, compiled: Compiled, leaves: list[Any], checkpoint: Any,
-             record: bool) -> tuple[Machine, list[Any]]:
-    m = Machine(compiled, entry.strategies(checkpoint), record=record)
+             record: bool, check: bool = False) -> tuple[Machine, list[Any]]:
+    m = Machine(compiled, entry.strategies(checkpoint), record=record,
+                check=check or anomaly_detection_enabled())
     with np.errstate(all="ignore"):
         outs = m.run(_as_arrays(leaves, entry.program))
     return m, [as_runtime_value(o) for o in outs]
 
 
-def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = False) -> Any:
+def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = False,
+        detect_anomaly: bool = False) -> Any:
     """`(fun(*primals), pullback)`; `pullback(ct)` returns one cotangent per primal.
 
     Only the branches taken and the iterations run are differentiated. `checkpoint` sets
     the strategy of every loop that did not choose its own."""
     entry, leaves = lowered(fun, primals)
-    m, outs = _forward(entry, entry.reverse(None)[0], leaves, checkpoint, record=True)
+    m, outs = _forward(entry, entry.reverse(None)[0], leaves, checkpoint, record=True,
+                       check=detect_anomaly)
     out = treelib.unflatten(entry.program.out_tree, outs)
     pb = Pullback(entry, m, leaves, len(primals), checkpoint)
     if has_aux:
@@ -202,7 +207,7 @@ class _AuxPullback:
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
-                   checkpoint: Any = None) -> Callable:
+                   checkpoint: Any = None, detect_anomaly: bool = False) -> Callable:
     """A function returning `(fun(*args), gradient)`; with `has_aux`, `((value, aux), grad)`.
 
     `fun` must return a float scalar; the gradient has the structure of `args[argnums]`
@@ -221,7 +226,8 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: 
                 np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
             plan = entry.grad_plans[(nums, has_aux)] = (forward, adjoint, seeds)
         forward, adjoint, seeds = plan
-        m, outs = _forward(entry, forward, leaves, checkpoint, record=True)
+        m, outs = _forward(entry, forward, leaves, checkpoint, record=True,
+                           check=detect_anomaly)
         out = treelib.unflatten(program.out_tree, outs)
         with np.errstate(all="ignore"):
             results = [as_runtime_value(r) for r in run_adjoint(adjoint, m, seeds)]
@@ -271,9 +277,11 @@ def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
-         checkpoint: Any = None) -> Callable:
-    """The gradient of a float-scalar function, like `jax.grad`."""
-    vg = value_and_grad(fun, argnums, has_aux=has_aux, checkpoint=checkpoint)
+         checkpoint: Any = None, detect_anomaly: bool = False) -> Callable:
+    """The gradient of a float-scalar function, like `jax.grad`. `detect_anomaly=True`
+    checks every result for NaN/Inf, as under `cg.detect_anomaly()`."""
+    vg = value_and_grad(fun, argnums, has_aux=has_aux, checkpoint=checkpoint,
+                        detect_anomaly=detect_anomaly)
 
     def grad_fn(*args: Any) -> Any:
         value, g = vg(*args)
@@ -300,7 +308,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple
             raise ArgumentTypeError(f"jvp: tangent leaf {i} has shape {a.shape}, its primal has "
                             f"{p.type.shape}")
         tans.append(as_runtime_value(a))
-    m = Machine(entry.jvp)
+    m = Machine(entry.jvp, check=anomaly_detection_enabled())
     with np.errstate(all="ignore"):
         outs = [as_runtime_value(o) for o in m.run(_as_arrays(leaves, program) + tans)]
     n = len(program.outputs)

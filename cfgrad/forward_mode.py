@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import VerifyError
+from .errors import ArgumentTypeError, VerifyError
 from .ir import Block, Cond, Edge, IfRegion, Jmp, LoopRegion, Phi, Program, Region, Return, Value
 from .primitives import PRIMITIVES
 from .trace import Trace
@@ -66,15 +66,29 @@ def build_jvp(fwd: Program) -> Program:
             prim = PRIMITIVES[n.op]
             t.loc_override = n.loc
             ins = [t.tracer(primal[v]) for v in n.inputs]
-            out = t.emit(prim, ins, n.params, None)
-            primal[n.outputs[0]] = out.value
+            emitted = t.emit(prim, ins, n.params, None)
+            outs = emitted if prim.multi_output else [emitted]
+            for o, new_out in zip(n.outputs, outs):
+                primal[o] = new_out.value
             ts = [tangent.get(v) for v in n.inputs]
-            if prim.jvp is not None and _float(n.outputs[0]) and any(x is not None for x in ts):
-                tan = prim.jvp(ts, ins, out, **n.params)
-                if tan is not None and tan.value.type != out.value.type:
+            if all(x is None for x in ts):
+                continue
+            if prim.jvp is None:
+                if prim.nondiff:
+                    continue
+                raise ArgumentTypeError(
+                    f"forward mode (jvp) cannot go through {n.op} {n.params.get('rule', '')} "
+                    f"traced at {n.loc}: it has a reverse-mode rule only; give the function a "
+                    "cg.custom_jvp rule instead, or use cg.vjp/cg.grad")
+            tans = prim.jvp(ts, ins, emitted, **n.params)
+            for o, new_out, tan in zip(n.outputs, outs, tans if prim.multi_output else [tans]):
+                if tan is None or not _float(o):
+                    continue
+                if tan.value.type != new_out.value.type:
                     raise VerifyError(f"the JVP rule of {n.op} (traced at {n.loc}) returned a "
-                                      f"{tan.value.type} tangent for a {out.value.type} output")
-                tangent[n.outputs[0]] = tan
+                                      f"{tan.value.type} tangent for a {new_out.value.type} "
+                                      "output")
+                tangent[o] = tan
             t.loc_override = None
     for b in fwd.blocks:
         nb = blocks[b]

@@ -27,11 +27,20 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .errors import LoopLimitError, ReplayMismatchError
+from .diagnostics import anomaly_message, bad_argument_message
+from .errors import AnomalyError, LoopLimitError, ReplayMismatchError
 from .ir import Block, Cond, Jmp, LoopRegion, Node, Program, Return, Value, loop_owners
 from .primitives import PRIMITIVES
 
 DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
+
+# nodes whose results are not computed here (constants, reads of forward values) or were
+# checked where they were computed: anomaly detection does not test them again
+_UNCHECKED = frozenset({"const", "Primal", "LogPop", "TripPop", "LoopState", "copy"})
+
+
+def _all_finite(x: Any) -> bool:
+    return bool(np.isfinite(x).all())
 
 # numpy functions whose Python operator is exactly equivalent on numpy operands; emitting
 # the operator skips a ufunc call, which dominates the cost of scalar-heavy loops.
@@ -112,6 +121,7 @@ class Compiled:
             li.inner_ifs = tuple(self.if_index[r] for r in inside if r in self.if_index)
             li.inner_loops = tuple(self.loop_index[r] for r in inside if r in self.loop_index)
         self.block_fns = [self._gen_block(b) for b in blocks]
+        self._checked: list[Any] | None = None
         self.return_slots = tuple(self.slot[v] for v in program.outputs)
         self.param_slots = tuple(self.slot[v] for v in program.params)
 
@@ -157,11 +167,21 @@ class Compiled:
         return ns["copy"]
 
     # -- blocks --------------------------------------------------------------------
-    def _gen_block(self, b: Block) -> Any:
-        ns: dict[str, Any] = {}
+    def _gen_block(self, b: Block, checked: bool = False) -> Any:
+        """One Python function per block. With `checked` (anomaly detection), every float
+        result is tested for NaN/Inf right after the node that made it; the unchecked
+        functions carry no such code, so detection costs nothing when it is off."""
+        ns: dict[str, Any] = {"_c": self, "_finite": _all_finite}
         lines = ["def block(env, fenv, m):"]
+        line_nodes: dict[int, Node] = {}
+        index = self.block_index[b]
         for k, n in enumerate(b.nodes):
             lines.append("    " + self._gen_node(n, k, ns))
+            line_nodes[len(lines)] = n
+            if checked and n.op not in _UNCHECKED and any(
+                    o.type.dtype.kind in "fc" for o in n.outputs):
+                tests = " and ".join(f"_finite(env[{self.slot[o]}])" for o in n.outputs)
+                lines.append(f"    if not ({tests}): m.anomaly(_c, {index}, {k}, env)")
         t = b.term
         if isinstance(t, Jmp):
             lines.append(f"    return {self.edge_id[(b, None)]}")
@@ -178,8 +198,16 @@ class Compiled:
             lines.append("    return -1")
         exec("\n".join(lines) + "\n", ns)  # noqa: S102
         fn = ns["block"]
-        fn.nodes = b.nodes  # for error messages: which node failed
+        fn.line_nodes = line_nodes  # for error messages: which node failed
         return fn
+
+    @property
+    def checked_block_fns(self) -> list[Any]:
+        """The block functions with NaN/Inf checks, generated the first time they are
+        needed (under cg.detect_anomaly())."""
+        if self._checked is None:
+            self._checked = [self._gen_block(b, checked=True) for b in self.program.blocks]
+        return self._checked
 
     def _gen_node(self, n: Node, k: int, ns: dict[str, Any]) -> str:
         outs = ", ".join(f"env[{self.slot[o]}]" for o in n.outputs)
@@ -204,6 +232,8 @@ class Compiled:
         if form is not None:
             return f"{outs} = " + form.format(*(f"env[{self.slot[v]}]" for v in n.inputs))
         ns[name] = functools.partial(prim.impl, **n.params) if n.params else prim.impl
+        if prim.multi_output:  # the impl returns a tuple, even of one value
+            outs += ","
         return f"{outs} = {name}({args})"
 
 
@@ -270,14 +300,17 @@ class Machine:
     """One execution of a forward Program, and later the adjoint run that reverses it."""
 
     def __init__(self, compiled: Compiled, strategies: list[LoopStrategy] | None = None,
-                 record: bool = False, block_hook: Any = None):
+                 record: bool = False, block_hook: Any = None, check: bool = False):
         self.c = compiled
+        self.check = check  # anomaly detection: run the NaN/Inf-checking block functions
+        self.fns = compiled.checked_block_fns if check else compiled.block_fns
         self.env: list[Any] = list(compiled.template)
         self.strategies = strategies
         self.taped = record  # log decisions and keep checkpoint records
         n_if, n_loops = len(compiled.if_index), len(compiled.loops)
         self.log = ControlLog([[] for _ in range(n_if)], [[] for _ in range(n_loops)])
         self.counters = [0] * n_loops
+        self.reverse_iterations = [0] * n_loops  # the iteration each reverse loop is in
         self.sinks: list[list[Any]] = []  # control events being collected (replay checks)
         self.reversing = False
         self.block_hook = block_hook
@@ -289,13 +322,17 @@ class Machine:
         env = self.env
         for s, a in zip(self.c.param_slots, args):
             env[s] = a
+        if self.check:
+            for i, a in enumerate(args):
+                if np.asarray(a).dtype.kind in "fc" and not _all_finite(a):
+                    raise AnomalyError(bad_argument_message(self.c.program, i, a))
         self.walk(0, -1)
         return [env[s] for s in self.c.return_slots]
 
     def walk(self, b: int, stop: int, stop2: int = -2) -> int:
         """Run from block `b` until control is about to enter `stop`/`stop2` (returns the
         edge taken, its Phi copy not yet applied) or the program returns (-1)."""
-        env, fenv, fns, edges, hook = self.env, None, self.c.block_fns, self.c.edges, \
+        env, fenv, fns, edges, hook = self.env, None, self.fns, self.c.edges, \
             self.block_hook
         while True:
             if hook is not None:
@@ -487,7 +524,20 @@ class Machine:
 
     def loop_state(self, i: int, t: Any) -> None:
         loop = self.c.loops[i]
+        self.reverse_iterations[i] = int(t)
         self.strategies[i].restore(self, loop, self.env[loop.record_slot], int(t))
+
+    def anomaly(self, compiled: Compiled, block: int, k: int, env: list[Any]) -> None:
+        """A NaN or Inf came out of node k of `block` (of the forward program, or of the
+        adjoint when `compiled` is one): raise AnomalyError saying where and why."""
+        reverse = compiled.forward is not None
+        iterations = self.reverse_iterations if reverse else self.counters
+        loops = {li.region.id: iterations[li.index] for li in self.c.loops}
+        node = compiled.program.blocks[block].nodes[k]
+        raise AnomalyError(anomaly_message(compiled.program, block, node,
+                                           [env[compiled.slot[v]] for v in node.inputs],
+                                           [env[compiled.slot[o]] for o in node.outputs],
+                                           loops))
 
 
 def _nested_in(inner: Any, outer: LoopRegion) -> bool:
@@ -509,9 +559,8 @@ def _annotate(exc: Exception, compiled: Compiled, b: int) -> None:
         if tb.tb_frame.f_code.co_name == "block":
             lineno = tb.tb_lineno
         tb = tb.tb_next
-    nodes = compiled.block_fns[b].nodes
-    if lineno is not None and 2 <= lineno < 2 + len(nodes):
-        n = nodes[lineno - 2]
+    n = compiled.block_fns[b].line_nodes.get(lineno)
+    if n is not None:
         label = ("r" if compiled.forward is not None else "b") + str(b)
         exc.add_note(f"cfgrad: raised by `{n.op}` in block {label} of program "
                      f"{compiled.program.name}, traced at {n.loc}")
@@ -522,11 +571,13 @@ def _annotate(exc: Exception, compiled: Compiled, b: int) -> None:
 
 
 def run_adjoint(adjoint: Compiled, machine: Machine, cotangents: list[Any]) -> list[Any]:
-    """Run an adjoint program against the forward machine that produced `machine.env`."""
+    """Run an adjoint program against the forward machine that produced `machine.env`
+    (with NaN/Inf checks when that machine runs with them)."""
     env = list(adjoint.template)
     for s, a in zip(adjoint.param_slots, cotangents):
         env[s] = a
-    fns, edges, fenv = adjoint.block_fns, adjoint.edges, machine.env
+    fns = adjoint.checked_block_fns if machine.check else adjoint.block_fns
+    edges, fenv = adjoint.edges, machine.env
     machine.reversing = True
     b = 0
     while True:

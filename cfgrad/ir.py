@@ -175,6 +175,11 @@ class Block:
     def __repr__(self) -> str:
         return f"<Block {self.role}>"
 
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from .inspector import render_block  # rendering sits above the IR
+
+        yield render_block(self)
+
 
 @dataclass(eq=False)
 class Region:
@@ -469,10 +474,13 @@ def region_blocks(r: Region) -> set[Block]:
     """The blocks inside a region: for an if, those reachable from its cases before the
     merge; for a loop, the header and those reachable from it before the exit."""
     if isinstance(r, IfRegion):
-        starts, stop = list(r.cases), r.merge
-    else:
-        assert isinstance(r, LoopRegion)
-        starts, stop = [r.header], r.exit
+        return reachable(r.cases, r.merge)
+    assert isinstance(r, LoopRegion)
+    return reachable([r.header], r.exit)
+
+
+def reachable(starts: list[Block], stop: Block | None) -> set[Block]:
+    """The blocks reachable from `starts` without passing through `stop`."""
     inside: set[Block] = set()
     stack = list(starts)
     while stack:

@@ -44,6 +44,10 @@ class Primitive:
     nondiff: bool = False  # derivative is zero everywhere it exists (comparisons, sign, …)
     notes: str = ""
     dynamic: tuple[int, ...] = field(default_factory=tuple)  # inputs that take no derivative
+    # Several outputs (custom rules): `abstract` returns a list of types, `impl` a tuple,
+    # and the rules take and return lists (cotangents of every output, tangents of every
+    # output) instead of single values.
+    multi_output: bool = False
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
@@ -224,6 +228,10 @@ _unary("relu", _relu_impl, lambda x, y: _mask(x > 0, x), "relu'(0) = 0", promote
 _unary("softplus", lambda x: np.logaddexp(np.zeros((), x.dtype), x),
        lambda x, y: bind("sigmoid", x), "log(1 + e^x) via logaddexp: finite for any input")
 _unary("floor", np.floor, None, "derivative 0 (undefined at integers, taken as 0)")
+_register(Primitive(
+    "stop_gradient", lambda x: x, _elementwise_type("stop_gradient"), None, None, "elementwise",
+    promote="none", nondiff=True,
+    notes="the identity whose derivative is taken as 0: no gradient flows through it"))
 _unary("isfinite", np.isfinite, None, promote="none", out_dtype=np.bool_)
 _unary("logical_not", np.logical_not, None, promote="none", out_dtype=np.bool_)
 _unary("invert", np.invert, None, promote="none")
@@ -816,3 +824,32 @@ _register(Primitive(
     nondiff=True,
     notes="acc += contribution in place; emitted only by the reverse builder, for a reverse "
           "loop's accumulator whose buffer nothing else can see"))
+
+
+# -- Custom derivative rules (cfgrad.custom): each node's `rule` parameter is the rule
+# object of one cg.custom_vjp / cg.custom_jvp function at one input signature, and does the
+# work; these entries only route to it.
+
+_register(Primitive(
+    "custom_vjp", lambda *xs, rule: rule.forward(xs), lambda types, rule: rule.forward_types(),
+    lambda cts, xs, outs, rule: rule.pullback(cts, xs, outs), None, "custom", promote="none",
+    multi_output=True,
+    notes="a cg.custom_vjp function: its fwd runs forward (outputs, then residuals), its bwd "
+          "gives the cotangents; forward mode through it is refused (define a custom_jvp)"))
+_register(Primitive(
+    "custom_vjp_bwd", lambda *args, rule: rule.backward(args),
+    lambda types, rule: rule.backward_types(), None, None, "custom", promote="none",
+    nondiff=True, multi_output=True,
+    notes="the bwd of a cg.custom_vjp function, on its residuals and output cotangents"))
+_register(Primitive(
+    "custom_jvp", lambda *xs, rule: rule.primal(xs), lambda types, rule: rule.primal_types(),
+    lambda cts, xs, outs, rule: rule.transpose(cts, xs),
+    lambda ts, xs, outs, rule: rule.tangents(ts, xs, outs), "custom", promote="none",
+    multi_output=True,
+    notes="a cg.custom_jvp function: forward mode traces its JVP rule inline; reverse mode "
+          "transposes that rule (it must be linear in the tangents, as in JAX)"))
+_register(Primitive(
+    "custom_jvp_transpose", lambda *args, rule: rule.run_transpose(args),
+    lambda types, rule: rule.transpose_types(), None, None, "custom", promote="none",
+    nondiff=True, multi_output=True,
+    notes="the transpose of a cg.custom_jvp rule: input cotangents from output cotangents"))

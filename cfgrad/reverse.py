@@ -157,15 +157,18 @@ class ReverseBuilder:
             self.reverse_node(n)
 
     def reverse_node(self, n: Node) -> None:
-        out = n.outputs[0]
-        ct = self.adj.pop(out, None)
+        out_cts = [self.adj.pop(o, None) for o in n.outputs]
         prim = PRIMITIVES[n.op]
-        if ct is None or prim.vjp is None or not _float(out):
+        if prim.vjp is None or all(c is None for c in out_cts):
             return
         if not any(v in self.active for v in n.inputs):
             return
         saved, self.t.loc_override = self.t.loc_override, n.loc
-        cts = prim.vjp(ct, [self.primal(v) for v in n.inputs], self.primal(out), **n.params)
+        primals = [self.primal(v) for v in n.inputs]
+        if prim.multi_output:
+            cts = prim.vjp(out_cts, primals, [self.primal(o) for o in n.outputs], **n.params)
+        else:
+            cts = prim.vjp(out_cts[0], primals, self.primal(n.outputs[0]), **n.params)
         for v, c in zip(n.inputs, cts):
             if c is not None and v in self.active and c.value.type != v.type:
                 raise VerifyError(f"the VJP rule of {n.op} (traced at {n.loc}) returned a "
@@ -398,13 +401,11 @@ def active_values(program: Program, wrt: frozenset[int] | None) -> set[Value]:
                     active.add(phi.out)
                     changed = True
             for n in b.nodes:
-                out = n.outputs[0] if n.outputs else None
-                if out is None or out in active or not _float(out):
-                    continue
+                outs = [o for o in n.outputs if o not in active and _float(o)]
                 prim = PRIMITIVES.get(n.op)
-                if prim is not None and prim.vjp is not None and any(
+                if outs and prim is not None and prim.vjp is not None and any(
                         v in active for v in n.inputs):
-                    active.add(out)
+                    active.update(outs)
                     changed = True
     return active
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -245,6 +246,17 @@ def current_trace() -> Trace | None:
     return _TRACES[-1] if _TRACES else None
 
 
+@contextmanager
+def tracing(trace: Trace) -> Iterator[None]:
+    """Make `trace` the current one, so cg.cond and friends called by user code (a custom
+    JVP rule run by the JVP transform, say) lower into it."""
+    _TRACES.append(trace)
+    try:
+        yield
+    finally:
+        _TRACES.pop()
+
+
 def _const_key(a: np.ndarray) -> Any:
     return (a.dtype.str, a.shape, a.tobytes()) if a.size <= 16 else ("big", id(a))
 
@@ -315,7 +327,7 @@ class Trace:
         return self.const(x, dtype)
 
     def emit(self, prim: Primitive, args: list[Any], params: dict[str, Any],
-             dtype: np.dtype | None) -> Tracer:
+             dtype: np.dtype | None) -> Any:
         if self.finished:
             raise LoweringError(
                 f"{prim.name} was applied to a traced value from the finished trace of "
@@ -328,6 +340,10 @@ class Trace:
         except LoweringError as e:
             loc = self.loc()
             raise LoweringError(f"{e}{' at ' + str(loc) if loc else ''}") from None
+        if prim.multi_output:
+            outs = [Value(t) for t in out_type]
+            self.current.nodes.append(Node(prim.name, values, params, outs, self.loc()))
+            return [self.tracer(o) for o in outs]
         out = Value(out_type)
         self.current.nodes.append(Node(prim.name, values, params, [out], self.loc()))
         return self.tracer(out)

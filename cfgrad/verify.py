@@ -177,16 +177,18 @@ class _Checker:
         prim = PRIMITIVES.get(n.op)
         if prim is None:
             self.fail("known-op", b, f"unknown operation {n.op!r}", n)
-        if len(n.outputs) != 1:
+        if len(n.outputs) != 1 and not prim.multi_output:
             self.fail("node-types", b, "a primitive node has exactly one output", n)
         try:
             expected = prim.abstract([v.type for v in n.inputs], **n.params)
         except Exception as e:  # noqa: BLE001 - any failure of the rule is a typing error
             self.fail("node-types", b, f"its inputs and params do not type-check: "
                                        f"{type(e).__name__}: {e}", n)
-        if expected != n.outputs[0].type:
-            self.fail("node-types", b, f"declared {n.outputs[0].type}, but {n.op} of these "
-                                       f"inputs gives {expected}", n)
+        declared = [o.type for o in n.outputs]
+        if (list(expected) if prim.multi_output else [expected]) != declared:
+            shown = ", ".join(map(str, declared))
+            self.fail("node-types", b, f"declared {shown}, but {n.op} of these inputs gives "
+                                       f"{expected}", n)
 
     # -- dominance ---------------------------------------------------------------------
     def dominators(self) -> dict[Block, Block | None]:

@@ -1,0 +1,310 @@
+"""Custom derivative rules and `stop_gradient`, JAX-style.
+
+`cg.custom_vjp` pairs a function with a forward rule `fwd(*args) -> (out, residuals)` and a
+backward rule `bwd(residuals, cotangent) -> one cotangent per argument`; `cg.custom_jvp`
+pairs it with `jvp(primals, tangents) -> (out, tangent_out)`. Traced, a call becomes one
+node of its own (`custom_vjp` / `custom_jvp`) whose `rule` parameter is the object below
+for that input signature: the rules are lowered once to Programs of their own and run by
+the interpreter, so they may use cfgrad.numpy and cfgrad control flow, and the node sits
+in cond branches and loop bodies like any other (checkpointing saves or replays its
+residuals with the rest of the iteration).
+
+Reverse mode through a custom_jvp function transposes its JVP rule: the rule's tangent
+output is traced as a program of the tangents, and the reverse builder differentiates
+that program, which for a rule linear in the tangents (as JAX requires) is exactly the
+transpose.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import tree as treelib
+from .checkpoint import StoreAll
+from .errors import ArgumentTypeError
+from .interpret import Compiled, Machine, as_runtime_value, plan_saved_slots, run_adjoint
+from .ir import Program, TensorType, type_of
+from .primitives import bind
+from .reverse import build_adjoint, primal_reads
+from .trace import Tracer, trace_program, tracing
+
+
+def stop_gradient(x: Any) -> Any:
+    """`x` itself, but no gradient flows through it (a pytree of arrays or tracers)."""
+    return treelib.tree_map(lambda leaf: bind("stop_gradient", leaf), x)
+
+
+def _dummies(types: list[TensorType]) -> list[np.ndarray]:
+    return [np.zeros(t.shape, t.dtype) for t in types]
+
+
+def _run(compiled: Compiled, args: Any) -> tuple:
+    m = Machine(compiled, [StoreAll() for _ in compiled.loops])
+    return tuple(as_runtime_value(o) for o in m.run([as_runtime_value(a) for a in args]))
+
+
+def _float_types(types: list[TensorType]) -> list[TensorType]:
+    return [t for t in types if t.dtype.kind == "f"]
+
+
+class _Signature:
+    """What every rule object knows: the function, its argument structure and types."""
+
+    def __init__(self, name: str, in_tree: treelib.TreeDef, in_types: list[TensorType]):
+        self.name = name
+        self.in_tree = in_tree
+        self.in_types = in_types
+        self.float_inputs = [i for i, t in enumerate(in_types) if t.dtype.kind == "f"]
+
+    def __repr__(self) -> str:
+        return f"{self.fn.node_op}({self.name})"
+
+    def args(self, leaves: list[Any]) -> tuple:
+        return treelib.unflatten(self.in_tree, list(leaves))
+
+    def check_leaves(self, what: str, got: list[Any], want: list[TensorType]) -> None:
+        types = [x.value.type if isinstance(x, Tracer) else type_of(x) for x in got]
+        if len(types) != len(want) or any(
+                a.shape != b.shape or a.dtype != b.dtype for a, b in zip(types, want)):
+            raise ArgumentTypeError(
+                f"{self.name}: {what} gives {[str(t) for t in types]}, expected "
+                f"{[str(t) for t in want]}")
+
+
+def _lower(fun: Callable, types: list[TensorType], name: str) -> Program:
+    return trace_program(fun, tuple(_dummies(types)), name=name)
+
+
+class _VJPRule(_Signature):
+    def __init__(self, fn: custom_vjp, in_tree: treelib.TreeDef, in_types: list[TensorType]):
+        super().__init__(fn.__name__, in_tree, in_types)
+        self.fn = fn
+
+        def fwd_flat(*leaves: Any) -> list[Any]:
+            result = fn.fwd(*self.args(leaves))
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise ArgumentTypeError(f"{self.name}: fwd must return (output, residuals)")
+            out_leaves, self.out_tree = treelib.flatten(result[0])
+            res_leaves, self.res_tree = treelib.flatten(result[1])
+            self.n_out = len(out_leaves)
+            return out_leaves + res_leaves
+
+        self.fwd_program = _lower(fwd_flat, in_types, f"{self.name}.fwd")
+        self.fwd_compiled = Compiled(self.fwd_program)
+        self.out_types = [v.type for v in self.fwd_program.outputs]
+        self.bwd_program: Program | None = None
+        self.bwd_compiled: Compiled | None = None
+
+    # forward
+    def forward_types(self) -> list[TensorType]:
+        return self.out_types
+
+    def forward(self, xs: tuple) -> tuple:
+        return _run(self.fwd_compiled, xs)
+
+    # reverse, at build time: one custom_vjp_bwd node
+    def pullback(self, cts: list[Any], xs: list[Any], outs: list[Any]) -> tuple:
+        main = [c if c is not None else np.zeros(t.shape, t.dtype)
+                for c, t in zip(cts[: self.n_out], self.out_types)]
+        float_cts = bind("custom_vjp_bwd", *outs[self.n_out:], *main, rule=self)
+        result: list[Any] = [None] * len(xs)
+        for i, ct in zip(self.float_inputs, float_cts):
+            result[i] = ct
+        return tuple(result)
+
+    def backward_types(self) -> list[TensorType]:
+        if self.bwd_program is None:
+            self._lower_backward()
+        return [self.in_types[i] for i in self.float_inputs]
+
+    def backward(self, args: tuple) -> tuple:
+        if self.bwd_compiled is None:
+            self._lower_backward()
+        return _run(self.bwd_compiled, args)
+
+    def _lower_backward(self) -> None:
+        n_res = len(self.out_types) - self.n_out
+
+        def bwd_flat(*leaves: Any) -> list[Any]:
+            residuals = treelib.unflatten(self.res_tree, list(leaves[:n_res]))
+            ct = treelib.unflatten(self.out_tree, list(leaves[n_res:]))
+            result = self.fn.bwd(residuals, ct)
+            if not isinstance(result, tuple) or len(result) != len(self.in_tree.children):
+                raise ArgumentTypeError(
+                    f"{self.name}: bwd must return a tuple with one cotangent per argument "
+                    f"({len(self.in_tree.children)}), got {type(result).__name__}")
+            flat: list[Any] = []
+            for arg_tree, ct_arg in zip(self.in_tree.children, result):
+                if ct_arg is None:  # no gradient for this argument
+                    flat += [None] * arg_tree.num_leaves
+                    continue
+                leaves_i, tree_i = treelib.flatten(ct_arg)
+                if tree_i != arg_tree:
+                    raise ArgumentTypeError(
+                        f"{self.name}: bwd returned {tree_i.describe()} for an argument of "
+                        f"structure {arg_tree.describe()}")
+                flat += leaves_i
+            out = []
+            for i in self.float_inputs:
+                t = self.in_types[i]
+                out.append(np.zeros(t.shape, t.dtype) if flat[i] is None else flat[i])
+            self.check_leaves("bwd", out, [self.in_types[i] for i in self.float_inputs])
+            return out
+
+        types = self.out_types[self.n_out:] + self.out_types[: self.n_out]
+        self.bwd_program = _lower(bwd_flat, types, f"{self.name}.bwd")
+        self.bwd_compiled = Compiled(self.bwd_program)
+
+
+class _JVPRule(_Signature):
+    def __init__(self, fn: custom_jvp, in_tree: treelib.TreeDef, in_types: list[TensorType]):
+        super().__init__(fn.__name__, in_tree, in_types)
+        self.fn = fn
+
+        def primal_flat(*leaves: Any) -> list[Any]:
+            out_leaves, self.out_tree = treelib.flatten(fn.fun(*self.args(leaves)))
+            return out_leaves
+
+        self.primal_program = _lower(primal_flat, in_types, self.name)
+        self.primal_compiled = Compiled(self.primal_program)
+        self.out_types = [v.type for v in self.primal_program.outputs]
+        self._transpose: tuple[Compiled, Compiled] | None = None
+
+    def primal_types(self) -> list[TensorType]:
+        return self.out_types
+
+    def primal(self, xs: tuple) -> tuple:
+        return _run(self.primal_compiled, xs)
+
+    def _rule_tangents(self, primals: list[Any], tangents: list[Any]) -> list[Any]:
+        """The user's rule, called with pytrees; returns the tangent output leaves."""
+        result = self.fn.jvp(self.args(primals), self.args(tangents))
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise ArgumentTypeError(f"{self.name}: the jvp rule must return (output, tangent)")
+        leaves, tree = treelib.flatten(result[1])
+        if tree != self.out_tree:
+            raise ArgumentTypeError(f"{self.name}: the jvp rule's tangent has structure "
+                                    f"{tree.describe()}, the output {self.out_tree.describe()}")
+        self.check_leaves("the jvp rule's tangent", leaves, self.out_types)
+        return leaves
+
+    # forward mode, at build time: the rule is traced inline into the JVP program
+    def tangents(self, ts: list[Any], xs: list[Any], outs: list[Any]) -> list[Any]:
+        full = [t if t is not None else np.zeros(ty.shape, ty.dtype)
+                for t, ty in zip(ts, self.in_types)]
+        with tracing(xs[0]._cfgrad_trace):
+            return self._rule_tangents(list(xs), full)
+
+    # reverse mode, at build time: one custom_jvp_transpose node
+    def transpose(self, cts: list[Any], xs: list[Any]) -> tuple:
+        main = [c if c is not None else np.zeros(t.shape, t.dtype)
+                for c, t in zip(cts, self.out_types)]
+        float_cts = bind("custom_jvp_transpose", *xs, *main, rule=self)
+        result: list[Any] = [None] * len(xs)
+        for i, ct in zip(self.float_inputs, float_cts):
+            result[i] = ct
+        return tuple(result)
+
+    def transpose_types(self) -> list[TensorType]:
+        return [self.in_types[i] for i in self.float_inputs]
+
+    def run_transpose(self, args: tuple) -> tuple:
+        forward, adjoint = self._transpose_programs()
+        n = len(self.in_types)
+        primals = list(args[:n])
+        tangents = [np.zeros(t.shape, t.dtype) for t in self.in_types]
+        m = Machine(forward, [StoreAll() for _ in forward.loops], record=True)
+        m.run([as_runtime_value(a) for a in primals + tangents])
+        cts = run_adjoint(adjoint, m, [as_runtime_value(c) for c in args[n:]])
+        return tuple(as_runtime_value(cts[n + i]) for i in self.float_inputs)
+
+    def _transpose_programs(self) -> tuple[Compiled, Compiled]:
+        """The map tangents -> tangent output at given primals, and its adjoint with
+        respect to the tangents: for a linear rule, the transpose."""
+        if self._transpose is None:
+            n = len(self.in_types)
+
+            def linear(*leaves: Any) -> list[Any]:
+                return self._rule_tangents(list(leaves[:n]), list(leaves[n:]))
+
+            program = _lower(linear, self.in_types + self.in_types, f"{self.name}.jvp_rule")
+            adjoint = build_adjoint(program, frozenset(range(n, 2 * n)))
+            forward = Compiled(program)
+            plan_saved_slots(forward, primal_reads(adjoint))
+            self._transpose = (forward, Compiled(adjoint, forward=forward))
+        return self._transpose
+
+
+class _CustomFunction:
+    """Shared by custom_vjp and custom_jvp: eager calls run the function itself; traced
+    calls become one node whose rule object is cached per input signature."""
+
+    rule_class: type
+
+    def __init__(self, fun: Callable):
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self._rules: dict[Any, Any] = {}
+
+    def _ready(self) -> None:
+        raise NotImplementedError
+
+    def __call__(self, *args: Any) -> Any:
+        leaves, in_tree = treelib.flatten(args)
+        if not any(isinstance(x, Tracer) for x in leaves):
+            return self.fun(*args)
+        self._ready()
+        types = [x.value.type if isinstance(x, Tracer) else type_of(x) for x in leaves]
+        key = (in_tree, tuple(types))
+        rule = self._rules.get(key)
+        if rule is None:
+            rule = self._rules[key] = self.rule_class(self, in_tree, types)
+        outs = bind(self.node_op, *leaves, rule=rule)
+        return treelib.unflatten(rule.out_tree, list(outs[: getattr(rule, "n_out", len(outs))]))
+
+
+class custom_vjp(_CustomFunction):  # noqa: N801 - the JAX name
+    """A function with a user-supplied reverse-mode rule: `f.defvjp(fwd, bwd)`."""
+
+    rule_class = _VJPRule
+    node_op = "custom_vjp"
+
+    def __init__(self, fun: Callable):
+        super().__init__(fun)
+        self.fwd: Callable | None = None
+        self.bwd: Callable | None = None
+
+    def defvjp(self, fwd: Callable, bwd: Callable) -> None:
+        self.fwd, self.bwd = fwd, bwd
+        self._rules.clear()
+
+    def _ready(self) -> None:
+        if self.fwd is None:
+            raise ArgumentTypeError(f"custom_vjp function {self.__name__} has no rule: call "
+                                    f"{self.__name__}.defvjp(fwd, bwd) first")
+
+
+class custom_jvp(_CustomFunction):  # noqa: N801 - the JAX name
+    """A function with a user-supplied forward-mode rule: `@f.defjvp` on
+    `jvp(primals, tangents) -> (out, tangent_out)`; reverse mode transposes it."""
+
+    rule_class = _JVPRule
+    node_op = "custom_jvp"
+
+    def __init__(self, fun: Callable):
+        super().__init__(fun)
+        self.jvp: Callable | None = None
+
+    def defjvp(self, jvp: Callable) -> Callable:
+        self.jvp = jvp
+        self._rules.clear()
+        return jvp
+
+    def _ready(self) -> None:
+        if self.jvp is None:
+            raise ArgumentTypeError(f"custom_jvp function {self.__name__} has no rule: "
+                                    f"decorate its rule with @{self.__name__}.defjvp")

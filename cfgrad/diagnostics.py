@@ -1,0 +1,90 @@
+"""Messages for anomalies: where a NaN or Inf appeared and what produced it.
+
+Only the error path runs this code, so it may walk the program structure freely: it
+names the operation, the block, the user's source line, the value that went in (the
+domain violation: `log` of -2.0, a division by 0.0), the loop iterations the run was in
+and the branch it had taken.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .ir import IfRegion, LoopRegion, Node, Program, key_text, reachable, region_blocks
+from .primitives import PRIMITIVES
+
+
+def _first_bad_index(outputs: list[Any]) -> tuple[int, tuple[int, ...]]:
+    for i, out in enumerate(outputs):
+        a = np.asarray(out)
+        if a.dtype.kind in "fc":
+            bad = np.argwhere(~np.isfinite(a))
+            if len(bad):
+                return i, tuple(int(j) for j in bad[0])
+    return 0, ()
+
+
+def _inputs_at(inputs: list[Any], shape: tuple[int, ...], index: tuple[int, ...]) -> list[Any]:
+    """The input elements that produced output element `index` (by broadcasting)."""
+    values = []
+    for x in inputs:
+        a = np.asarray(x)
+        if a.shape == shape or (a.ndim <= len(shape) and a.size > 0):
+            try:
+                values.append(np.broadcast_to(a, shape)[index].item())
+                continue
+            except ValueError:
+                pass
+        values.append(a.item() if a.size == 1 else f"<{a.dtype}{list(a.shape)}>")
+    return values
+
+
+def _where_in_control(program: Program, block_index: int, iterations: dict[str, int]) -> str:
+    """'in iteration 3 of loop#0 (f.py:9), case T of if#1 (f.py:7)' for the block."""
+    block = program.blocks[block_index]
+    parts = []
+    for r in program.regions:
+        if isinstance(r, LoopRegion) and block in region_blocks(r):
+            parts.append(f"iteration {iterations.get(r.id, '?')} of {r.id} ({r.loc})")
+        elif isinstance(r, IfRegion):
+            for key, entry in zip(r.keys, r.cases):
+                if block in reachable([entry], r.merge):
+                    parts.append(f"case {key_text(key)} of {r.id} ({r.loc})")
+                    break
+    return ", ".join(parts)
+
+
+def anomaly_message(program: Program, block_index: int, node: Node, inputs: list[Any],
+                    outputs: list[Any], iterations: dict[str, int]) -> str:
+    """The text of an AnomalyError for `node`, whose `outputs` contain NaN or Inf."""
+    which, index = _first_bad_index(outputs)
+    bad = np.asarray(outputs[which])
+    value = bad[index] if bad.ndim else bad
+    kind = "nan" if np.isnan(value) else ("inf" if value > 0 else "-inf")
+    reverse = program.forward is not None
+    label = ("r" if reverse else "b") + str(block_index)
+    where = "in the gradient (reverse) pass" if reverse else "in the forward pass"
+    got = ", ".join(repr(v) for v in _inputs_at(inputs, bad.shape, index))
+    at = f" at index {list(index)}" if index else ""
+    lines = [f"cg.detect_anomaly: `{node.op}` produced {kind}{at} {where}, block {label} of "
+             f"program {program.name}, traced at {node.loc}",
+             f"  its inputs there: ({got})"]
+    prim = PRIMITIVES.get(node.op)
+    if prim is not None and prim.notes:
+        lines.append(f"  {node.op}: {prim.notes}")
+    control = _where_in_control(program, block_index, iterations)
+    if control:
+        lines.append(f"  while in {control}")
+    if reverse:
+        lines.append("  (the NaN/Inf first appeared in a cotangent: the derivative of the code "
+                     f"at {node.loc} is not finite there)")
+    return "\n".join(lines)
+
+
+def bad_argument_message(program: Program, index: int, value: Any) -> str:
+    p = program.params[index]
+    return (f"cg.detect_anomaly: argument {p.hint or index} of {program.name} already "
+            f"contains NaN or Inf ({int(np.sum(~np.isfinite(np.asarray(value))))} entries) "
+            "before anything ran")
