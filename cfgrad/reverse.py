@@ -350,6 +350,15 @@ def eliminate_dead_code(program: Program) -> None:
         b.nodes = [n for n in b.nodes if n.op in _SIDE_EFFECTS or any(o in live for o in n.outputs)]
 
 
+def _param_key(p: Any) -> Any:
+    """Data parameters compare by their printed form; objects (a custom rule, a region)
+    by identity, since two of them may print alike."""
+    if p is None or isinstance(p, bool | int | float | str | tuple | slice | np.ndarray |
+                               np.dtype | np.generic):
+        return format_param(p)
+    return ("object", id(p))
+
+
 def eliminate_common_subexpressions(program: Program) -> None:
     """Within each block, reuse the first of identical pure nodes (same op, inputs and
     parameters). Rules share subterms (both partials of a `div` read `ct / y`, say) and
@@ -364,7 +373,7 @@ def eliminate_common_subexpressions(program: Program) -> None:
                 kept.append(n)
                 continue
             key = (n.op, tuple(map(id, n.inputs)),
-                   tuple((k, format_param(p)) for k, p in sorted(n.params.items())))
+                   tuple((k, _param_key(p)) for k, p in sorted(n.params.items())))
             first = seen.get(key)
             if first is None:
                 seen[key] = n.outputs[0]
