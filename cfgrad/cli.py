@@ -1,0 +1,314 @@
+"""The `cfgrad` command line (also `python -m cfgrad`).
+
+    cfgrad inspect path/to/file.py:function [--args '2.0, 1.0'] [--adjoint] [--run] ...
+    cfgrad demo
+
+`inspect` imports the file as a module, takes the function's arguments from `--args` or
+from the module's `example_args()` (a dict {function name: argument tuple}, as every file
+in examples/ has), lowers the function and prints the inspector's view of it. Mistakes on
+the command line (a missing file, function or arguments, unparsable `--args`, an output
+file that cannot be written) exit with status 2 and one line on stderr; a cfgrad error
+while lowering or running exits with status 1; an exception raised by the user's module
+while it is imported shows its traceback and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import importlib.util
+import inspect
+import io
+import re
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.text import Text
+
+from . import inspector
+from .api import lowered
+from .dot import to_dot
+from .errors import ArgumentValueError, CfgradError
+
+
+class UsageError(Exception):
+    """A mistake on the command line: reported in one line, exit status 2."""
+
+
+class UserCodeError(Exception):
+    """The user's module raised while it was imported: traceback shown, exit status 1."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    ns = parser.parse_args(argv)
+    if ns.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return ns.run_command(ns)
+    except UsageError as exc:
+        print(f"cfgrad: error: {exc}", file=sys.stderr)
+        return 2
+    except UserCodeError as exc:
+        print(f"cfgrad: error: {exc}", file=sys.stderr)
+        return 1
+    except CfgradError as exc:
+        print(f"cfgrad: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cfgrad", description="Look at what cfgrad's gradients do: programs of SSA "
+        "blocks, their mirrored adjoints and what one run did.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("inspect", help="show the program of FILE.py:FUNCTION",
+                       description="Lower FILE.py:FUNCTION and show its program view.")
+    p.add_argument("target", metavar="FILE.py:FUNCTION")
+    p.add_argument("--args", metavar="LITERALS",
+                   help="the arguments as Python literals, as in a call: '2.0, 1.0' "
+                   "(lists become numpy arrays; default: the file's example_args())")
+    p.add_argument("--adjoint", action="store_true",
+                   help="show each forward block beside its adjoint (mirrored view)")
+    p.add_argument("--run", action="store_true",
+                   help="run forward and backward and show what the run did")
+    p.add_argument("--text", action="store_true",
+                   help="print the plain IR text instead (the adjoint's with --adjoint)")
+    p.add_argument("--values", metavar="NAMES",
+                   help="with --run: more values to summarize, e.g. '%%3,%%7'")
+    p.add_argument("--fold", type=int, default=inspector.DEFAULT_FOLD, metavar="N",
+                   help="fold blocks longer than N rows (0: never; default "
+                   f"{inspector.DEFAULT_FOLD})")
+    p.add_argument("--dot", metavar="FILE", help="also write the program as Graphviz DOT "
+                   "(the adjoint with --adjoint; run counts with --run)")
+    _output_options(p)
+    p.set_defaults(run_command=_inspect)
+
+    d = sub.add_parser("demo", help="inspect the quickstart example (examples/quickstart.py)",
+                       description="Run the quickstart example and show its run and its "
+                       "mirrored adjoint.")
+    _output_options(d)
+    d.set_defaults(run_command=_demo)
+    return parser
+
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--svg", metavar="FILE", help="also save the output as SVG")
+    p.add_argument("--html", metavar="FILE", help="also save the output as HTML")
+    p.add_argument("--width", type=int, metavar="COLUMNS",
+                   help="render for this many columns (default: the terminal's)")
+    p.add_argument("--no-color", action="store_true",
+                   help="no colours (as with the NO_COLOR environment variable)")
+
+
+# ---------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------
+
+
+def _inspect(ns: argparse.Namespace) -> int:
+    if ns.text and (ns.run or ns.svg or ns.html or ns.values):
+        raise UsageError("--text prints the plain IR; it does not combine with --run, "
+                         "--values, --svg or --html")
+    if ns.values and not ns.run:
+        raise UsageError("--values summarizes values of a run: add --run")
+    if ns.fold < 0:
+        raise UsageError("--fold must be 0 (never fold) or a positive number of rows")
+    console = _console(ns)
+    _check_outputs(ns)
+    fun, args = resolve_target(ns.target, ns.args)
+    program = lowered(fun, args)[0].program
+    shown = program.adjoint() if ns.adjoint else program
+    run = None
+    if ns.run:
+        values = [v.strip() for v in ns.values.split(",") if v.strip()] if ns.values else []
+        try:
+            inspector.find_values(program, values)
+        except ArgumentValueError as exc:
+            raise UsageError(f"--values: {exc}") from None
+        run = inspector.record_run(fun, *args, values=values)
+    if ns.dot:
+        _write(ns.dot, "--dot", lambda path: Path(path).write_text(
+            to_dot(shown, None if ns.adjoint else run), encoding="utf-8"))
+    if ns.text:
+        sys.stdout.write(shown.text())
+        return 0
+    console.print(inspector.view(run or program, adjoint=ns.adjoint, fold=ns.fold or None))
+    _save(console, ns, f"cfgrad inspect {ns.target}")
+    return 0
+
+
+def _demo(ns: argparse.Namespace) -> int:
+    """The README's main example: examples/quickstart.py's value and gradient beside finite
+    differences, then what the inspector shows of that run and of the adjoint."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "quickstart.py"
+    if not path.is_file():
+        raise UsageError(f"the demo runs examples/quickstart.py of a source checkout, which is "
+                         f"not at {path}")
+    console = _console(ns)
+    _check_outputs(ns)
+    module = load_module(path)
+    args = module.example_args()["f"]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        module.report(*args)
+    console.print(Text("cfgrad demo: examples/quickstart.py, f(a, b) = Newton's sqrt(a), then a "
+                       "branch on it", style="bold"))
+    console.print(Text(printed.getvalue().rstrip("\n")))
+    console.print()
+    console.print(inspector.view(module.f, *args, run=True, adjoint=True))
+    _save(console, ns, "cfgrad demo")
+    return 0
+
+
+# ---------------------------------------------------------------------------------
+# Loading the user's function and arguments
+# ---------------------------------------------------------------------------------
+
+
+def resolve_target(target: str, args_text: str | None) -> tuple[Any, tuple]:
+    """`path/to/file.py:function` -> (the function, its arguments)."""
+    path_text, sep, name = target.rpartition(":")
+    if not sep or not path_text or not name:
+        raise UsageError(f"expected FILE.py:FUNCTION, got {target!r}")
+    module = load_module(Path(path_text))
+    fun = module
+    for part in name.split("."):
+        fun = getattr(fun, part, None)
+        if fun is None:
+            raise UsageError(f"{path_text} has no function {name!r}; it defines "
+                             f"{_functions(module)}")
+    if not callable(fun):
+        raise UsageError(f"{name!r} in {path_text} is a {type(fun).__name__}, not a function")
+    if args_text is not None:
+        return fun, _check_arity(fun, name, parse_args(args_text), "--args")
+    example_args = getattr(module, "example_args", None)
+    if example_args is None:
+        raise UsageError(f"no arguments for {name}: pass --args '...' or define "
+                         f"example_args() in {path_text} returning {{{name!r}: (...)}}")
+    try:
+        cases = example_args()
+    except Exception as exc:
+        raise UserCodeError(f"example_args() of {path_text} raised:\n"
+                            + "".join(traceback.format_exception(exc))) from exc
+    if not isinstance(cases, dict) or name not in cases:
+        have = ", ".join(sorted(cases)) if isinstance(cases, dict) else type(cases).__name__
+        raise UsageError(f"example_args() of {path_text} has no arguments for {name!r} (it "
+                         f"has: {have}); pass --args '...'")
+    args = cases[name]
+    if not isinstance(args, tuple | list):
+        raise UsageError(f"example_args()[{name!r}] of {path_text} must be a tuple of "
+                         f"arguments, got {type(args).__name__}")
+    return fun, _check_arity(fun, name, tuple(args), "example_args()")
+
+
+def _check_arity(fun: Any, name: str, args: tuple, source: str) -> tuple:
+    """Refuse arguments the function cannot take, before tracing calls it."""
+    try:
+        signature = inspect.signature(fun)
+    except (TypeError, ValueError):  # no signature to check (a builtin, …)
+        return args
+    try:
+        signature.bind(*args)
+    except TypeError as exc:
+        raise UsageError(f"{name}{signature} cannot take the {len(args)} arguments of "
+                         f"{source}: {exc}") from None
+    return args
+
+
+def _functions(module: ModuleType) -> str:
+    names = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
+                   and getattr(v, "__module__", None) == module.__name__)
+    return ", ".join(names) if names else "no functions"
+
+
+def load_module(path: Path) -> ModuleType:
+    """Import a Python file as a module, registered in sys.modules before it runs (as
+    dataclasses and pickling need) and with its directory on sys.path (as `python
+    file.py` has)."""
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    if path.suffix != ".py":
+        raise UsageError(f"{path} is not a .py file")
+    name = "cfgrad_cli_" + re.sub(r"\W", "_", path.stem)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None  # a .py file always has a loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise UserCodeError(f"importing {path} raised:\n"
+                            + "".join(traceback.format_exception(exc))) from exc
+    return module
+
+
+def parse_args(text: str) -> tuple:
+    """`'2.0, [1.0, 2.0]'` -> (2.0, array([1., 2.])): Python literals as in a call; lists
+    become numpy arrays, tuples and dicts stay pytrees."""
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+        values = ast.literal_eval(node)
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError) as exc:
+        raise UsageError(f"--args {text!r} is not a list of Python literals: {exc}") from None
+    args = values if isinstance(node, ast.Tuple) else (values,)
+    try:
+        return tuple(_arrays(a) for a in args)
+    except ValueError as exc:
+        raise UsageError(f"--args {text!r}: a list is not a rectangular array: {exc}") from None
+
+
+def _arrays(x: Any) -> Any:
+    if isinstance(x, list):
+        return np.array(x)
+    if isinstance(x, tuple):
+        return tuple(_arrays(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _arrays(v) for k, v in x.items()}
+    return x
+
+
+# ---------------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------------
+
+
+def _console(ns: argparse.Namespace) -> Console:
+    if ns.width is not None and ns.width < 20:
+        raise UsageError(f"--width {ns.width} is too narrow (at least 20 columns)")
+    return Console(width=ns.width, no_color=True if ns.no_color else None,
+                   record=bool(ns.svg or ns.html))
+
+
+def _check_outputs(ns: argparse.Namespace) -> None:
+    """Refuse output files in directories that do not exist before any work is done."""
+    for option in ("dot", "svg", "html"):
+        path = getattr(ns, option, None)
+        if path is not None and not Path(path).parent.is_dir():
+            raise UsageError(f"--{option}: cannot write {path}: no directory "
+                             f"{Path(path).parent}")
+
+
+def _save(console: Console, ns: argparse.Namespace, title: str) -> None:
+    if ns.html:
+        _write(ns.html, "--html", lambda path: console.save_html(path, clear=False))
+    if ns.svg:
+        _write(ns.svg, "--svg", lambda path: console.save_svg(path, title=title, clear=False))
+
+
+def _write(path: str, option: str, write: Any) -> None:
+    try:
+        write(path)
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot write {path}: {exc.strerror or exc}") from None

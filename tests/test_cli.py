@@ -1,0 +1,400 @@
+"""The `cfgrad` command line, run as a user runs it: in a subprocess.
+
+Every option of `cfgrad inspect` and `cfgrad demo`, every error path (exit status 2 for a
+mistake on the command line, 1 for an error of the user's code or of cfgrad), every
+function of every example's `example_args()`, and the captured outputs in
+docs/inspector.md: each ```text block after a `<!-- cfgrad ... -->` comment is exactly
+what that command prints (or, when the command names FILE, what it writes there), and
+docs/inspector-demo.svg is exactly what its command saves. Rewrite them after an
+intended change with
+
+    CFGRAD_REGEN_GOLDEN=1 python -m pytest tests/test_cli.py
+
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+import cfgrad as cg
+from cfgrad import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+SEEDS = "examples/seeds.py"
+DOC = ROOT / "docs" / "inspector.md"
+REGEN = bool(os.environ.get("CFGRAD_REGEN_GOLDEN"))
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def cfgrad(*argv: str, env: dict | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """`python -m cfgrad ARGV` with a plain environment (no colour variables) unless `env`
+    adds some."""
+    base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR",
+                                                              "COLUMNS", "TERM")}
+    return subprocess.run([sys.executable, "-m", "cfgrad", *argv], capture_output=True,
+                          text=True, cwd=cwd, env={**base, **(env or {})}, timeout=60)
+
+
+def cfgrad_many(*argvs: tuple[str, ...]) -> list[subprocess.CompletedProcess]:
+    """Several commands at once (each is mostly interpreter start-up)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda argv: cfgrad(*argv), argvs))
+
+
+def ok(*argv: str, **kw) -> str:
+    proc = cfgrad(*argv, **kw)
+    assert proc.returncode == 0, proc.stderr
+    assert not proc.stderr
+    return proc.stdout
+
+
+def fails(status: int, message: str, *argv: str, **kw) -> str:
+    """Run a command that must fail with `status` and an error naming `message`."""
+    return check_failure(cfgrad(*argv, **kw), status, message)
+
+
+def check_failure(proc: subprocess.CompletedProcess, status: int, message: str) -> str:
+    assert proc.returncode == status, (proc.args, proc.returncode, proc.stdout, proc.stderr)
+    assert message in proc.stderr, (proc.args, proc.stderr)
+    assert proc.stdout == "", proc.args
+    return proc.stderr
+
+
+def load(path: Path):
+    return cli.load_module(path)
+
+
+def has_colour(ansi: str) -> bool:
+    for match in SGR.finditer(ansi):
+        params = [int(p) for p in match.group(1).split(";") if p]
+        if any(30 <= p <= 49 or 90 <= p <= 107 for p in params):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------
+# Options
+# ---------------------------------------------------------------------------------
+
+
+def test_program_view_is_the_default():
+    out = ok("inspect", f"{SEEDS}:branch", "--width", "100")
+    assert out.startswith("program branch(%a: f64[], %b: f64[]) -> (f64[])")
+    assert "Cond %0 → Proj(T) b1 | Proj(F) b2" in out and "if#0 cond · seeds.py:44" in out
+
+
+def test_text_prints_the_ir_exactly():
+    seeds = load(EXAMPLES / "seeds.py")
+    program = cg.lower(seeds.loop, *seeds.example_args()["loop"])
+    assert ok("inspect", f"{SEEDS}:loop", "--text") == program.text()
+    assert ok("inspect", f"{SEEDS}:loop", "--text", "--adjoint") == program.adjoint().text()
+
+
+def test_args_replace_example_args():
+    """At (3, 2) a < b is false: the False case runs."""
+    out = ok("inspect", f"{SEEDS}:branch", "--args", "3.0, 2.0", "--run", "--width", "100")
+    assert "T×0 F×1" in out and "b1 case T ← b0.T  not run" in out
+    out = ok("inspect", f"{SEEDS}:log_sin", "--args", "[0.5, 0.75]", "--text")
+    assert out.startswith("program log_sin(%x: f64[2])")  # a list becomes an array
+    out = ok("inspect", f"{SEEDS}:loop", "--args", "2.0, 1.0, 6", "--run", "--width", "100")
+    assert "T×6 F×1" in out
+
+
+def test_adjoint_shows_the_mirrored_view():
+    out = ok("inspect", f"{SEEDS}:branch", "--adjoint", "--width", "100")
+    assert out.startswith("mirrored branch ↔ branch.adjoint")
+    assert "pops the decision of b0's Cond" in out
+
+
+def test_run_and_values():
+    out = ok("inspect", f"{SEEDS}:loop", "--run", "--values", "%5, %3", "--width", "100")
+    assert "path  b0 → (b1 → b2)×4 → b1 → b3" in out
+    assert re.search(r"loop#0 while\s+4\s+StoreAll\(\)", out)
+    assert re.search(r"%5 +f64\[\] .* in b2, last of 4 visits", out)
+    assert re.search(r"%3 +f64\[\] ", out)
+
+
+def test_run_with_adjoint_shows_both():
+    out = ok("inspect", f"{SEEDS}:branch", "--run", "--adjoint", "--width", "100")
+    assert out.index("run of branch") < out.index("mirrored branch")
+
+
+def test_fold():
+    target = "examples/benchmark.py:add_chain"
+    assert "… 25 nodes …" in ok("inspect", target, "--width", "100")  # 65 rows, fold 40
+    assert "… 55 nodes …" in ok("inspect", target, "--fold", "10", "--width", "100")
+    assert "nodes …" not in ok("inspect", target, "--fold", "0", "--width", "100")
+
+
+def test_width():
+    out = ok("inspect", f"{SEEDS}:loop", "--run", "--adjoint", "--width", "60")
+    assert max(map(len, out.splitlines())) <= 60
+    out = ok("inspect", f"{SEEDS}:loop", "--run", "--adjoint")  # not a terminal: 80
+    assert max(map(len, out.splitlines())) == 80 and "\x1b[" not in out
+
+
+def test_colour_follows_no_color_and_the_flag():
+    argv = ("inspect", f"{SEEDS}:branch", "--run")
+    assert has_colour(ok(*argv, env={"FORCE_COLOR": "1"}))
+    assert not has_colour(ok(*argv, env={"FORCE_COLOR": "1", "NO_COLOR": "1"}))
+    assert not has_colour(ok(*argv, "--no-color", env={"FORCE_COLOR": "1"}))
+
+
+def test_dot(tmp_path):
+    out = tmp_path / "branch.dot"
+    ok("inspect", f"{SEEDS}:branch", "--dot", str(out))
+    text = out.read_text()
+    assert text.startswith('digraph "branch" {') and "bold" not in text
+    ok("inspect", f"{SEEDS}:branch", "--run", "--dot", str(out))
+    assert 'label="T ×1"' in out.read_text()
+    ok("inspect", f"{SEEDS}:branch", "--adjoint", "--dot", str(out))
+    assert out.read_text().startswith('digraph "branch.adjoint" {')
+    ok("inspect", f"{SEEDS}:branch", "--text", "--dot", str(out))
+    assert out.read_text().startswith('digraph "branch" {')
+
+
+def test_svg_and_html(tmp_path):
+    svg, html = tmp_path / "v.svg", tmp_path / "v.html"
+    out = ok("inspect", f"{SEEDS}:branch", "--run", "--svg", str(svg), "--html", str(html),
+             "--width", "100")
+    assert "run of branch" in out
+    root = ET.parse(svg).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    text = "".join(root.itertext()).replace("\xa0", " ")
+    assert "cfgrad inspect examples/seeds.py:branch" in text and "run of branch" in text
+    assert "<html" in html.read_text() and "run of " in html.read_text()
+
+
+def test_demo(tmp_path):
+    svg = tmp_path / "demo.svg"
+    out = ok("demo", "--width", "100", "--svg", str(svg))
+    assert re.search(r"df/da\s+-?\d", out) and "Newton iterations: 5" in out
+    assert "run of f" in out and "mirrored f ↔ f.adjoint" in out
+    assert svg.read_text().startswith("<svg")
+
+
+def test_python_m_and_the_console_script():
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "cfgrad"]
+    assert script.value == "cfgrad.cli:main" and script.load() is cli.main
+    path = shutil.which("cfgrad") or str(Path(sys.executable).parent / "cfgrad")
+    if not Path(path).exists():
+        pytest.fail("the cfgrad script is not installed: pip install -e .")
+    proc = subprocess.run([path, "inspect", f"{SEEDS}:cancel", "--text"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == ok("inspect", f"{SEEDS}:cancel", "--text")
+
+
+def test_help():
+    assert "--adjoint" in ok("inspect", "--help")
+
+
+# ---------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------
+
+
+def write(tmp_path: Path, source: str, name: str = "mod.py") -> str:
+    path = tmp_path / name
+    path.write_text(source)
+    return str(path)
+
+
+def test_usage_errors_exit_2(tmp_path):
+    """Each mistake exits 2 with one line naming it, before printing anything."""
+    missing = str(tmp_path / "missing" / "x.out")
+    cases = [
+        (["inspect", "nope.py:f"], "no such file: nope.py"),
+        (["inspect", "README.md:f"], "is not a .py file"),
+        (["inspect", SEEDS], "expected FILE.py:FUNCTION, got 'examples/seeds.py'"),
+        (["inspect", f"{SEEDS}:nope"],
+         "has no function 'nope'; it defines branch, cancel, example_args, log_sin, loop,"),
+        (["inspect", f"{SEEDS}:main"],
+         "example_args() of examples/seeds.py has no arguments for 'main' (it has: branch,"),
+        (["inspect", f"{SEEDS}:tree", "--args", "(1"], "is not a list of Python literals"),
+        (["inspect", f"{SEEDS}:tree", "--args", "x + 1"], "is not a list of Python literals"),
+        (["inspect", f"{SEEDS}:log_sin", "--args", "[[1.0], [2.0, 3.0]]"],
+         "a list is not a rectangular array"),
+        (["inspect", f"{SEEDS}:tree", "--args", "1.0"],
+         "tree(x, z, k, g) cannot take the 1 arguments of --args: missing a required"),
+        (["inspect", f"{SEEDS}:tree", "--values", "%1"],
+         "--values summarizes values of a run: add --run"),
+        (["inspect", f"{SEEDS}:loop", "--run", "--values", "%99"],
+         "--values: inspect: loop has no value named '%99'"),
+        (["inspect", f"{SEEDS}:tree", "--text", "--run"], "--text prints the plain IR"),
+        (["inspect", f"{SEEDS}:tree", "--text", "--svg", "x.svg"], "--text prints the plain IR"),
+        (["inspect", f"{SEEDS}:tree", "--fold", "-1"], "--fold must be 0"),
+        (["inspect", f"{SEEDS}:tree", "--width", "5"], "--width 5 is too narrow"),
+        (["inspect", f"{SEEDS}:tree", "--svg", missing], "--svg: cannot write"),
+        (["inspect", f"{SEEDS}:tree", "--html", missing], "--html: cannot write"),
+        (["inspect", f"{SEEDS}:tree", "--dot", missing], "--dot: cannot write"),
+        (["inspect", f"{SEEDS}:tree", "--dot", str(tmp_path)], "--dot: cannot write"),
+        (["demo", "--svg", missing], "--svg: cannot write"),
+        (["inspect", f"{SEEDS}:tree", "--width", "wide"], "invalid int value"),
+        (["inspect", f"{SEEDS}:tree", "--bogus"], "unrecognized arguments: --bogus"),
+        ([], "usage: cfgrad"),
+    ]
+    for proc, (_, message) in zip(cfgrad_many(*(argv for argv, _ in cases)), cases):
+        check_failure(proc, 2, message)
+    # an output file that turns out unwritable after the view was printed
+    proc = cfgrad("inspect", f"{SEEDS}:tree", "--svg", str(tmp_path))
+    assert proc.returncode == 2 and "--svg: cannot write" in proc.stderr
+
+
+def test_missing_arguments_exit_2(tmp_path):
+    plain = write(tmp_path, "def f(x):\n    return x * 2.0\n")
+    fails(2, "no arguments for f: pass --args '...' or define example_args()", "inspect",
+          f"{plain}:f")
+    assert "program f(%x: f64[])" in ok("inspect", f"{plain}:f", "--args", "1.0")
+    not_tuple = write(tmp_path, "def f(x):\n    return x\n\ndef example_args():\n"
+                      "    return {'f': 1.0}\n", "not_tuple.py")
+    fails(2, "example_args()['f'] of", "inspect", f"{not_tuple}:f")
+    wrong = write(tmp_path, "def f(x):\n    return x\n\ndef example_args():\n"
+                  "    return {'f': (1.0, 2.0)}\n", "wrong.py")
+    fails(2, "cannot take the 2 arguments of example_args()", "inspect", f"{wrong}:f")
+    value = write(tmp_path, "f = 3\n", "value.py")
+    fails(2, "'f' in", "inspect", f"{value}:f", "--args", "1.0")
+
+
+def test_errors_of_user_code_exit_1(tmp_path):
+    broken = write(tmp_path, "raise RuntimeError('boom at import')\n", "broken.py")
+    err = fails(1, "importing", "inspect", f"{broken}:f")
+    assert "RuntimeError: boom at import" in err
+    raising = write(tmp_path, "def f(x):\n    return x\n\ndef example_args():\n"
+                    "    raise KeyError('no args')\n", "raising.py")
+    assert "KeyError: 'no args'" in fails(1, "example_args() of", "inspect", f"{raising}:f")
+    traced_if = write(tmp_path, "def f(x):\n    if x > 0:\n        return x\n    return -x\n",
+                      "traced_if.py")
+    fails(1, "cfgrad: error: TracerBoolError:", "inspect", f"{traced_if}:f", "--args", "1.0")
+
+
+def test_modules_are_registered_before_they_run(tmp_path):
+    """A dataclass in the user's file needs its module in sys.modules while it is built;
+    sibling modules import as under `python file.py`."""
+    write(tmp_path, "SCALE = 3.0\n", "helper.py")
+    source = ("import dataclasses\nfrom helper import SCALE\n\n@dataclasses.dataclass\n"
+              "class Config:\n    scale: float = SCALE\n\n"
+              "def f(x):\n    return x * Config().scale\n\n"
+              "def example_args():\n    return {'f': (2.0,)}\n")
+    path = write(tmp_path, source, "with_dataclass.py")
+    assert "mul %x, 3.0" in ok("inspect", f"{path}:f", "--text", cwd=tmp_path)
+
+
+# ---------------------------------------------------------------------------------
+# Every example function
+# ---------------------------------------------------------------------------------
+
+
+def example_functions() -> list[tuple[str, str]]:
+    cases = []
+    for path in sorted(EXAMPLES.glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"examples_{path.stem}", path)
+        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        example_args = getattr(module, "example_args", None)
+        cases += [(path.name, name) for name in (example_args() if example_args else {})]
+    return cases
+
+
+EXAMPLE_FUNCTIONS = example_functions()
+
+
+@cache
+def example_outputs(tmp: str) -> dict[tuple[str, str], tuple[subprocess.CompletedProcess, str]]:
+    """`cfgrad inspect examples/FILE:FUNCTION --run --adjoint --dot …` for every example
+    function (run together: each is mostly interpreter start-up)."""
+    argvs = [("inspect", f"examples/{file}:{function}", "--run", "--adjoint", "--width",
+              "100", "--dot", f"{tmp}/{file}.{function}.dot")
+             for file, function in EXAMPLE_FUNCTIONS]
+    return {case: (proc, Path(argv[-1]).read_text() if proc.returncode == 0 else "")
+            for case, argv, proc in zip(EXAMPLE_FUNCTIONS, argvs, cfgrad_many(*argvs))}
+
+
+@pytest.mark.parametrize(("file", "function"), EXAMPLE_FUNCTIONS)
+def test_every_example_function_inspects(file, function, tmp_path_factory):
+    """The run view (which holds the annotated program view), the mirrored view and the
+    DOT export of every function of every example's example_args()."""
+    proc, dot = example_outputs(str(tmp_path_factory.getbasetemp()))[(file, function)]
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    assert proc.stdout.startswith(f"run of {function}")
+    assert f"program {function}(" in proc.stdout and f"mirrored {function} ↔" in proc.stdout
+    assert dot.startswith(f'digraph "{function}.adjoint" {{')
+
+
+# ---------------------------------------------------------------------------------
+# docs/inspector.md
+# ---------------------------------------------------------------------------------
+
+CAPTURE = re.compile(r"<!-- (cfgrad [^\n]*?) -->\n```text\n(.*?)^```", re.S | re.M)
+SVG_COMMAND = re.compile(r"`(cfgrad [^`]*--svg docs/inspector-demo\.svg[^`]*)`")
+
+
+def doc_captures() -> list[tuple[str, str]]:
+    return [(m.group(1), m.group(2)) for m in CAPTURE.finditer(DOC.read_text())]
+
+
+def test_docs_have_captures():
+    assert len(doc_captures()) >= 5
+
+
+def in_process(argv: list[str], capsys) -> str:
+    """`cfgrad ARGV` called in this process (what the page shows is checked here; the
+    command line itself is tested through subprocesses above)."""
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert not err
+    return out
+
+
+@pytest.mark.parametrize(("command", "shown"), doc_captures())
+def test_docs_show_real_output(command, shown, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    argv = shlex.split(command)[1:]
+    out_file = tmp_path / "out"
+    argv = [str(out_file) if a == "FILE" else a for a in argv]
+    printed = in_process(argv, capsys)
+    actual = out_file.read_text() if "FILE" in command else printed
+    if REGEN:
+        text = DOC.read_text()
+        DOC.write_text(text.replace(f"<!-- {command} -->\n```text\n{shown}",
+                                    f"<!-- {command} -->\n```text\n{actual}"))
+        shown = actual
+    assert actual == shown, f"docs/inspector.md: `{command}` prints something else now"
+
+
+def test_docs_python_examples_run(capsys, monkeypatch):
+    """The page's Python snippets run (from examples/, where they import quickstart)."""
+    monkeypatch.chdir(EXAMPLES)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    snippets = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    assert len(snippets) >= 2
+    for code in snippets:
+        exec(compile(code, "snippet.py", "exec"), {})  # noqa: S102 - our own documentation
+    assert "run of collatz_like" in capsys.readouterr().out
+
+
+def test_docs_svg_is_what_the_cli_saves(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    (command,) = SVG_COMMAND.findall(DOC.read_text())
+    argv = shlex.split(command)[1:]
+    saved = tmp_path / "demo.svg"
+    in_process([str(saved) if a == "docs/inspector-demo.svg" else a for a in argv], capsys)
+    documented = ROOT / "docs" / "inspector-demo.svg"
+    if REGEN:
+        documented.write_text(saved.read_text())
+    assert documented.read_text() == saved.read_text()

@@ -1,0 +1,489 @@
+"""The inspector (cfgrad/inspector.py) and the DOT export (cfgrad/dot.py).
+
+Goldens: tests/golden/inspector/NAME.VIEW.txt is the whole text of one view (program,
+mirrored, run) of one seed example of tests/seed_programs.py, rendered by
+`Console(record=True, width=100, color_system=None)` and `export_text()`;
+NAME.VIEW.w60.txt is the same at width 60. After an intended change to the inspector,
+the lowering or seed_programs.py, regenerate them and review the diff:
+
+    CFGRAD_REGEN_GOLDEN=1 python -m pytest tests/test_inspector.py
+
+Besides the goldens: determinism, NO_COLOR, narrow consoles, folding of long blocks, the
+run view's numbers against independently derived ones (visit and decision counts, trip
+counts, checkpoint accounting against `cg.vjp`'s pullback statistics, NaN/Inf counts),
+the path compression, random structured programs in every view, the 2000-node timing,
+and the DOT text.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rich
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+import cfgrad as cg
+import cfgrad.numpy as cnp
+from cfgrad import inspector
+from cfgrad.dot import to_dot
+from cfgrad.errors import ArgumentTypeError, ArgumentValueError
+from cfgrad.inspector import Repeat, compress_path, counts_text, record_run, view
+
+sys.path.insert(0, str(Path(__file__).parent))
+import seed_programs as seeds  # noqa: E402
+
+GOLDEN = Path(__file__).parent / "golden" / "inspector"
+REGEN = bool(os.environ.get("CFGRAD_REGEN_GOLDEN"))
+VIEWS = ("program", "mirrored", "run")
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def render(renderable, width: int = 100, **console_options) -> str:
+    """What a console of `width` columns shows, as plain text."""
+    options = {"color_system": None, **console_options}
+    console = Console(record=True, width=width, file=io.StringIO(), **options)
+    console.print(renderable)
+    return console.export_text()
+
+
+def seed_view(name: str, kind: str):
+    fun, args = seeds.SEEDS[name]
+    return view(fun, *args, adjoint=kind == "mirrored", run=kind == "run")
+
+
+def has_colour(ansi: str) -> bool:
+    """Whether any SGR sequence sets a foreground or background colour."""
+    for match in SGR.finditer(ansi):
+        params = [int(p) for p in match.group(1).split(";") if p]
+        if any(30 <= p <= 49 or 90 <= p <= 107 for p in params):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------
+# Goldens
+# ---------------------------------------------------------------------------------
+
+GOLDEN_CASES = [(name, kind, 100) for name in sorted(seeds.SEEDS) for kind in VIEWS] + [
+    (name, kind, 60) for name in ("cond", "while") for kind in VIEWS]
+
+
+def golden_path(name: str, kind: str, width: int) -> Path:
+    return GOLDEN / f"{name}.{kind}{'' if width == 100 else f'.w{width}'}.txt"
+
+
+@pytest.mark.parametrize(("name", "kind", "width"), GOLDEN_CASES)
+def test_golden(name, kind, width):
+    text = render(seed_view(name, kind), width)
+    path = golden_path(name, kind, width)
+    if REGEN:
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"{path} is missing: regenerate with CFGRAD_REGEN_GOLDEN=1"
+    assert text == path.read_text(encoding="utf-8"), (
+        f"the {kind} view of {name} differs from {path}; if the change is intended, "
+        "regenerate with CFGRAD_REGEN_GOLDEN=1 and review the diff")
+
+
+def test_golden_files_are_all_used():
+    expected = {golden_path(*case).name for case in GOLDEN_CASES}
+    assert {p.name for p in GOLDEN.glob("*.txt")} == expected
+
+
+# ---------------------------------------------------------------------------------
+# Determinism, colour, width, folding
+# ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", VIEWS)
+@pytest.mark.parametrize("name", ["cond", "while", "switch"])
+def test_views_are_deterministic(name, kind):
+    """Two independent lowerings and runs render the same text, with no object ids or
+    addresses in it."""
+    fun, args = seeds.SEEDS[name]
+    texts = []
+    for _ in range(2):
+        program = cg.lower(fun, *args)  # a fresh Program each time
+        target = record_run(program, *args) if kind == "run" else program
+        texts.append(render(view(target, adjoint=kind == "mirrored")))
+    assert texts[0] == texts[1]
+    assert not re.search(r"0x[0-9a-f]{4,}|object at|<[A-Z]\w+ ", texts[0])
+
+
+def test_no_color_is_respected(monkeypatch):
+    fun, args = seeds.SEEDS["while"]
+    views = [view(fun, *args, run=True), view(fun, *args, adjoint=True)]
+
+    def ansi() -> str:
+        console = Console(force_terminal=True, color_system="truecolor", width=100,
+                          file=io.StringIO())
+        for v in views:
+            console.print(v)
+        return console.file.getvalue()
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert has_colour(ansi())  # the views are coloured …
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = ansi()
+    assert not has_colour(plain)  # … and NO_COLOR removes every colour
+    assert "\x1b[1m" in plain  # but keeps emphasis, as NO_COLOR asks
+
+
+@pytest.mark.parametrize("width", [60, 40])
+@pytest.mark.parametrize("kind", VIEWS)
+def test_narrow_consoles_wrap_without_losing_content(kind, width):
+    """Every line fits, and every value the wide view names is still there."""
+    for name in seeds.SEEDS:
+        wide = render(seed_view(name, kind), 100)
+        narrow = render(seed_view(name, kind), width)
+        assert max(map(len, narrow.splitlines())) <= width, (name, narrow)
+        assert set(re.findall(r"%\w+", narrow)) == set(re.findall(r"%\w+", wide)), name
+
+
+def chain(x):
+    for _ in range(100):
+        x = x * 1.01 + 0.5
+    return x
+
+
+def test_long_blocks_fold():
+    program = cg.lower(chain, 0.3)
+    (block,) = program.blocks
+    rows = len(block.phis) + sum(not n.op == "const" for n in block.nodes)
+    assert rows == 200  # 100 x (mul, add); the constants print inline
+    folded = render(view(program))
+    assert f"… {rows - inspector.DEFAULT_FOLD} nodes …" in folded
+    assert len(folded.splitlines()) < inspector.DEFAULT_FOLD + 10
+    assert "%0 " in folded and "%199 " in folded  # the head and the tail are shown
+    assert "%100 " not in folded
+    assert f"… {rows - 10} nodes …" in render(view(program, fold=10))
+    unfolded = render(view(program, fold=None))
+    assert "nodes …" not in unfolded and all(f"%{i} " in unfolded for i in range(rows))
+
+
+def test_fold_applies_to_every_view():
+    program = cg.lower(chain, 0.3)
+    for v in (view(program, adjoint=True, fold=20), view(program, 0.3, run=True, fold=20)):
+        assert "nodes …" in render(v)
+
+
+# ---------------------------------------------------------------------------------
+# rich integration and the entry points
+# ---------------------------------------------------------------------------------
+
+
+def test_rich_print_of_program_block_and_run():
+    fun, args = seeds.SEEDS["while"]
+    program = cg.lower(fun, *args)
+    assert str(program) == program.text()  # plain str stays the IR text
+    assert render(program) == render(inspector.render_program(program))
+    header = program.blocks[1]
+    shown = render(header)  # a block on its own names other blocks by their role
+    assert "block loop#0 header ← (entry), (loop#0 body)" in shown
+    assert "Cond %2 → Proj(T) (loop#0 body) | Proj(F) (loop#0 exit)" in shown
+    run = record_run(program, *args)
+    assert render(run) == render(inspector.render_run(run))
+
+
+def test_inspect_prints_to_the_console_and_returns_none(capsys):
+    fun, args = seeds.SEEDS["cond"]
+    console = Console(record=True, width=100, color_system=None, file=io.StringIO())
+    assert cg.inspect(fun, *args, console=console) is None
+    assert console.export_text() == render(seed_view("cond", "program"))
+    cg.inspect(fun, *args, run=True)  # default: a console on stdout
+    assert "run of cond_example" in capsys.readouterr().out
+
+
+def test_inspect_combines_run_and_mirrored_views():
+    fun, args = seeds.SEEDS["while"]
+    text = render(view(fun, *args, run=True, adjoint=True))
+    assert text.index("run of while_example") < text.index("mirrored while_example")
+
+
+def test_inspect_refuses_what_it_cannot_show():
+    fun, args = seeds.SEEDS["cond"]
+    program = cg.lower(fun, *args)
+    with pytest.raises(ArgumentTypeError, match="adjoint program"):
+        record_run(program.adjoint(), *args)
+    with pytest.raises(ArgumentTypeError, match="takes 2 argument leaves, got 1"):
+        record_run(program, 1.0)
+    with pytest.raises(ArgumentTypeError, match="expected a function"):
+        view(42)
+    with pytest.raises(ArgumentValueError, match="no value named '%99'"):
+        record_run(fun, *args, values=["%99"])
+
+
+# ---------------------------------------------------------------------------------
+# The run view's numbers
+# ---------------------------------------------------------------------------------
+
+
+def test_run_of_a_branch():
+    """a < b at (1, 2): the True case runs, the False case does not."""
+    fun, args = seeds.SEEDS["cond"]
+    run = record_run(fun, *args)
+    assert run.path == [0, 1, 3]
+    assert run.visits == [1, 1, 0, 1]
+    assert run.edges == {(0, True): 1, (1, None): 1}
+    text = render(run)
+    assert "T×1 F×0" in text
+    assert "b2 case F ← b0.F  not run" in text
+    assert "path  b0 → b1 → b3" in text
+
+
+def test_run_of_a_while_loop():
+    """while i < n with n = 4: the header runs 5 times, the body 4, the loop once."""
+    fun, args = seeds.SEEDS["while"]
+    run = record_run(fun, *args)
+    assert run.visits == [1, 5, 4, 1]
+    assert run.edges == {(0, None): 1, (1, True): 4, (1, False): 1, (2, None): 4}
+    assert run.stats.loops[0].trip_counts == [4]
+    text = render(run)
+    assert "path  b0 → (b1 → b2)×4 → b1 → b3" in text
+    assert "T×4 F×1" in text and "Jmp b1 ↺" in text
+
+
+def nested(x, n):
+    """Outer iteration i runs the inner loop i times (trip counts 0, 1, …, n-1)."""
+
+    def outer(c):
+        i, s = c
+
+        def inner(d):
+            j, t = d
+            return j + 1, cg.cond(t > 1.0, lambda: t * 0.5, lambda: t + x)
+
+        return i + 1, cg.while_loop(lambda d: d[0] < i, inner, (0, s))[1]
+
+    return cg.while_loop(lambda c: c[0] < n, outer, (0, x))[1]
+
+
+def test_trip_counts_per_execution_of_a_nested_loop():
+    run = record_run(nested, 0.7, 4)
+    assert [s.trip_counts for s in run.stats.loops] == [[4], [0, 1, 2, 3]]
+    text = render(run)
+    assert re.search(r"loop#1 while\s+0, 1, 2, 3\s", text)
+    inner_header = run.program.loops()[1].header
+    assert run.visits[run.program.blocks.index(inner_header)] == 4 + (0 + 1 + 2 + 3)
+
+
+@pytest.mark.parametrize("strategy", [None, cg.checkpoint.Binomial(2),
+                                      cg.checkpoint.Recompute(), cg.checkpoint.EveryK(2)])
+def test_checkpoint_accounting_matches_the_pullback_statistics(strategy):
+    """The run's per-loop accounting is what cg.vjp reports for the same call."""
+    run = record_run(nested, 0.7, 5, checkpoint=strategy)
+    _, pullback = cg.vjp(nested, 0.7, 5, checkpoint=strategy)
+    pullback(1.0)
+    fields = ("name", "strategy", "trip_counts", "forward_steps", "recompute_steps",
+              "peak_snapshots", "peak_bytes")
+    got = [[getattr(s, f) for f in fields] for s in run.stats.loops]
+    assert got == [[getattr(s, f) for f in fields] for s in pullback.stats.loops]
+    text = render(run)
+    for s in run.stats.loops:
+        assert re.search(rf"{s.name} while .*{re.escape(s.strategy)}\s+{s.recompute_steps}\s+"
+                         rf"{s.peak_snapshots}\s", text), text
+    if strategy is not None:
+        assert sum(run.recomputed) > 0 and "recomputed" in text
+
+
+def test_run_of_a_pullback_is_the_run_of_its_call():
+    fun, args = seeds.SEEDS["while"]
+    _, pullback = cg.vjp(fun, *args)
+    assert render(view(pullback)) == render(view(fun, *args, run=True))
+
+    def with_aux(x, n):
+        return fun(x, n), n * 2
+
+    _, aux_pullback, _ = cg.vjp(with_aux, *args, has_aux=True)
+    assert "path  b0 → (b1 → b2)×4 → b1 → b3" in render(view(aux_pullback))
+
+
+def test_value_summaries_count_nan_and_inf():
+    """log([-1, 0, 1, e]) = [nan, -inf, 0, 1]: one NaN, one Inf, finite min 0, max 1."""
+    def f(x):
+        return cnp.log(x)
+
+    run = record_run(f, np.array([-1.0, 0.0, 1.0, math.e]))
+    out = next(s for s in run.values if s.note == "output 0")
+    assert (out.nan, out.inf, out.min, out.max, out.mean) == (1, 1, 0.0, 1.0, 0.5)
+    assert out.type == "f64[4]"
+    assert re.search(r"%0\s+f64\[4\]\s+0\s+1\s+0\.5\s+1\s+1\s+output 0", render(run))
+
+
+def test_value_summaries_of_chosen_values():
+    fun, args = seeds.SEEDS["cond"]
+    run = record_run(fun, *args, values=["%1", "%2", "a"])
+    by_label = {s.label: s for s in run.values}
+    assert by_label["%1"].min == 3.0 and by_label["%1"].note == "in b1"  # a + b
+    assert not by_label["%2"].computed and "b2 did not run" in by_label["%2"].note
+    grads = [s for s in run.values if s.note == "gradient"]
+    assert [(s.label, s.min) for s in grads] == [("∂%a", 2.0), ("∂%b", 2.0)]  # 2z, z = a+b
+    loop_fun, loop_args = seeds.SEEDS["while"]
+    loop_run = record_run(loop_fun, *loop_args, values=["%6"])
+    assert next(s for s in loop_run.values if s.label == "%6").note == \
+        "in b2, last of 4 visits"
+
+
+def test_forward_only_runs():
+    fun, args = seeds.SEEDS["while"]
+    run = record_run(fun, *args, reverse=False)
+    assert not run.reversed and not [s for s in run.values if s.note == "gradient"]
+    assert "forward only" in render(run)
+
+
+# ---------------------------------------------------------------------------------
+# Path compression
+# ---------------------------------------------------------------------------------
+
+
+def expand(tokens) -> list:
+    out = []
+    for t in tokens:
+        out += expand(t.unit) * t.count if isinstance(t, Repeat) else [t]
+    return out
+
+
+def test_compress_path_examples():
+    assert compress_path([0, 1, 2, 1, 2, 1, 3]) == [0, Repeat((1, 2), 2), 1, 3]
+    assert compress_path("aabaab") == [Repeat((Repeat(("a",), 2), "b"), 2)]
+    # with loop structure, a repeat must be whole iterations of one loop (header 1)
+    assert compress_path([0, 1, 2, 3, 1, 2, 3], {1: frozenset({1, 2})}) == [
+        0, 1, 2, 3, 1, 2, 3]
+    assert counts_text([4, 4, 4, 2]) == "4×3, 2"
+    assert counts_text([]) == "never ran"
+
+
+@settings(max_examples=60)
+@given(st.lists(st.integers(0, 3), max_size=60))
+def test_compress_path_round_trips(seq):
+    tokens = compress_path(seq)
+    assert expand(tokens) == seq
+    assert len(tokens) <= len(seq)
+    loops = {0: frozenset({0, 1}), 2: frozenset({1, 2, 3})}
+    assert expand(compress_path(seq, loops)) == seq
+
+
+# ---------------------------------------------------------------------------------
+# Random structured programs in every view
+# ---------------------------------------------------------------------------------
+
+
+@settings(max_examples=8)
+@given(seeds.expressions(depth=3))
+def test_random_programs_render_in_every_view(expr):
+    fun = seeds.build(expr)
+    args = seeds.generated_args()
+    program = cg.lower(fun, *args)
+    adjoint = program.adjoint()
+    _, abn = adjoint.names()
+    mirrored = render(view(program, adjoint=True), 120)
+    for b in adjoint.blocks:  # every adjoint block is shown once, beside its mirror
+        assert len(re.findall(rf"─ {abn[b]} ", mirrored)) == 1
+    run = record_run(program, *args)
+    text = render(run, 80)
+    assert max(map(len, text.splitlines())) <= 80
+    assert expand(compress_path(run.path, inspector.loop_blocks(program))) == run.path
+    assert sum(run.visits) == len(run.path)
+
+
+# ---------------------------------------------------------------------------------
+# Speed
+# ---------------------------------------------------------------------------------
+
+
+def many_branches(x):
+    for i in range(110):
+        x = cg.cond(x > i * 0.01, lambda x=x: cnp.sin(x) * 1.5 + x * x - 0.25 * x,
+                    lambda x=x: cnp.cos(x) * 0.5 - x + 1.0)
+        x = x * 1.0001 + 0.001
+    return x
+
+
+def test_a_2000_node_program_renders_well_under_a_second():
+    program = cg.lower(many_branches, 0.3)
+    assert 1900 <= program.node_count() <= 2100
+    start = time.perf_counter()
+    text = render(view(program, fold=None))
+    elapsed = time.perf_counter() - start
+    print(f"program view of {program.node_count()} nodes, {len(program.blocks)} blocks: "
+          f"{elapsed:.3f} s")
+    assert text.count("Cond ") == 110
+    assert elapsed < 1.0
+
+
+# ---------------------------------------------------------------------------------
+# DOT
+# ---------------------------------------------------------------------------------
+
+DOT_NODE = re.compile(r"^\s*(\w+) \[", re.M)
+DOT_EDGE = re.compile(r"^\s*(\w+) -> (\w+) (\[.*\]);$", re.M)
+
+
+def test_dot_structure():
+    fun, args = seeds.SEEDS["while"]
+    program = cg.lower(fun, *args)
+    text = to_dot(program)
+    assert text == to_dot(cg.lower(fun, *args))  # stable ids and colours
+    assert text.startswith('digraph "while_example" {') and text.endswith("}\n")
+    assert text.count("{") == text.count("}")
+    declared = set(DOT_NODE.findall(text)) - {"graph", "node", "edge"}
+    edges = DOT_EDGE.findall(text)
+    for src, dst, _ in edges:
+        assert src in declared and dst in declared
+    control = [(s, d, a) for s, d, a in edges if "dashed" in a]
+    assert sorted((s, d) for s, d, _ in control) == [
+        ("b0_term", "b1_phi0"), ("b1_term", "b2_n0"), ("b1_term", "b3_phi0"),
+        ("b2_term", "b1_phi0")]
+    labels = {(s, d): re.search(r'label="([^"]*)"', a) for s, d, a in control}
+    assert labels[("b1_term", "b2_n0")].group(1) == "T"
+    assert labels[("b1_term", "b3_phi0")].group(1) == "F"
+    back = next(a for s, d, a in control if s == "b2_term")
+    assert 'constraint="false"' in back and "↺" in back
+    data = [a for _, _, a in edges if "dashed" not in a and "invis" not in a]
+    assert data and all('style="dashed' not in a for a in data)
+    assert "subgraph cluster_loop_0 {" in text and "subgraph cluster_b1 {" in text
+
+
+def test_dot_marks_the_edges_a_run_took():
+    fun, args = seeds.SEEDS["cond"]
+    program = cg.lower(fun, *args)
+    text = to_dot(program, record_run(program, *args))
+    taken = [a for _, _, a in DOT_EDGE.findall(text) if "bold" in a]
+    assert len(taken) == 2  # b0 -T-> b1 and b1 -> b3
+    assert any('label="T ×1"' in a for a in taken)
+    untaken = next(a for s, _, a in DOT_EDGE.findall(text) if 'label="F"' in a)
+    assert "bold" not in untaken
+    assert 'label="b2 if#0 case F  (not run)"' in text
+    fun, args = seeds.SEEDS["switch"]  # at i = 1 the switch takes case 1
+    program = cg.lower(fun, *args)
+    labels = re.findall(r'label="(case [^"]*)"', to_dot(program, record_run(program, *args)))
+    assert labels == ["case 0", "case 1 ×1", "case 2"]
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz is not installed")
+@pytest.mark.parametrize("name", sorted(seeds.SEEDS))
+def test_graphviz_draws_the_dot_text(name):
+    fun, args = seeds.SEEDS[name]
+    program = cg.lower(fun, *args)
+    for text in (to_dot(program, record_run(program, *args)), to_dot(program.adjoint())):
+        proc = subprocess.run(["dot", "-Tsvg"], input=text, capture_output=True, text=True)
+        assert proc.returncode == 0 and not proc.stderr, proc.stderr
+        assert "<svg" in proc.stdout
+
+
+def test_rich_print_of_a_program_just_works(capsys):
+    fun, args = seeds.SEEDS["tree"]
+    rich.print(cg.lower(fun, *args))
+    assert "program tree_example(%x: f64[], %z: f64[]" in capsys.readouterr().out
