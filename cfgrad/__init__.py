@@ -3,6 +3,7 @@
 from . import (
     checkpoint,
     numpy,  # noqa: F401  (registers the numpy namespace for tracers)
+    optim,
     testing,
 )
 from .anomaly import detect_anomaly
@@ -15,20 +16,23 @@ from .errors import (
     CfgradError,
     LoopLimitError,
     LoweringError,
+    NonFiniteError,
     PathInstabilityError,
     ReplayMismatchError,
+    ScalerStateError,
     TracerBoolError,
     VerifyError,
 )
 from .inspector import inspect
 from .ir import Program
+from .numerics import LossScaler, clip_by_global_norm, clip_by_value
 from .trace import cond, fori_loop, lower, switch, while_loop
 
 __all__ = [
     "AnomalyError", "ArgumentTypeError", "ArgumentValueError", "CfgradError", "LoopLimitError",
-    "LoweringError", "PathInstabilityError", "Program", "ReplayMismatchError",
-    "TracerBoolError", "VerifyError",
-    "checkpoint", "cond", "custom_jvp", "custom_vjp", "detect_anomaly", "fori_loop", "grad",
-    "jvp", "lower", "stop_gradient", "switch", "testing", "value_and_grad", "vjp",
-    "while_loop",
+    "LossScaler", "LoweringError", "NonFiniteError", "PathInstabilityError", "Program",
+    "ReplayMismatchError", "ScalerStateError", "TracerBoolError", "VerifyError",
+    "checkpoint", "clip_by_global_norm", "clip_by_value", "cond", "custom_jvp", "custom_vjp",
+    "detect_anomaly", "fori_loop", "grad", "inspect", "jvp", "lower", "optim", "stop_gradient",
+    "switch", "testing", "value_and_grad", "vjp", "while_loop",
 ]

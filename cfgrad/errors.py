@@ -53,3 +53,13 @@ class ArgumentTypeError(CfgradError, TypeError):
 class ArgumentValueError(CfgradError, ValueError):
     """An invalid parameter: a checkpoint strategy's `snapshots < 1` or `k < 1`, a
     negative `max_iters`, an unsupported `check_grads` order."""
+
+
+class NonFiniteError(CfgradError, FloatingPointError):
+    """A quantity that must be finite is not: the global norm of a tree given to
+    `clip_by_global_norm(..., error_if_nonfinite=True)`."""
+
+
+class ScalerStateError(CfgradError, RuntimeError):
+    """`LossScaler.update()` was called without a `step()` since the previous update, so
+    there is no inf/nan check to base the new scale on."""

@@ -1,9 +1,10 @@
 """Forward and gradient time of cfgrad against hand-written numpy, in one run.
 
-Run `python examples/benchmark.py` (seconds; about half a minute when PyTorch, autograd and
-JAX are installed). `--quick` runs tiny sizes, which is what the tests do. Figures are for
-one thread: BLAS and the other libraries are pinned to one thread below, before numpy is
-imported.
+Run `python examples/benchmark.py` (about a minute; more when PyTorch, autograd and JAX
+are installed). `--quick` runs tiny sizes, which is what the tests do; `--heat-only`
+runs only the heat workload, `--heat-n` and `--heat-steps` set its size (the heat.py
+example's full size is `--heat-steps 2000`). Figures are for one thread: BLAS and the
+other libraries are pinned to one thread below, before numpy is imported.
 
 Cases (the functions are the ones in newton.py and rnn.py):
   newton  Newton's cube root, a separate call on each of 1000 Python floats
@@ -11,12 +12,16 @@ Cases (the functions are the ones in newton.py and rnn.py):
   cond    sum(cond(sum(A) > 0, tanh(A @ B), A @ B.T)) on 512x512 matrices, each branch
   per-node interpreter overhead: a fori_loop over a chain of adds, time per executed node
   minus the time numpy itself takes for the same operation
+  heat    the reaction-diffusion stepping of heat.py (100 000 points, 500 steps): gradient
+          of the final energy w.r.t. the initial state under each checkpointing strategy,
+          wall time and peak resident memory, each implementation in a subprocess of its own
 
 The baseline is a forward function written once and run on numpy, and a reverse pass
 derived by hand. Every implementation's values and gradients are asserted to agree with
 cfgrad's before anything is timed, so a wrong baseline cannot pass silently. PyTorch, HIPS
 autograd and JAX get a column each when they can be imported. Times are the best of
 several repeats (time.perf_counter); ratios divide by hand-written numpy in the same run.
+The heat workload is timed once per subprocess (its peak memory is that one run's).
 """
 
 from __future__ import annotations
@@ -34,8 +39,11 @@ import argparse  # noqa: E402
 import gc  # noqa: E402
 import importlib  # noqa: E402
 import importlib.metadata  # noqa: E402
+import json  # noqa: E402
 import platform  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import textwrap  # noqa: E402
 import time  # noqa: E402
 import timeit  # noqa: E402
@@ -51,10 +59,12 @@ from rich.table import Table  # noqa: E402
 import cfgrad as cg  # noqa: E402
 import cfgrad.numpy as cnp  # noqa: E402
 from cfgrad.api import evaluate, lowered  # noqa: E402
+from cfgrad.checkpoint import Binomial, EveryK, Online, StoreAll  # noqa: E402
 from cfgrad.interpret import Machine  # noqa: E402
 
 # The example functions live next to this file; make them importable however it is loaded.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import heat  # noqa: E402
 from newton import MAX_ITERS, TOL, cube_root  # noqa: E402
 from rnn import make_problem, rnn_loss  # noqa: E402
 
@@ -72,12 +82,14 @@ class Sizes:
     chain_trips: int
     repeats: int
     budget: float  # seconds of repeats per measurement, beyond the first
+    heat_n: int  # grid points of the heat workload
+    heat_steps: int
 
 
 FULL = Sizes(newton_calls=1000, hidden=64, inputs=32, steps=300, matrix=512,
-             chain_trips=2000, repeats=25, budget=1.0)
+             chain_trips=2000, repeats=25, budget=1.0, heat_n=100_000, heat_steps=500)
 QUICK = Sizes(newton_calls=20, hidden=8, inputs=4, steps=20, matrix=32, chain_trips=50,
-              repeats=1, budget=0.0)
+              repeats=1, budget=0.0, heat_n=1000, heat_steps=30)
 
 
 # ---------------------------------------------------------------------------------
@@ -444,6 +456,213 @@ def per_node(sizes: Sizes) -> list[tuple[str, int, float, float]]:
     return rows
 
 
+# ---------------------------------------------------------------------------------
+# The heat workload: one implementation per subprocess, for its peak resident memory
+# ---------------------------------------------------------------------------------
+
+HEAT_SNAPSHOTS = 10
+HEAT_K = 50  # the every-k interval, for EveryK and the hand-written version alike
+HEAT_CFGRAD = {  # implementation -> (loop kind, strategy)
+    "cfgrad StoreAll": ("fori_loop", StoreAll()),
+    f"cfgrad Binomial({HEAT_SNAPSHOTS})": ("fori_loop", Binomial(HEAT_SNAPSHOTS)),
+    f"cfgrad EveryK({HEAT_K})": ("fori_loop", EveryK(HEAT_K)),
+    f"cfgrad Online({HEAT_SNAPSHOTS})": ("while_loop", Online(HEAT_SNAPSHOTS)),
+}
+HEAT_NUMPY = ("numpy by hand, all states", f"numpy by hand, every {HEAT_K}")
+HEAT_OTHERS = {"torch": "torch eager", "jax": "jax lax.scan + jax.checkpoint"}
+
+
+def heat_adjoint_step(u: np.ndarray, bar: np.ndarray) -> np.ndarray:
+    """The reverse of heat.step at state u: with u' = u + dt (D lap(u) + r (u - u^3)) and the
+    periodic Laplacian symmetric, u_bar = u'_bar + dt (D lap(u'_bar) + r (1 - 3 u^2) u'_bar)."""
+    n = u.shape[0]
+    dx = 1.0 / n
+    diffusion = heat.MU * dx * dx / heat.DT
+    laplacian = (np.roll(bar, 1) - 2.0 * bar + np.roll(bar, -1)) / (dx * dx)
+    return bar + heat.DT * (diffusion * laplacian + heat.R * (1.0 - 3.0 * u * u) * bar)
+
+
+def heat_numpy_store_all(u0: np.ndarray, steps: int) -> tuple[np.ndarray, int]:
+    """Forward keeping every state, then the hand-derived reverse; (gradient, recomputed)."""
+    states = [u0]
+    for _ in range(steps):
+        states.append(heat.step(states[-1], np))
+    bar = states.pop() / u0.shape[0]  # dE/du_T = u_T dx
+    for u in reversed(states):
+        bar = heat_adjoint_step(u, bar)
+    return bar, 0
+
+
+def heat_numpy_every_k(u0: np.ndarray, steps: int, k: int) -> tuple[np.ndarray, int]:
+    """Forward keeping every k-th state; the reverse recomputes each segment's states from
+    its checkpoint, then reverses the segment; (gradient, recomputed steps)."""
+    checkpoints, u = [], u0
+    for t in range(steps):
+        if t % k == 0:
+            checkpoints.append((t, u))
+        u = heat.step(u, np)
+    bar, recomputed = u / u0.shape[0], 0
+    while checkpoints:
+        start, u = checkpoints.pop()
+        segment = [u]
+        for _ in range(start + 1, min(start + k, steps)):
+            segment.append(heat.step(segment[-1], np))
+            recomputed += 1
+        for u in reversed(segment):
+            bar = heat_adjoint_step(u, bar)
+    return bar, recomputed
+
+
+def heat_other_gradient(name: str, u0: np.ndarray, steps: int) -> Callable[[], np.ndarray]:
+    """A thunk for the gradient in PyTorch (eager, every step on autograd's tape) or JAX
+    (jit of lax.scan over jax.checkpoint(step): the scan keeps each step's input state and
+    recomputes the step's internals in the reverse pass), compiled before it is returned."""
+    if name == "torch":
+        import torch
+        torch.set_num_threads(1)
+        u0_t = torch.from_numpy(u0)
+
+        def gradient() -> np.ndarray:
+            u = start = u0_t.clone().requires_grad_(True)
+            for _ in range(steps):
+                u = heat.step(u, torch)
+            return torch.autograd.grad(heat.energy(u, torch), start)[0].numpy()
+        return gradient
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+
+    def final_energy(u0):
+        u, _ = jax.lax.scan(jax.checkpoint(lambda u, _: (heat.step(u, jnp), None)), u0, None,
+                            length=steps)
+        return heat.energy(u, jnp)
+    u0_j = jnp.asarray(u0)
+    compiled = jax.jit(jax.grad(final_energy)).lower(u0_j).compile()
+    return lambda: np.asarray(compiled(u0_j))
+
+
+def heat_worker(name: str, n: int, steps: int, out: Path) -> dict:
+    """One heat implementation in this process: its time (one run), body evaluations and
+    peak RSS before (after imports, inputs and compilation) and after the run; the gradient
+    is saved to `out`."""
+    u0 = heat.initial_state(n)
+    stats = None
+    if name in HEAT_CFGRAD:
+        kind, strategy = HEAT_CFGRAD[name]
+        fun, bound = ((heat.final_energy, steps) if kind == "fori_loop"
+                      else (heat.final_energy_until, heat.time_bound(steps)))
+        cg.lower(fun, u0, bound)
+
+        def gradient() -> np.ndarray:
+            nonlocal stats
+            _, pullback = cg.vjp(fun, u0, bound, checkpoint=strategy)
+            g = pullback(1.0)[0]
+            stats = pullback.stats.loops[0]
+            return g
+    elif name in HEAT_NUMPY:
+        recomputed = 0
+
+        def gradient() -> np.ndarray:
+            nonlocal recomputed
+            g, recomputed = (heat_numpy_store_all(u0, steps) if name == HEAT_NUMPY[0]
+                             else heat_numpy_every_k(u0, steps, HEAT_K))
+            return g
+    else:
+        gradient = heat_other_gradient(name, u0, steps)
+    rss_setup = heat.max_rss_bytes()
+    start, cpu_start = time.perf_counter(), time.process_time()
+    g = gradient()
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    np.save(out, g)
+    result = {"seconds": seconds, "cpu": cpu, "rss_setup": rss_setup,
+              "rss_peak": heat.max_rss_bytes()}
+    if stats is not None:
+        result.update(forward=stats.forward_steps, recomputed=stats.recompute_steps,
+                      peak_bytes=stats.peak_bytes, peak_snapshots=stats.peak_snapshots)
+    elif name in HEAT_NUMPY:
+        result.update(forward=steps, recomputed=recomputed)
+    return result
+
+
+def heat_section(console: Console, n: int, steps: int, present: list[str],
+                 quick: bool) -> None:
+    """Run every heat implementation in its own subprocess, check the gradients, print.
+    With `quick`, no torch and jax rows: importing them in fresh processes takes seconds."""
+    others = [] if quick else [lib for lib in HEAT_OTHERS if lib in present]
+    names = [*HEAT_CFGRAD, *HEAT_NUMPY] + [HEAT_OTHERS[lib] for lib in others]
+    worker_of = {v: k for k, v in HEAT_OTHERS.items()}  # row name -> --heat-worker name
+    results, grads = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, name in enumerate(names):
+            out = Path(tmp) / f"{i}.npy"
+            proc = subprocess.run(
+                [sys.executable, __file__, "--heat-worker", worker_of.get(name, name),
+                 "--heat-n", str(n), "--heat-steps", str(steps), "--heat-out", str(out)],
+                capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SystemExit(f"heat worker {name!r} failed:\n{proc.stderr}")
+            results[name] = json.loads(proc.stdout.splitlines()[-1])
+            grads[name] = np.load(out)
+    reference = grads["cfgrad StoreAll"]
+    for name in HEAT_CFGRAD:  # the same operations in the same order: the same bits
+        assert np.array_equal(grads[name], reference), f"{name}'s gradient is not bitwise equal"
+    for name in names:
+        np.testing.assert_allclose(grads[name], reference, rtol=1e-9, atol=1e-12 / n,
+                                   err_msg=f"heat: {name}'s gradient differs from cfgrad's")
+
+    base = results[HEAT_NUMPY[0]]["cpu"]
+    table = Table(title=f"Heat workload: gradient of the final energy, n = {n:,} points, "
+                  f"T = {steps} steps (one state {8 * n / 2 ** 20:.2f} MiB); one run each, "
+                  "each in its own process")
+    for column in ("implementation", "wall time", "CPU time", "CPU ÷ numpy", "body evaluations",
+                   "peak snapshots",
+                   "stats peak bytes", "peak RSS", "RSS growth"):
+        table.add_column(column, justify="left" if column == "implementation" else "right")
+    for name in names:
+        r = results[name]
+        evals = f"{r['forward']} + {r['recomputed']}" if "forward" in r else ""
+        table.add_row(name, fmt_time(r["seconds"]), fmt_time(r["cpu"]), f"{r['cpu'] / base:.2f}×",
+                      evals,
+                      str(r.get("peak_snapshots", "")),
+                      fmt_mib(r["peak_bytes"]) if "peak_bytes" in r else "",
+                      fmt_mib(r["rss_peak"]), fmt_mib(r["rss_peak"] - r["rss_setup"]),
+                      end_section=name in (names[len(HEAT_CFGRAD) - 1], HEAT_NUMPY[-1]))
+    console.print(table)
+    notes = [
+        "CPU time: user + system time of the worker process during the gradient "
+        "(time.process_time), steadier than wall time when the machine is busy; "
+        "CPU ÷ numpy divides by the first numpy row's",
+        "body evaluations: forward sweep + recomputed steps; the reverse steps themselves "
+        "are not counted (cfgrad's LoopStats convention)",
+        "peak RSS: the subprocess's peak resident set size (VmHWM; interpreter, numpy and "
+        "the library included); RSS growth: its increase during the gradient, over the peak "
+        "after imports, inputs and compilation",
+        "stats peak bytes: the loop's snapshots and tapes by cfgrad's accounting "
+        "(pullback.stats.loops[0].peak_bytes)",
+        f"memory, StoreAll ÷ Binomial({HEAT_SNAPSHOTS}): "
+        + heat.memory_ratios(results["cfgrad StoreAll"],
+                             results[f"cfgrad Binomial({HEAT_SNAPSHOTS})"]),
+        "cfgrad's gradients are bitwise identical across strategies, and every other row's "
+        "agree with them to rtol 1e-9 (both asserted)",
+        "the Online row runs the stepping as a while_loop on a time bound (t < t_end), the "
+        "others as a fori_loop",
+    ]
+    if "jax" in others:
+        notes.append("jax: jit-compiled (compilation not timed); jax.checkpoint around the "
+                     "scanned step keeps each step's input state and recomputes the step "
+                     "once in the reverse pass")
+    if "torch" in others:
+        notes.append("torch: eager mode, autograd's tape holds every step's intermediates")
+    notes += [f"{lib} is not installed: no {HEAT_OTHERS[lib]} row" if lib not in present
+              else f"--quick: no {HEAT_OTHERS[lib]} row" for lib in HEAT_OTHERS
+              if lib not in others]
+    print_notes(console, notes)
+
+
+def fmt_mib(nbytes: float) -> str:
+    return f"{nbytes / 2 ** 20:,.1f} MiB"
+
+
 def fmt_time(seconds: float) -> str:
     if seconds >= 1.0:
         return f"{seconds:.2f} s"
@@ -459,22 +678,10 @@ def print_notes(console: Console, notes: list[str]) -> None:
                                     subsequent_indent="    "), markup=False, highlight=False)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (for the tests)")
-    opts = parser.parse_args(argv)
-    sizes = QUICK if opts.quick else FULL
-    console = Console(width=None if sys.stdout.isatty() else 150)
-    libs, missing = load_others()
+def library_tables(console: Console, sizes: Sizes, libs: dict[str, Any],
+                   missing: list[str]) -> None:
+    """The forward and gradient times of every case, and the per-node overhead."""
     present = [n for n in OTHERS if n in libs]
-    console.print(f"cfgrad benchmark{' (--quick: tiny sizes)' if opts.quick else ''}: "
-                  f"Python {platform.python_version()}, numpy {np.__version__}, "
-                  + ", ".join(f"{n} {importlib.metadata.version(n)}" for n in present)
-                  + ("" if present else "no comparison library installed"))
-    console.print(f"BLAS and thread pools pinned to 1 thread; load average "
-                  f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (other work on the "
-                  "machine makes the figures noisy)")
-
     cases = make_cases(sizes, libs)
     for case in cases:
         check(case)
@@ -531,6 +738,37 @@ def main(argv: list[str] | None = None) -> None:
     print_notes(console, ["numpy per op: timeit of `x + one` on the same operand; overhead "
                           "is the difference (slot reads and writes in the generated block "
                           "code, control events per iteration)"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (for the tests)")
+    parser.add_argument("--heat-only", action="store_true", help="only the heat workload")
+    parser.add_argument("--heat-n", type=int, help="heat grid points (100 000; --quick 1000)")
+    parser.add_argument("--heat-steps", type=int, help="heat time steps (500; --quick 30)")
+    parser.add_argument("--heat-worker", help=argparse.SUPPRESS)  # one heat implementation
+    parser.add_argument("--heat-out", type=Path, help=argparse.SUPPRESS)
+    opts = parser.parse_args(argv)
+    sizes = QUICK if opts.quick else FULL
+    heat_n = opts.heat_n or sizes.heat_n
+    heat_steps = opts.heat_steps or sizes.heat_steps
+    if opts.heat_worker:
+        print(json.dumps(heat_worker(opts.heat_worker, heat_n, heat_steps, opts.heat_out)))
+        return
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    libs, missing = load_others()
+    present = [n for n in OTHERS if n in libs]
+    console.print(f"cfgrad benchmark{' (--quick: tiny sizes)' if opts.quick else ''}: "
+                  f"Python {platform.python_version()}, numpy {np.__version__}, "
+                  + ", ".join(f"{n} {importlib.metadata.version(n)}" for n in present)
+                  + ("" if present else "no comparison library installed"))
+    console.print(f"BLAS and thread pools pinned to 1 thread; load average "
+                  f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (other work on the "
+                  "machine makes the figures noisy)")
+
+    if not opts.heat_only:
+        library_tables(console, sizes, libs, missing)
+    heat_section(console, heat_n, heat_steps, present, opts.quick)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Every example runs as a user would run it, quickly, and prints the right numbers.
 
-Each script in examples/ runs in a subprocess with this interpreter (benchmark.py with
-`--quick`), must exit 0 within the 10 s the project promises, and its printed values
-are checked against values derived independently here (by hand or from closed forms).
+Each script in examples/ runs in a subprocess with this interpreter (at the small sizes of
+SMALL_ARGS where it has them), must exit 0 within the 10 s the project promises, and its
+printed values are checked against values derived independently here (by hand or from
+closed forms).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TIME_LIMIT = 10.0  # seconds: the promise made for every example
 SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py"))
 NUMBER = r"(-?\d+\.\d+(?:e[-+]\d+)?)"
+HEAT_N, HEAT_STEPS = 2000, 60
+SMALL_ARGS = {"benchmark.py": ["--quick"], "ode.py": ["--quick"],
+              "heat.py": ["--n", str(HEAT_N), "--steps", str(HEAT_STEPS)]}
 
 
 def run_script(*argv: str) -> subprocess.CompletedProcess:
@@ -31,14 +35,15 @@ def run_script(*argv: str) -> subprocess.CompletedProcess:
 @cache
 def output(name: str) -> str:
     """The stdout of one example; a failure shows its stderr."""
-    argv = [str(EXAMPLES / name)] + (["--quick"] if name == "benchmark.py" else [])
+    argv = [str(EXAMPLES / name), *SMALL_ARGS.get(name, [])]
     proc = run_script(*argv)
     assert proc.returncode == 0, f"{name} exited {proc.returncode}:\n{proc.stderr}"
     return proc.stdout
 
 
 def test_the_expected_examples_exist():
-    assert {"quickstart.py", "seeds.py", "newton.py", "rnn.py", "benchmark.py"} <= set(SCRIPTS)
+    assert {"quickstart.py", "seeds.py", "newton.py", "rnn.py", "benchmark.py", "heat.py",
+            "ode.py"} <= set(SCRIPTS)
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -175,3 +180,138 @@ def test_benchmark_quick_prints_both_tables():
         assert needle in text, needle
     for lib in ("torch", "autograd", "jax"):  # a column, or a line saying it is missing
         assert lib in text
+
+
+def revolve_total(steps: int, snapshots: int) -> int:
+    """Griewank & Walther's minimal body evaluations T + t(T, s), from the closed form:
+    r = min{r : C(s + r, s) >= T}, t = r T - C(s + r, s + 1)."""
+    r = 0
+    while math.comb(snapshots + r, snapshots) < steps:
+        r += 1
+    return steps + r * steps - math.comb(snapshots + r, snapshots + 1)
+
+
+def test_revolve_total_by_hand():
+    """The closed form against cases counted by hand. One snapshot: step T-1 is taped by
+    the sweep of T steps, then step t is recomputed from the start with t + 1 evaluations,
+    in all T + (T-1) + … + 1. With s >= T every state is stored by the sweep and each of
+    the T - 1 other steps is re-run once: 2T - 1."""
+    assert [revolve_total(t, 1) for t in (1, 2, 3, 4)] == [1, 3, 6, 10]
+    assert [revolve_total(t, 5) for t in (1, 2, 3, 5)] == [1, 3, 5, 9]
+
+
+def test_benchmark_quick_heat_workload():
+    """Every strategy's row, with the revolve optimum for Binomial(10) and the every-k
+    recomputation counts derived here."""
+    text = output("benchmark.py")
+    m = re.search(r"n = ([\d,]+) points, T = (\d+) steps", text)
+    assert m, text
+    steps = int(m.group(2))
+    rows = dict(re.findall(r"│ ((?:cfgrad|numpy) [^│]*?)\s*│[^\n]*?│\s*(\d+ \+ \d+)\s*│", text))
+    assert set(rows) == {"cfgrad StoreAll", "cfgrad Binomial(10)", "cfgrad EveryK(50)",
+                         "cfgrad Online(10)", "numpy by hand, all states",
+                         "numpy by hand, every 50"}, rows
+    evals = {k: tuple(map(int, v.split(" + "))) for k, v in rows.items()}
+    assert evals["cfgrad StoreAll"] == evals["numpy by hand, all states"] == (steps, 0)
+    assert sum(evals["cfgrad Binomial(10)"]) == revolve_total(steps, 10)
+    assert sum(evals["cfgrad Online(10)"]) >= revolve_total(steps, 10)
+    # T < 50: one segment, recomputed from the initial state up to step T-2 (cfgrad's
+    # EveryK, the last step kept taped from the sweep) or T-1 (by hand, storing states)
+    assert steps < 50
+    assert evals["cfgrad EveryK(50)"] == (steps, steps - 1)
+    assert evals["numpy by hand, every 50"] == (steps, steps - 1)
+    assert "heat workload" in text.lower() and "bitwise identical" in text
+
+
+# ---------------------------------------------------------------------------------
+# heat.py and ode.py
+# ---------------------------------------------------------------------------------
+
+
+def heat_rows() -> dict[str, dict]:
+    rows = {}
+    for m in re.finditer(r"^(StoreAll|Binomial\(10\)|Online\(10\))\s+(fori_loop|while_loop)"
+                         r"\s+[\d.]+s\s+[\d.]+s\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s",
+                         output("heat.py"),
+                         flags=re.MULTILINE):
+        name, loop, trips, forward, recomputed, snapshots = m.groups()
+        rows[name] = {"loop": loop, "trips": int(trips), "forward": int(forward),
+                      "recomputed": int(recomputed), "snapshots": int(snapshots)}
+    return rows
+
+
+def test_heat_runs_each_strategy_with_its_accounting():
+    rows = heat_rows()
+    assert set(rows) == {"StoreAll", "Binomial(10)", "Online(10)"}, output("heat.py")
+    assert rows["Online(10)"]["loop"] == "while_loop"  # the time-bound loop
+    for row in rows.values():
+        assert row["trips"] == row["forward"] == HEAT_STEPS  # t < t_end stops after T steps
+    assert rows["StoreAll"]["recomputed"] == 0 and rows["StoreAll"]["snapshots"] == HEAT_STEPS
+    assert HEAT_STEPS + rows["Binomial(10)"]["recomputed"] == revolve_total(HEAT_STEPS, 10)
+    assert HEAT_STEPS + rows["Online(10)"]["recomputed"] >= revolve_total(HEAT_STEPS, 10)
+    assert rows["Binomial(10)"]["snapshots"] <= 10 and rows["Online(10)"]["snapshots"] <= 10
+
+
+def test_heat_gradients_identical_and_match_finite_differences():
+    text = output("heat.py")
+    assert "gradients bitwise identical across strategies: True" in text
+    m = re.search(r"cfgrad (-?\d\.\d+e[-+]\d+)\s+finite diff (-?\d\.\d+e[-+]\d+)", text)
+    assert m, text
+    grad, fd = map(float, m.groups())
+    assert abs(grad) > 1e-6
+    assert grad == pytest.approx(fd, rel=1e-6)
+    m = re.search(r"StoreAll / Binomial\(10\): ([\d.]+)x by stats peak_bytes", text)
+    assert m and float(m.group(1)) > 1.0, text  # at full size it is over 50x; here T = 60
+
+
+def ode_output() -> dict[str, str]:
+    text = output("ode.py")
+    keys = ("true parameters", "initial guess", "fitted parameters", "loss", "last solve",
+            "adaptive loop")
+    lines = {}
+    for line in text.splitlines():
+        for key in keys:
+            if line.startswith(key):
+                lines[key] = line
+    assert set(lines) == set(keys), text
+    return lines
+
+
+def test_ode_fit_lowers_the_loss_and_counts_the_steps():
+    lines = ode_output()
+    m = re.search(r"first (\S+)\s+last (\S+)", lines["loss"])
+    first, last = map(float, m.groups())
+    assert last < first
+    m = re.search(r"(\d+) accepted and (\d+) rejected steps in (\d+) segments \(trip counts "
+                  r"\[([\d, ]+)\]\)", lines["last solve"])
+    assert m, lines["last solve"]
+    accepted, rejected, segments = map(int, m.groups()[:3])
+    trips = [int(x) for x in m.group(4).split(",")]
+    # every iteration of the adaptive loop is one trial step, accepted or rejected
+    assert len(trips) == segments == 10 and sum(trips) == accepted + rejected
+    m = re.search(r"forward (\d+) body evaluations, recomputed (\d+); peak snapshots (\d+)",
+                  lines["adaptive loop"])
+    forward, recomputed, snapshots = map(int, m.groups())
+    assert forward == sum(trips)
+    assert sum(revolve_total(t, 8) for t in trips) <= forward + recomputed
+    assert snapshots <= 8 * segments
+
+
+def test_ode_gradient_matches_finite_differences_and_forward_mode():
+    """The loss's gradient w.r.t. the four parameters, through the adaptive loops, against
+    central differences (check_grads refuses points whose control path moves)."""
+    script = textwrap.dedent("""
+        import importlib.util, sys
+        import cfgrad as cg
+        from cfgrad.testing import check_grads
+        spec = importlib.util.spec_from_file_location("ode_example", sys.argv[1])
+        ode = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(ode)
+        data = ode.observations()
+        check_grads(lambda p: ode.loss(p, ode.Y0, ode.OBS_TIMES, data)[0], (ode.GUESS,),
+                    modes=("rev", "fwd"))
+        print("ok")
+    """)
+    proc = run_script("-c", script, str(EXAMPLES / "ode.py"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"

@@ -1,0 +1,489 @@
+"""Custom derivative rules: `cg.custom_vjp`, `cg.custom_jvp` and `cg.stop_gradient`.
+
+The rules must be *used*: several tests give a rule that deliberately differs from the
+true derivative (a gradient scaled by K, a derivative clipped from below, a subgradient of
+abs at 0 that is not the library's) and compare against a reference derived by hand with
+dual numbers, so a silent fall-back to differentiating the function itself fails. Where
+the rule is the true derivative, `check_grads` must agree. Every loop test runs under
+every checkpoint strategy and requires bitwise-identical gradients: a rule is part of the
+iteration that recomputing strategies replay.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import cfgrad as cg
+import cfgrad.numpy as cnp
+from cfgrad.checkpoint import Binomial, EveryK, Online, Recompute, StoreAll
+from cfgrad.testing import check_grads
+
+# One object per strategy for the module: the per-call strategy cache is keyed by id, so
+# strategies must outlive the calls that use them (as in tests/test_checkpoint.py).
+STRATEGIES = (StoreAll(), EveryK(2), Binomial(2), Online(2), Recompute())
+
+EPS = 1e-6  # safe_sqrt's floor on sqrt(x) in its derivative
+K = 3.0     # scaled_identity multiplies the gradient by K
+
+
+# -------------------------------------------------------------------------------------
+# Functions with rules, shared by the tests
+# -------------------------------------------------------------------------------------
+
+
+@cg.custom_vjp
+def safe_sqrt(x):
+    """sqrt whose derivative 0.5 / max(sqrt(x), EPS) is finite at 0 (sqrt'(0) = inf)."""
+    return cnp.sqrt(x)
+
+
+def _safe_sqrt_fwd(x):
+    y = cnp.sqrt(x)
+    return y, y
+
+
+def _safe_sqrt_bwd(y, ct):
+    return (ct * 0.5 / cnp.maximum(y, EPS),)
+
+
+safe_sqrt.defvjp(_safe_sqrt_fwd, _safe_sqrt_bwd)
+
+
+@cg.custom_vjp
+def scaled_identity(x):
+    """The identity, with a gradient rule that multiplies by K: not its derivative."""
+    return x
+
+
+scaled_identity.defvjp(lambda x: (x, None), lambda _, ct: (K * ct,))
+
+
+@cg.custom_jvp
+def clipped_tanh(x):
+    """tanh, with a derivative clipped from below at 0.5 (not tanh's for |x| > 0.88)."""
+    return cnp.tanh(x)
+
+
+@clipped_tanh.defjvp
+def _clipped_tanh_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    y = cnp.tanh(x)
+    return y, cnp.maximum(1.0 - y * y, 0.5) * t
+
+
+@cg.custom_jvp
+def abs_right(x):
+    """abs, whose rule picks the right derivative at 0 (1, where cnp.abs gives 0), chosen
+    by a cg.cond inside the rule."""
+    return cnp.abs(x)
+
+
+@abs_right.defjvp
+def _abs_right_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return cnp.abs(x), cg.cond(x >= 0, lambda: t, lambda: -t)
+
+
+def clipped_tanh_slope(x: float) -> float:
+    return max(1.0 - math.tanh(x) ** 2, 0.5)
+
+
+def run_under_every_strategy(f, *args, argnums=0):
+    """The gradient of f under each strategy, asserting they are bitwise identical."""
+    grads = [cg.grad(f, argnums, checkpoint=s)(*args) for s in STRATEGIES]
+    for s, g in zip(STRATEGIES, grads):
+        assert np.array_equal(g, grads[0]), f"{s!r} gives {g}, StoreAll() {grads[0]}"
+    return grads[0]
+
+
+# -------------------------------------------------------------------------------------
+# custom_vjp
+# -------------------------------------------------------------------------------------
+
+
+def test_safe_sqrt_has_a_finite_gradient_at_zero():
+    assert cg.grad(cnp.sqrt)(0.0) == math.inf
+    assert cg.grad(safe_sqrt)(0.0) == 0.5 / EPS
+    assert cg.value_and_grad(safe_sqrt)(4.0) == (2.0, 0.25)
+
+
+@pytest.mark.parametrize("x", [0.3, 2.0, 1e4, np.array([0.5, 3.0, 7.0])], ids=repr)
+def test_safe_sqrt_agrees_with_check_grads_away_from_zero(x):
+    check_grads(safe_sqrt, (x,), modes=("rev",))
+    check_grads(lambda x: cg.fori_loop(0, 3, lambda i, c: safe_sqrt(c + x), x), (x,),
+                modes=("rev",))
+
+
+def looped(x, n):
+    """custom_vjp functions in both branches of a cond in a fori_loop body, then in a
+    while_loop body: each iteration's rule must see that iteration's residuals."""
+    def body(i, c):
+        return cg.cond(i % 2 == 0, lambda: safe_sqrt(c * c + x), lambda: scaled_identity(c) * x)
+
+    a = cg.fori_loop(0, n, body, x)
+    return cg.while_loop(lambda c: c[1] < 3, lambda c: (safe_sqrt(c[0]) + c[0], c[1] + 1),
+                         (a, 0))[0]
+
+
+def looped_reference(x: float, n: int) -> tuple[float, float]:
+    """looped(x, n) and its derivative by the rules, carried forward as dual numbers."""
+    v, d = x, 1.0
+    for i in range(n):
+        if i % 2 == 0:
+            s = math.sqrt(v * v + x)
+            v, d = s, (2 * v * d + 1) * 0.5 / max(s, EPS)
+        else:
+            v, d = v * x, K * d * x + v
+    for _ in range(3):
+        s = math.sqrt(v)
+        v, d = s + v, d * 0.5 / max(s, EPS) + d
+    return v, d
+
+
+@pytest.mark.parametrize("x", [0.7, 0.0], ids=["x=0.7", "x=0: safe_sqrt(0) every step"])
+def test_custom_vjp_in_branches_and_loops_under_every_strategy(x):
+    g = run_under_every_strategy(looped, x, 5)
+    value, derivative = looped_reference(x, 5)
+    assert cg.value_and_grad(looped)(x, 5)[0] == pytest.approx(value, rel=1e-14)
+    assert g == pytest.approx(derivative, rel=1e-12)
+    assert np.isfinite(g)
+
+
+def test_custom_vjp_is_a_node_of_its_own():
+    program = cg.lower(lambda x: safe_sqrt(x) * 2.0, 4.0)
+    text, adjoint = program.text(), program.adjoint().text()
+    assert "= custom_vjp %x {rule=custom_vjp(safe_sqrt)}" in text
+    assert "sqrt" not in text.replace("safe_sqrt", "")  # the body is not inlined
+    assert "custom_vjp_bwd" in adjoint and "rule=custom_vjp(safe_sqrt)" in adjoint
+
+
+def _affine_value(p, x, n):
+    return {"y": p["w"] * x + p["b"] * n, "total": cnp.sum(x)}
+
+
+@cg.custom_vjp
+def affine(p, x, n):
+    """Pytree argument p, array x, integer n; a pytree output."""
+    return _affine_value(p, x, n)
+
+
+def _affine_fwd(p, x, n):
+    # pytree residuals, with an integer leaf among them
+    return _affine_value(p, x, n), {"w": p["w"], "saved": (x, n)}
+
+
+def _affine_bwd(res, ct):
+    x, n = res["saved"]
+    dp = {"w": cnp.sum(ct["y"] * x), "b": cnp.sum(ct["y"]) * n}
+    return dp, ct["y"] * res["w"] + ct["total"], None  # None: no cotangent for n
+
+
+affine.defvjp(_affine_fwd, _affine_bwd)
+
+
+def test_custom_vjp_with_pytree_arguments_residuals_outputs_and_an_integer_argument():
+    p, x = {"w": 2.0, "b": 0.5}, np.array([1.0, 2.0, 3.0])
+
+    def loss(p, x, n):
+        out = affine(p, x, n)
+        return cnp.sum(out["y"] ** 2) + 3.0 * out["total"]
+
+    dp, dx = cg.grad(loss, (0, 1))(p, x, 3)
+    # by hand: y = w x + 3 b = [3.5, 5.5, 7.5]; dL/dy = 2 y
+    y = 2.0 * x + 1.5
+    assert dp == {"w": pytest.approx(np.sum(2 * y * x)), "b": pytest.approx(np.sum(2 * y) * 3)}
+    np.testing.assert_allclose(dx, 2 * y * 2.0 + 3.0)
+    _, pullback = cg.vjp(loss, p, x, 3)
+    assert pullback(1.0)[2] == 0  # the integer argument's cotangent is a zero
+    check_grads(lambda p, x: loss(p, x, 3), (p, x), modes=("rev",))
+
+
+def test_bwd_may_return_none_for_a_float_argument():
+    @cg.custom_vjp
+    def first(x, y):
+        return x * y
+
+    first.defvjp(lambda x, y: (x * y, y), lambda y, ct: (ct * y, None))
+    assert cg.grad(first, (0, 1))(3.0, 2.0) == (2.0, 0.0)
+
+
+def test_eager_calls_run_the_function_itself():
+    calls = []
+
+    @cg.custom_vjp
+    def f(x):
+        calls.append("f")
+        return x * 2.0
+
+    f.defvjp(lambda x: (calls.append("fwd") or x * 2.0, None), lambda _, ct: (2.0 * ct,))
+    assert f(3.0) == 6.0 and calls == ["f"]
+    assert cg.grad(f)(3.0) == 2.0 and "fwd" in calls
+
+    @cg.custom_vjp
+    def no_rule(x):
+        return x + 1.0
+
+    assert no_rule(1.0) == 2.0  # a rule is needed only when traced
+
+
+def _with_rule(fwd, bwd):
+    """A fresh custom_vjp function x * y with the given rule (no cached lowering)."""
+    @cg.custom_vjp
+    def product(x, y):
+        return x * y
+
+    product.defvjp(fwd, bwd)
+    return product
+
+
+def _fwd(x, y):
+    return x * y, (x, y)
+
+
+@pytest.mark.parametrize("fwd, bwd, message", [
+    (_fwd, lambda r, ct: (ct * r[1],), "one cotangent per argument"),
+    (_fwd, lambda r, ct: [ct * r[1], ct * r[0]], "one cotangent per argument"),
+    (_fwd, lambda r, ct: (ct * r[1], (ct, ct)), r"bwd returned \(\*, \*\)"),
+    (_fwd, lambda r, ct: (ct * r[1], cnp.stack([ct, ct])), r"f64\[2\]"),
+    (_fwd, lambda r, ct: (ct * r[1], cnp.astype(ct, np.float32)), r"f32\[\]"),
+    (lambda x, y: x * y, lambda r, ct: (ct, ct), r"fwd must return \(output, residuals\)"),
+], ids=["too few", "a list", "wrong structure", "wrong shape", "wrong dtype", "fwd no pair"])
+def test_malformed_rules_are_argument_type_errors(fwd, bwd, message):
+    with pytest.raises(cg.ArgumentTypeError, match=message):
+        cg.grad(_with_rule(fwd, bwd))(3.0, 2.0)
+
+
+@pytest.mark.parametrize("fwd", [
+    lambda x, y: ((x * y, x), (x, y)),
+    lambda x, y: (cnp.astype(x * y, np.float32), (x, y)),
+], ids=["a pair for a scalar", "f32 for f64"])
+def test_fwd_output_must_match_the_function_output(fwd):
+    """fwd's output must have the function's structure, shapes and dtypes (as JAX checks):
+    otherwise the traced function returns something else than the eager one."""
+    product = _with_rule(fwd, lambda r, ct: (ct * r[1], ct * r[0]))
+    with pytest.raises(cg.ArgumentTypeError, match="fwd"):
+        cg.vjp(lambda x, y: product(x, y), 3.0, 2.0)
+
+
+def test_fwd_may_call_the_function_itself():
+    """The JAX idiom `def f_fwd(x): return f(x), residuals`: inside its own fwd, the
+    function is the primal computation, not a new custom node."""
+    @cg.custom_vjp
+    def sin(x):
+        return cnp.sin(x)
+
+    sin.defvjp(lambda x: (sin(x), cnp.cos(x)), lambda cos_x, ct: (cos_x * ct,))
+    assert cg.value_and_grad(sin)(1.0) == (math.sin(1.0), math.cos(1.0))
+
+
+def test_missing_rule_names_the_function():
+    @cg.custom_vjp
+    def lonely(x):
+        return x
+
+    with pytest.raises(cg.ArgumentTypeError, match=r"lonely.*lonely\.defvjp"):
+        cg.grad(lonely)(1.0)
+
+
+def test_forward_mode_through_custom_vjp_is_refused():
+    with pytest.raises(cg.ArgumentTypeError, match="custom_jvp"):
+        cg.jvp(lambda x: safe_sqrt(x) + 1.0, (4.0,), (1.0,))
+
+
+def test_redefining_the_rule_takes_effect():
+    """defvjp again after a gradient was taken: the new rule is used, not a stale one."""
+    @cg.custom_vjp
+    def ident(x):
+        return x
+
+    ident.defvjp(lambda x: (x, None), lambda _, ct: (2.0 * ct,))
+    assert cg.grad(ident)(1.0) == 2.0
+    ident.defvjp(lambda x: (x, None), lambda _, ct: (5.0 * ct,))
+    assert cg.grad(ident)(1.0) == 5.0
+
+
+# -------------------------------------------------------------------------------------
+# custom_jvp
+# -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("x", [0.1, 2.0, -3.0])
+def test_forward_mode_uses_the_rule(x):
+    out, tangent = cg.jvp(clipped_tanh, (x,), (1.0,))
+    assert out == math.tanh(x)
+    assert tangent == pytest.approx(clipped_tanh_slope(x), rel=1e-15)
+    assert (tangent == 0.5) == (abs(x) > 1)  # the clip is active: not tanh's derivative
+
+
+@pytest.mark.parametrize("x", [0.1, 2.0, -3.0])
+def test_reverse_mode_transposes_the_rule(x):
+    assert cg.grad(clipped_tanh)(x) == pytest.approx(clipped_tanh_slope(x), rel=1e-15)
+
+
+M = np.array([[1.0, 2.0, 0.0], [0.0, 3.0, -1.0]])  # not symmetric: a transpose shows
+
+
+@cg.custom_jvp
+def mixed(x):
+    """A value of no interest; the rule's tangent is exp(x0) * (M @ t), linear in t."""
+    return cnp.matmul(M, x)
+
+
+@mixed.defjvp
+def _mixed_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return cnp.matmul(M, x), cnp.exp(x[0]) * cnp.matmul(M, t)
+
+
+def test_reverse_mode_is_the_transposed_linear_map_of_the_rule():
+    x, t, ct = np.array([0.5, -1.0, 2.0]), np.array([1.0, -2.0, 0.5]), np.array([3.0, -1.0])
+    _, tangent = cg.jvp(mixed, (x,), (t,))
+    np.testing.assert_allclose(tangent, math.exp(0.5) * (M @ t), rtol=1e-15)
+    _, pullback = cg.vjp(mixed, x)
+    np.testing.assert_allclose(pullback(ct)[0], math.exp(0.5) * (M.T @ ct), rtol=1e-15)
+
+
+@pytest.mark.parametrize("x, slope", [(0.0, 1.0), (2.0, 1.0), (-2.0, -1.0)])
+def test_rule_with_a_cond_inside_in_reverse_mode(x, slope):
+    assert cg.grad(cnp.abs)(0.0) == 0.0  # the library's convention, which the rule overrides
+    assert cg.grad(abs_right)(x) == slope
+
+
+@pytest.mark.parametrize("x, slope", [(0.0, 1.0), (-2.0, -1.0)])
+def test_rule_with_a_cond_inside_in_forward_mode(x, slope):
+    assert cg.jvp(abs_right, (x,), (1.0,)) == (abs(x), slope)
+
+
+def jvp_looped(x, n):
+    def body(i, c):
+        return cg.cond(c > 0.0, lambda: clipped_tanh(c * x) + 0.5, lambda: abs_right(c) - x)
+
+    return cg.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, body(c[0], c[1])),
+                         (0, x))[1]
+
+
+def jvp_looped_reference(x: float, n: int) -> tuple[float, float]:
+    v, d = x, 1.0
+    for _ in range(n):
+        if v > 0:
+            v, d = math.tanh(v * x) + 0.5, clipped_tanh_slope(v * x) * (d * x + v)
+        else:
+            v, d = abs(v) - x, (1.0 if v >= 0 else -1.0) * d - 1.0
+    return v, d
+
+
+@pytest.mark.parametrize("x", [1.7, -0.4])
+def test_custom_jvp_in_loops_under_every_strategy(x):
+    g = run_under_every_strategy(jvp_looped, x, 6)
+    value, derivative = jvp_looped_reference(x, 6)
+    assert g == pytest.approx(derivative, rel=1e-12)
+    assert cg.value_and_grad(jvp_looped)(x, 6)[0] == pytest.approx(value, rel=1e-14)
+
+
+@cg.custom_jvp
+def softclip(p, n):
+    """Pytree and integer arguments; the rule is the true derivative."""
+    return p["scale"] * cnp.tanh(p["x"] / n)
+
+
+@softclip.defjvp
+def _softclip_jvp(primals, tangents):
+    (p, n), (tp, _) = primals, tangents
+    y = cnp.tanh(p["x"] / n)
+    return p["scale"] * y, tp["scale"] * y + p["scale"] * (1.0 - y * y) * tp["x"] / n
+
+
+def test_custom_jvp_agrees_with_check_grads_where_the_rule_is_the_derivative():
+    p = {"scale": 1.5, "x": np.array([-2.0, 0.3, 4.0])}
+    check_grads(lambda p: cnp.sum(softclip(p, 3) ** 2), (p,))
+    check_grads(lambda x: clipped_tanh(x) * x, (0.4,))  # |x| < 0.88: the clip is inactive
+    check_grads(lambda x: cg.fori_loop(0, 3, lambda i, c: clipped_tanh(c) + x, x), (0.2,),
+                modes=("rev",))
+
+
+def test_custom_jvp_is_a_node_of_its_own():
+    program = cg.lower(clipped_tanh, 2.0)
+    assert "= custom_jvp %x {rule=custom_jvp(clipped_tanh)}" in program.text()
+    assert "tanh %" not in program.text()
+    assert "custom_jvp_transpose" in program.adjoint().text()
+
+
+def _jvp_rule(rule):
+    @cg.custom_jvp
+    def f(x):
+        return x * 2.0
+
+    f.defjvp(rule)
+    return f
+
+
+@pytest.mark.parametrize("rule, message", [
+    (lambda p, t: p[0] * 2.0, r"must return \(output, tangent\)"),
+    (lambda p, t: (p[0] * 2.0, (t[0], t[0])), "structure"),
+    (lambda p, t: (p[0] * 2.0, cnp.stack([t[0], t[0]])), r"f64\[2\]"),
+], ids=["not a pair", "wrong structure", "wrong shape"])
+def test_malformed_jvp_rules_are_argument_type_errors(rule, message):
+    with pytest.raises(cg.ArgumentTypeError, match=message):
+        cg.jvp(_jvp_rule(rule), (1.0,), (1.0,))
+    with pytest.raises(cg.ArgumentTypeError, match=message):
+        cg.grad(_jvp_rule(rule))(1.0)
+
+
+def test_custom_jvp_without_a_rule():
+    @cg.custom_jvp
+    def bare(x):
+        return x * 3.0
+
+    assert bare(2.0) == 6.0  # eager: the function itself
+    with pytest.raises(cg.ArgumentTypeError, match=r"bare\.defjvp"):
+        cg.grad(bare)(2.0)
+
+
+# -------------------------------------------------------------------------------------
+# stop_gradient
+# -------------------------------------------------------------------------------------
+
+
+def test_stop_gradient_blocks_the_gradient():
+    def f(x):
+        return x * cg.stop_gradient(x)
+
+    assert cg.value_and_grad(f)(3.0) == (9.0, 3.0)  # d/dx x*c = c, not 2x
+    assert cg.jvp(f, (3.0,), (1.0,)) == (9.0, 3.0)
+    assert "stop_gradient %x" in cg.lower(f, 3.0).text()
+
+
+def test_stop_gradient_on_pytrees():
+    def f(p):
+        frozen = cg.stop_gradient(p)
+        return cnp.sum(p["a"] * frozen["b"] + p["b"] ** 2 + frozen["a"] * 100.0)
+
+    p = {"a": np.array([1.0, 2.0]), "b": np.array([3.0, 4.0])}
+    g = cg.grad(f)(p)
+    np.testing.assert_array_equal(g["a"], p["b"])
+    np.testing.assert_array_equal(g["b"], 2 * p["b"])
+
+
+def test_stop_gradient_in_a_loop_under_every_strategy():
+    """A fixed-point style iteration whose carry is frozen each step: only the last
+    step's explicit dependence on x is differentiated, on any strategy."""
+    def f(x):
+        return cg.fori_loop(0, 4, lambda i, c: cnp.sin(cg.stop_gradient(c)) + c * x, x)
+
+    x = v = 0.6
+    d = 1.0  # by hand: d c_{k+1} = d c_k * x + c_k (the sin term is frozen)
+    for _ in range(4):
+        v, d = math.sin(v) + v * x, d * x + v
+    assert run_under_every_strategy(f, x) == pytest.approx(d, rel=1e-14)
+
+
+def test_stop_gradient_eagerly_returns_its_input():
+    tree = {"a": np.array([1.0, 2.0]), "n": (3, np.float32(1.5))}
+    out = cg.stop_gradient(tree)
+    assert out.keys() == tree.keys()
+    np.testing.assert_array_equal(out["a"], tree["a"])
+    assert out["n"][0] == 3 and out["n"][1] == np.float32(1.5)
+    assert np.asarray(out["n"][1]).dtype == np.float32
