@@ -18,7 +18,7 @@ import numpy as np
 
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
-from .checkpoint import resolve
+from .checkpoint import check_strategy, resolve
 from .errors import ArgumentTypeError, LoweringError
 from .forward_mode import build_jvp
 from .interpret import (
@@ -181,6 +181,7 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
 
     Only the branches taken and the iterations run are differentiated. `checkpoint` sets
     the strategy of every loop that did not choose its own."""
+    check_strategy(checkpoint, "cfgrad.vjp")
     entry, leaves = lowered(fun, primals)
     m, outs = _forward(entry, entry.reverse(None)[0], leaves, checkpoint, record=True,
                        check=detect_anomaly)
@@ -212,6 +213,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: 
 
     `fun` must return a float scalar; the gradient has the structure of `args[argnums]`
     (a tuple of those when `argnums` is a tuple)."""
+    check_strategy(checkpoint, "cfgrad.value_and_grad")
     nums = _argnums_tuple(argnums)
     single = isinstance(argnums, int)
 

@@ -14,6 +14,7 @@ Accounting (design §7) goes to the machine's `LoopStats` of the loop.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,20 +54,32 @@ class StoreAll:
     def restore(self, m: Machine, loop: LoopInfo, record: list[tuple], t: int) -> None:
         # iterations are reversed T-1 … 0, so frame t is always the last one held
         loop.write_saved(m.env, record.pop())
+        self._drop(m, loop, 1)
+
+    def release(self, m: Machine, loop: LoopInfo, record: list[tuple]) -> None:
+        for frame in record:
+            m.release_frame(loop, frame)
+        self._drop(m, loop, len(record))
+        record.clear()  # a frame may hold the same record twice (a branch not taken)
+
+    @staticmethod
+    def _drop(m: Machine, loop: LoopInfo, frames: int) -> None:
         stats = m.stats.loops[loop.index]
-        stats.snapshots -= 1
-        stats.bytes -= loop.saved_bytes
+        stats.snapshots -= frames
+        stats.bytes -= frames * loop.saved_bytes
 
 
 class _Record:
     """One execution of a checkpointed loop."""
 
-    __slots__ = ("marks", "signatures", "snaps", "last", "trips", "plan", "expected_trips",
-                 "path")
+    __slots__ = ("marks", "events", "signatures", "last_log", "snaps", "last", "trips", "plan",
+                 "expected_trips", "path")
 
     def __init__(self, marks: tuple[int, ...], expected_trips: int | None):
         self.marks = marks
-        self.signatures: dict[int, tuple] = {}  # iteration -> its control decisions
+        self.events: list[Any] = []  # the control events of the iteration running
+        self.signatures: dict[int, tuple] = {}  # iteration -> its event signature
+        self.last_log: tuple = ()  # the latest iteration's log entries
         self.snaps: dict[int, tuple] = {}  # iteration -> stored carry
         self.last: tuple | None = None  # the latest iteration's saved values (its tape)
         self.trips = 0
@@ -79,10 +92,12 @@ class _Checkpointing:
     """The sweep and restore machinery shared by the recomputing strategies.
 
     The sweep runs every iteration taped but keeps only the latest iteration's tape: at
-    each back edge the iteration's log entries are taken back off the log (kept as its
-    signature, against which recomputation is checked) and its saved values replace the
-    previous iteration's. At exit the last iteration's entries go back on the log, so
-    iteration T-1 is reversed without recomputation (the revolve model). The carries a
+    each back edge the iteration's log entries are taken back off the log and its saved
+    values replace the previous iteration's (whose nested loop records are released). At
+    exit the last iteration's entries go back on the log, so iteration T-1 is reversed
+    without recomputation (the revolve model). Each iteration's control events (every
+    decision of the regions inside it, including those a nested loop's own strategy takes
+    off the log) are kept as its signature, against which recomputation is checked. The carries a
     strategy chooses to keep are its snapshots; `_plan` then yields the iterations
     T-2 … 0 in turn, recomputing each from a snapshot."""
 
@@ -90,23 +105,29 @@ class _Checkpointing:
 
     # -- the sweep -------------------------------------------------------------------------
     def begin(self, m: Machine, loop: LoopInfo) -> _Record:
-        return _Record(m.log_marks(loop), m.trip_bound(loop))
+        rec = _Record(m.log_marks(loop), m.trip_bound(loop))
+        m.sinks.append(rec.events)
+        return rec
 
     def after_iteration(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
-        sig = m.take_log(loop, rec.marks)
-        if any(sig):
-            rec.signatures[t] = sig
+        rec.last_log = m.take_log(loop, rec.marks)
+        if rec.events:
+            rec.signatures[t] = m.event_signature(loop, rec.events)
+            rec.events.clear()
         if rec.last is None:
             self._hold(m, loop, loop.saved_bytes)  # one iteration's tape is kept at a time
+        else:
+            m.release_frame(loop, rec.last)
         rec.last = loop.read_saved(m.env)
         if t == 0 or self._keep(rec, t, m, loop):  # the carry of iteration t, its input
             self._store(m, loop, rec, t, m.read(loop.carry_slots))
         self._event(m, loop, "advance", t)
 
     def finish(self, m: Machine, loop: LoopInfo, rec: _Record, trips: int) -> None:
+        m.sinks.pop()
         rec.trips = trips
         if trips:
-            m.put_log(loop, rec.signatures.get(trips - 1, m.empty_signature(loop)))
+            m.put_log(loop, rec.last_log)
             schedule = m.stats.loops[loop.index].schedule
             if schedule:
                 schedule[-1] = ("taped", trips - 1)  # the sweep's last step keeps its tape
@@ -160,6 +181,14 @@ class _Checkpointing:
         self._free(m, loop, rec, mid)
         yield from self._revolve(m, loop, rec, a, mid, slots)
 
+    def release(self, m: Machine, loop: LoopInfo, rec: _Record) -> None:
+        for pos in list(rec.snaps):
+            self._free(m, loop, rec, pos)
+        if rec.last is not None:
+            m.release_frame(loop, rec.last)
+            rec.last = None
+            self._hold(m, loop, -loop.saved_bytes)
+
     # -- snapshots and accounting ---------------------------------------------------------------
     def _store(self, m: Machine, loop: LoopInfo, rec: _Record, t: int, carry: tuple) -> None:
         rec.snaps[t] = carry
@@ -200,9 +229,28 @@ class _Checkpointing:
 
 
 def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """An integer >= 1; numpy integers count (budgets often come from config arrays)."""
+    try:
+        count = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        count = None
+    if count is None or count < 1:
         raise ArgumentValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
+    return count
+
+
+_PROTOCOL = ("begin", "after_iteration", "finish", "restore", "release")
+
+
+def check_strategy(choice: Any, where: str) -> Any:
+    """Refuse a `checkpoint=` value that is not a strategy object, by name, at the call
+    that received it (instead of an AttributeError deep inside the interpreter)."""
+    if choice is None or all(callable(getattr(choice, a, None)) for a in _PROTOCOL):
+        return choice
+    raise ArgumentValueError(
+        f"{where}: checkpoint= takes a strategy object from cfgrad.checkpoint (StoreAll(), "
+        f"Recompute(), EveryK(k), Binomial(snapshots), Online(snapshots)) or None, got "
+        f"{choice!r}")
 
 
 class Recompute(_Checkpointing):

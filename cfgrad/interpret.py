@@ -29,7 +29,18 @@ import numpy as np
 
 from .diagnostics import anomaly_message, bad_argument_message
 from .errors import AnomalyError, LoopLimitError, ReplayMismatchError
-from .ir import Block, Cond, Jmp, LoopRegion, Node, Program, Return, Value, loop_owners
+from .ir import (
+    Block,
+    Cond,
+    Jmp,
+    LoopRegion,
+    Node,
+    Program,
+    Return,
+    Value,
+    loop_owners,
+    region_blocks,
+)
 from .primitives import PRIMITIVES
 
 DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
@@ -78,6 +89,8 @@ class LoopInfo:
     carry_bytes: int = 0  # size of one carry (a checkpoint)
     inner_ifs: tuple[int, ...] = ()  # if regions inside the loop, at any depth
     inner_loops: tuple[int, ...] = ()  # loops inside the loop, at any depth
+    # (position in a saved frame, loop index) of the records of loops directly inside
+    nested_records: tuple[tuple[int, int], ...] = ()
 
 
 class Compiled:
@@ -259,12 +272,14 @@ class LoopStrategy(Protocol):
     The forward sweep always runs the body taped; a strategy that does not keep every
     iteration takes each iteration's log entries back off the log at `after_iteration`
     (`Machine.take_log`) and re-derives them in reverse with `Machine.advance` and
-    `Machine.replay`."""
+    `Machine.replay`. `release` drops a record that will never be reversed (the enclosing
+    loop discarded the iteration that ran it), so what it held stops being counted."""
 
     def begin(self, m: Machine, loop: LoopInfo) -> Any: ...
     def after_iteration(self, m: Machine, loop: LoopInfo, record: Any, t: int) -> None: ...
     def finish(self, m: Machine, loop: LoopInfo, record: Any, trips: int) -> None: ...
     def restore(self, m: Machine, loop: LoopInfo, record: Any, t: int) -> None: ...
+    def release(self, m: Machine, loop: LoopInfo, record: Any) -> None: ...
 
 
 @dataclass
@@ -432,41 +447,47 @@ class Machine:
             del stack[mark:]
         return tuple(sig)
 
-    def peek_log(self, loop: LoopInfo, marks: tuple[int, ...]) -> tuple:
-        return tuple(tuple(stack[mark:]) for stack, mark in zip(self._stacks(loop), marks))
-
     def put_log(self, loop: LoopInfo, sig: tuple) -> None:
         for stack, entries in zip(self._stacks(loop), sig):
             stack.extend(entries)
 
-    def _signature_of_events(self, loop: LoopInfo, events: list[Any]) -> tuple:
+    def event_signature(self, loop: LoopInfo, events: list[Any]) -> tuple:
+        """What one iteration of `loop` decided, from the control events it produced (every
+        decision and trip count of the regions inside it, whether logged or not): one tuple
+        per region, if regions first, then loops. Re-running the iteration, taped or not,
+        whatever the nested loops' strategies keep of the log, must give the same."""
         ids = [i for i in loop.inner_ifs] + [-1 - j for j in loop.inner_loops]
-        per = {i: [] for i in ids}
+        per: dict[int, list[Any]] = {i: [] for i in ids}
         for idx, value in events:
             per[idx].append(value)
         return tuple(tuple(per[i]) for i in ids)
 
-    def _run_iteration(self, loop: LoopInfo, t: int, expected: tuple | None,
-                       taped: bool) -> int:
-        """Run iteration t from the carry in the header slots; returns the latch edge."""
+    def release_frame(self, loop: LoopInfo, frame: tuple) -> None:
+        """A saved frame of `loop` is discarded unreversed: release the records of the loop
+        executions it holds."""
+        for pos, j in loop.nested_records:
+            record = frame[pos]
+            if record is not None:
+                self.strategies[j].release(self, self.c.loops[j], record)
+
+    def _run_iteration(self, loop: LoopInfo, t: int, expected: tuple, taped: bool) -> int:
+        """Run iteration t from the carry in the header slots; returns the latch edge.
+        The control events it produces must be `expected` (see `event_signature`)."""
         saved = self.taped
         self.taped = taped
-        marks = self.log_marks(loop) if taped else None
         sink: list[Any] = []
-        if not taped:
-            self.sinks.append(sink)
+        self.sinks.append(sink)
         try:
             e = self.walk(loop.header, loop.header, loop.exit)
         finally:
             self.taped = saved
-            if not taped:
-                self.sinks.pop()
+            self.sinks.pop()
         if self.c.edges[e][0] == loop.exit:
             raise ReplayMismatchError(
                 f"recomputing iteration {t} of {loop.region.id} (at {loop.region.loc}) left "
                 "the loop early: the recomputed loop condition differs from the forward run's")
-        got = self.peek_log(loop, marks) if taped else self._signature_of_events(loop, sink)
-        if expected is not None and got != expected:
+        got = self.event_signature(loop, sink)
+        if got != expected:
             raise ReplayMismatchError(self._mismatch_text(loop, t, expected, got))
         self.stats.loops[loop.index].recompute_steps += 1
         return e
@@ -597,8 +618,17 @@ def run_adjoint(adjoint: Compiled, machine: Machine, cotangents: list[Any]) -> l
 
 def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
     """Tell each loop which of its slots the adjoint reads, so StoreAll keeps only those
-    (plus the checkpoint records of the loops nested directly inside it)."""
-    owner = loop_owners(forward.program)
+    (plus the checkpoint records of the loops nested directly inside it).
+
+    A nested loop may be recomputed by its strategy while its enclosing loop is being
+    reversed; the recomputation reads values of the enclosing iteration (a closed-over
+    carry, the trip bound), so those count as read by the adjoint too."""
+    program = forward.program
+    owner = loop_owners(program)
+    needed = set(needed)
+    for r in program.loops():
+        if _enclosing_loop(r) is not None:
+            needed |= _free_values(r)
     per_loop: dict[int, list[int]] = {li.index: [] for li in forward.loops}
     nbytes = dict.fromkeys(per_loop, 0)
     for v in sorted(needed, key=lambda v: forward.slot[v]):
@@ -606,16 +636,42 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
         if r is not None:
             per_loop[forward.loop_index[r]].append(forward.slot[v])
             nbytes[forward.loop_index[r]] += v.type.size * v.type.dtype.itemsize
+    nested: dict[int, list[tuple[int, int]]] = {i: [] for i in per_loop}
     for li in forward.loops:
-        parent = li.region.parent
-        while parent is not None and not isinstance(parent, LoopRegion):
-            parent = parent.parent
+        parent = _enclosing_loop(li.region)
         if parent is not None:
-            per_loop[forward.loop_index[parent]].append(li.record_slot)
+            p = forward.loop_index[parent]
+            nested[p].append((len(per_loop[p]), li.index))
+            per_loop[p].append(li.record_slot)
     for li in forward.loops:
         li.saved_slots = tuple(per_loop[li.index])
         li.saved_bytes = nbytes[li.index]
+        li.nested_records = tuple(nested[li.index])
         li.read_saved, li.write_saved = _slot_access(li.saved_slots)
+
+
+def _enclosing_loop(r: Any) -> LoopRegion | None:
+    parent = r.parent
+    while parent is not None and not isinstance(parent, LoopRegion):
+        parent = parent.parent
+    return parent
+
+
+def _free_values(loop: LoopRegion) -> set[Value]:
+    """Values defined outside `loop` that running its iterations reads (the initial
+    carries excepted: the strategies keep iteration 0's carry themselves)."""
+    blocks = region_blocks(loop)
+    defined = {phi.out for b in blocks for phi in b.phis}
+    defined |= {o for b in blocks for n in b.nodes for o in n.outputs}
+    used: set[Value] = set()
+    for b in blocks:
+        for phi in b.phis:
+            used.update(phi.inputs if b is not loop.header else phi.inputs[1:])
+        for n in b.nodes:
+            used.update(n.inputs)
+        if isinstance(b.term, Cond):
+            used.add(b.term.selector)
+    return used - defined
 
 
 def _slot_access(slots: tuple[int, ...]) -> tuple[Any, Any]:

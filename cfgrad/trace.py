@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import tree as treelib
+from .checkpoint import check_strategy
 from .errors import (
     ArgumentTypeError,
     ArgumentValueError,
@@ -452,6 +453,7 @@ class Trace:
     def lower_loop(self, kind: str, cond_fun: Callable, body_fun: Callable, init_val: Any,
                    checkpoint: Any, max_iters: int | None, loc: SourceLoc | None,
                    bounds: tuple[Value, Value] | None = None) -> Any:
+        check_strategy(checkpoint, f"{kind}_loop at {loc}")
         init_leaves, init_td = treelib.flatten(init_val)
         init_values = [self.value_of(x) for x in init_leaves]
         region = LoopRegion(f"loop#{self.counters['loop']}", self.parent_region(), loc, kind=kind,
