@@ -68,23 +68,27 @@ def anomaly_message(program: Program, block_index: int, node: Node, inputs: list
     where = "in the gradient (reverse) pass" if reverse else "in the forward pass"
     got = ", ".join(repr(v) for v in _inputs_at(inputs, bad.shape, index))
     at = f" at index {list(index)}" if index else ""
-    lines = [f"cg.detect_anomaly: `{node.op}` produced {kind}{at} {where}, block {label} of "
+    what = f"`{node.op}`" + (f" (in the derivative of `{node.origin}`)" if node.origin else "")
+    lines = [f"cg.detect_anomaly: {what} produced {kind}{at} {where}, block {label} of "
              f"program {program.name}, traced at {node.loc}",
              f"  its inputs there: ({got})"]
-    prim = PRIMITIVES.get(node.op)
-    if prim is not None and prim.notes:
-        lines.append(f"  {node.op}: {prim.notes}")
+    for op in dict.fromkeys(o for o in (node.op, node.origin) if o):
+        prim = PRIMITIVES.get(op)
+        if prim is not None and prim.notes:
+            lines.append(f"  {op}: {prim.notes}")
     control = _where_in_control(program, block_index, iterations)
     if control:
         lines.append(f"  while in {control}")
     if reverse:
-        lines.append("  (the NaN/Inf first appeared in a cotangent: the derivative of the code "
+        of = f"`{node.origin}`" if node.origin else "the code"
+        lines.append(f"  (the NaN/Inf first appeared in a cotangent: the derivative of {of} "
                      f"at {node.loc} is not finite there)")
     return "\n".join(lines)
 
 
 def bad_argument_message(program: Program, index: int, value: Any) -> str:
     p = program.params[index]
+    bad = int(np.sum(~np.isfinite(np.asarray(value))))
     return (f"cg.detect_anomaly: argument {p.hint or index} of {program.name} already "
-            f"contains NaN or Inf ({int(np.sum(~np.isfinite(np.asarray(value))))} entries) "
+            f"contains NaN or Inf ({bad} {'entry' if bad == 1 else 'entries'}) "
             "before anything ran")

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .anomaly import anomaly_detection_enabled
 from .diagnostics import anomaly_message, bad_argument_message
 from .errors import AnomalyError, LoopLimitError, ReplayMismatchError
 from .ir import (
@@ -355,7 +356,7 @@ class Machine:
             try:
                 e = fns[b](env, fenv, self)
             except Exception as exc:
-                _annotate(exc, self.c, b)
+                _annotate(exc, self.c, b, fns)
                 raise
             if e < 0:
                 return -1
@@ -570,7 +571,7 @@ def _nested_in(inner: Any, outer: LoopRegion) -> bool:
     return False
 
 
-def _annotate(exc: Exception, compiled: Compiled, b: int) -> None:
+def _annotate(exc: Exception, compiled: Compiled, b: int, fns: list[Any]) -> None:
     """Name the block, node and source line of a failure inside generated code."""
     if getattr(exc, "_cfgrad_annotated", False):
         return
@@ -580,7 +581,7 @@ def _annotate(exc: Exception, compiled: Compiled, b: int) -> None:
         if tb.tb_frame.f_code.co_name == "block":
             lineno = tb.tb_lineno
         tb = tb.tb_next
-    n = compiled.block_fns[b].line_nodes.get(lineno)
+    n = fns[b].line_nodes.get(lineno)
     if n is not None:
         label = ("r" if compiled.forward is not None else "b") + str(b)
         exc.add_note(f"cfgrad: raised by `{n.op}` in block {label} of program "
@@ -593,11 +594,13 @@ def _annotate(exc: Exception, compiled: Compiled, b: int) -> None:
 
 def run_adjoint(adjoint: Compiled, machine: Machine, cotangents: list[Any]) -> list[Any]:
     """Run an adjoint program against the forward machine that produced `machine.env`
-    (with NaN/Inf checks when that machine runs with them)."""
+    (with NaN/Inf checks when that machine runs with them, or when the adjoint runs under
+    `cg.detect_anomaly()`: a pullback may be called long after its forward pass)."""
     env = list(adjoint.template)
     for s, a in zip(adjoint.param_slots, cotangents):
         env[s] = a
-    fns = adjoint.checked_block_fns if machine.check else adjoint.block_fns
+    check = machine.check or anomaly_detection_enabled()
+    fns = adjoint.checked_block_fns if check else adjoint.block_fns
     edges, fenv = adjoint.edges, machine.env
     machine.reversing = True
     b = 0
@@ -605,7 +608,7 @@ def run_adjoint(adjoint: Compiled, machine: Machine, cotangents: list[Any]) -> l
         try:
             e = fns[b](env, fenv, machine)
         except Exception as exc:
-            _annotate(exc, adjoint, b)
+            _annotate(exc, adjoint, b, fns)
             raise
         if e < 0:
             break

@@ -81,15 +81,18 @@ class Node:
     """A straight-line operation: a primitive (`add`, `mul`, …) or a runtime node of an
     adjoint program (`Primal`, `LogPop`, `TripPop`, `LoopState`)."""
 
-    __slots__ = ("op", "inputs", "params", "outputs", "loc")
+    __slots__ = ("op", "inputs", "params", "outputs", "loc", "origin")
 
     def __init__(self, op: str, inputs: list[Value], params: dict[str, Any],
-                 outputs: list[Value], loc: SourceLoc | None = None):
+                 outputs: list[Value], loc: SourceLoc | None = None, origin: str | None = None):
         self.op = op
         self.inputs = inputs
         self.params = params
         self.outputs = outputs
         self.loc = loc
+        # in an adjoint: the forward primitive whose derivative rule emitted this node (so a
+        # NaN found here is reported as "in the derivative of sqrt", not as a bare `div`)
+        self.origin = origin
 
     def __repr__(self) -> str:
         return f"<Node {self.op}>"

@@ -163,7 +163,8 @@ class ReverseBuilder:
             return
         if not any(v in self.active for v in n.inputs):
             return
-        saved, self.t.loc_override = self.t.loc_override, n.loc
+        saved = self.t.loc_override, self.t.origin
+        self.t.loc_override, self.t.origin = n.loc, n.op
         primals = [self.primal(v) for v in n.inputs]
         if prim.multi_output:
             cts = prim.vjp(out_cts, primals, [self.primal(o) for o in n.outputs], **n.params)
@@ -174,7 +175,7 @@ class ReverseBuilder:
                 raise VerifyError(f"the VJP rule of {n.op} (traced at {n.loc}) returned a "
                                   f"{c.value.type} cotangent for a {v.type} input")
             self.accumulate(self.adj, v, c)
-        self.t.loc_override = saved
+        self.t.loc_override, self.t.origin = saved
 
     def reverse_if(self, r: IfRegion) -> None:
         t = self.t

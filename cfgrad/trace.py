@@ -277,6 +277,7 @@ class Trace:
         self._keep_alive: list[np.ndarray] = []
         self.finished = False
         self.loc_override: SourceLoc | None = None
+        self.origin: str | None = None  # reverse builder: the primitive being differentiated
         self.counters = {"if": 0, "loop": 0}
 
     # -- construction --------------------------------------------------------------
@@ -343,17 +344,19 @@ class Trace:
             raise LoweringError(f"{e}{' at ' + str(loc) if loc else ''}") from None
         if prim.multi_output:
             outs = [Value(t) for t in out_type]
-            self.current.nodes.append(Node(prim.name, values, params, outs, self.loc()))
+            self.current.nodes.append(Node(prim.name, values, params, outs, self.loc(),
+                                                    self.origin))
             return [self.tracer(o) for o in outs]
         out = Value(out_type)
-        self.current.nodes.append(Node(prim.name, values, params, [out], self.loc()))
+        self.current.nodes.append(Node(prim.name, values, params, [out], self.loc(),
+                                                self.origin))
         return self.tracer(out)
 
     def emit_special(self, op: str, inputs: list[Value], params: dict[str, Any],
                      out_types: list[TensorType]) -> list[Value]:
         """Runtime nodes of adjoint programs (Primal, LogPop, TripPop, LoopState)."""
         outs = [Value(t) for t in out_types]
-        self.current.nodes.append(Node(op, inputs, params, outs, self.loc_override))
+        self.current.nodes.append(Node(op, inputs, params, outs, self.loc_override, self.origin))
         return outs
 
     def finish(self, params: list[Value], outputs: list[Value]) -> Program:
