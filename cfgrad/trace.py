@@ -160,8 +160,9 @@ class Tracer:
         return (self[i] for i in range(self.shape[0]))
 
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._refuse("conversion to a numpy array (np.asarray, or a numpy function "
-                            "without a cfgrad.numpy counterpart)")
+        return self._refuse("conversion to a numpy array (np.asarray, a numpy function "
+                            "without a cfgrad.numpy counterpart, or indexing a numpy array "
+                            "with it: write cnp.asarray(array)[i])")
 
     # -- numpy interop -------------------------------------------------------------------
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:

@@ -128,6 +128,23 @@ def test_numpy_functions_on_a_tracer() -> None:
     assert "np.asarray" in message and marked_line(to_array) in message
 
 
+def test_numpy_array_indexed_with_a_traced_integer() -> None:
+    """`X[i]` with X a plain numpy array and i a loop index: numpy tries to convert i; the
+    message shows the spelling that works, which gives the right gradient."""
+    table = np.arange(5.0)
+
+    def gather(x):
+        return cg.fori_loop(0, 3, lambda i, c: c + table[i] * x, x)  # <-
+
+    message = raised(cg.TracerBoolError, lambda: cg.grad(gather)(1.0))
+    assert "cnp.asarray(array)[i]" in message and marked_line(gather) in message
+
+    def fixed(x):
+        return cg.fori_loop(0, 3, lambda i, c: c + cnp.asarray(table)[i] * x, x)
+
+    assert cg.grad(fixed)(1.0) == 1.0 + 0.0 + 1.0 + 2.0
+
+
 # ---------------------------------------------------------------------------------
 # Lowering: LoweringError
 # ---------------------------------------------------------------------------------
