@@ -14,7 +14,7 @@ from typing import Any
 import numpy as _np
 
 from .errors import LoweringError
-from .primitives import bind
+from .primitives import bind, shifted_by_max, softmax_of
 from .trace import Tracer, current_trace, register_numpy_namespace
 
 pi = _np.pi
@@ -233,12 +233,17 @@ def std(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
     return sqrt(var(a, axis, keepdims))
 
 
-def log_softmax(x: Any, axis: int = -1) -> Any:
-    return x - logsumexp(x, axis, keepdims=True)
+def log_softmax(x: Any, axis: Any = -1) -> Any:
+    """x - logsumexp(x), computed as z - log(sum(exp(z))) with z = x - max(x): subtracting
+    a rounded logsumexp from x would cost float16/float32 the digits of max(x)."""
+    axes = _axes(x, axis)
+    z = shifted_by_max(x, axes)
+    return z - log(sum(exp(z), axes, keepdims=True))
 
 
-def softmax(x: Any, axis: int = -1) -> Any:
-    return exp(log_softmax(x, axis))
+def softmax(x: Any, axis: Any = -1) -> Any:
+    """exp(x) / sum(exp(x)), shifted by max(x) first (see `log_softmax`)."""
+    return softmax_of(x, _axes(x, axis))
 
 
 # -- linear algebra -----------------------------------------------------------------------

@@ -541,17 +541,29 @@ def _logsumexp_impl(x, axes, keepdims):
     return s if keepdims else np.squeeze(s, axis=axes)
 
 
-def _softmax_weights(x, out, axes, keepdims):
-    return bind("exp", x - _keep(out, x.shape, axes, keepdims))
+def shifted_by_max(x: Any, axes: tuple[int, ...]) -> Any:
+    """x - max(x) over `axes`, with the maximum behind a stop_gradient.
+
+    softmax, log_softmax and logsumexp are invariant to the shift, so it is a constant to
+    their derivatives. Shifting by the maximum itself (exact in any dtype, unlike a rounded
+    logsumexp) keeps exp of the result in [0, 1] and accurate to x's own dtype."""
+    top = bind("stop_gradient", bind("amax", x, axes=axes, keepdims=True))
+    return bind("sub", x, top)
+
+
+def softmax_of(x: Any, axes: tuple[int, ...]) -> Any:
+    """exp(x) / sum(exp(x)) over `axes`, from the shifted x: the gradient of logsumexp,
+    and `cnp.softmax`."""
+    e = bind("exp", shifted_by_max(x, axes))
+    return e / bind("sum", e, axes=axes, keepdims=True)
 
 
 _register(Primitive(
     "logsumexp", _logsumexp_impl, _reduction_type(lambda d: d),
     lambda ct, xs, out, axes, keepdims: (
-        _spread(ct, xs[0], axes, keepdims) * _softmax_weights(xs[0], out, axes, keepdims),),
+        _spread(ct, xs[0], axes, keepdims) * softmax_of(xs[0], axes),),
     lambda ts, xs, out, axes, keepdims: bind(
-        "sum", ts[0] * _softmax_weights(xs[0], out, axes, keepdims), axes=axes,
-        keepdims=keepdims),
+        "sum", ts[0] * softmax_of(xs[0], axes), axes=axes, keepdims=keepdims),
     "reduction", promote="float", notes="shifted by the maximum: finite for inputs of any size"))
 
 

@@ -5,8 +5,10 @@ abs'(0), relu'(0), max/min ties, clip at its bounds, sqrt'(0), pow, floor, sign,
 where) and logsumexp, softplus, sigmoid, log1p and expm1 at extreme float64 inputs
 (`EXTREMES`); this file does not repeat them. It adds:
 
-- log_softmax and softmax at extreme inputs, and the stable primitives in float32 and
-  float16, where accuracy must be that of the dtype, not of the magnitude of the input;
+- log_softmax and softmax (compositions in cfgrad.numpy, not table entries) against finite
+  differences over every kind of axis, and at extreme inputs; the stable primitives in
+  float32 and float16, where accuracy must be that of the dtype, not of the magnitude of
+  the input;
 - the `where` trap contrasted with `cond`, in loops under every checkpoint strategy, with
   anomaly detection, in forward mode, and the double-`where` workaround;
 - docs/numerics.md: its conventions table is the derivative table's notes, every test it
@@ -26,6 +28,7 @@ import pytest
 import cfgrad as cg
 import cfgrad.numpy as cnp
 from cfgrad.primitives import PRIMITIVES
+from cfgrad.testing import check_grads
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_custom import STRATEGIES  # noqa: E402
@@ -83,6 +86,21 @@ def test_softmax_at_extreme_inputs(x):
     np.testing.assert_allclose(cnp.softmax(x), s, rtol=1e-13, atol=1e-300)
     g = cg.grad(lambda x: cnp.softmax(x)[0])(x)
     np.testing.assert_allclose(g, s[0] * (np.eye(3)[0] - s), rtol=1e-12, atol=1e-300)
+
+
+AXES = [-1, 0, None, (0, 1)]
+
+
+@pytest.mark.parametrize("axis", AXES, ids=repr)
+@pytest.mark.parametrize("f", [cnp.log_softmax, cnp.softmax], ids=lambda f: f.__name__)
+def test_softmax_gradients_match_finite_differences(f, axis):
+    """tests/test_primitives.py checks the table; these two are built from it (a shift by
+    a stop-gradient'ed maximum), so check the composition, normalized along `axis`."""
+    rng = np.random.default_rng(0)
+    x, w = rng.uniform(-3.0, 3.0, (3, 4)), rng.uniform(-1.0, 1.0, (3, 4))
+    check_grads(lambda x: cnp.sum(w * f(x, axis)), (x,))
+    probabilities = np.exp(f(x, axis)) if f is cnp.log_softmax else f(x, axis)
+    np.testing.assert_allclose(np.sum(probabilities, axis=axis), 1.0, rtol=1e-14)
 
 
 # -------------------------------------------------------------------------------------
