@@ -31,7 +31,7 @@ from .interpret import (
 )
 from .ir import Program
 from .reverse import build_adjoint, primal_reads
-from .trace import Tracer, trace_program
+from .trace import Tracer, lowering_epoch, trace_program
 
 _SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
 
@@ -39,10 +39,12 @@ _SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
 class _Entry:
     """One lowered signature: its Program and, lazily, everything derived from it."""
 
-    __slots__ = ("program", "compiled", "_reverse", "_jvp", "_strategies", "grad_plans")
+    __slots__ = ("program", "epoch", "compiled", "_reverse", "_jvp", "_strategies",
+                 "grad_plans")
 
     def __init__(self, program: Program):
         self.program = program
+        self.epoch = lowering_epoch()  # a custom rule redefined later makes it stale
         self.compiled = Compiled(program)
         self._reverse: dict[frozenset[int] | None, tuple[Compiled, Compiled]] = {}
         self._jvp: Compiled | None = None
@@ -108,7 +110,7 @@ def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = ()) ->
     except TypeError:  # not weak-referenceable: cache nothing
         per_fun = {}
     entry = per_fun.get(key)
-    if entry is None:
+    if entry is None or entry.epoch != lowering_epoch():
         entry = per_fun[key] = _Entry(trace_program(fun, args, static_argnums))
     return entry, leaves
 

@@ -13,12 +13,19 @@ Reverse mode through a custom_jvp function transposes its JVP rule: the rule's t
 output is traced as a program of the tangents, and the reverse builder differentiates
 that program, which for a rule linear in the tangents (as JAX requires) is exactly the
 transpose.
+
+Inside its own rules (`fwd`, `bwd`, the jvp rule) a custom function is its primal
+computation, so `def f_fwd(x): return f(x), residuals` works as in JAX. Redefining a rule
+makes every Program lowered with the old one stale: it starts a new lowering epoch
+(trace.py), and lowering caches (the rule objects here, the api's per-signature cache) are
+valid only for the epoch they were built in.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -30,7 +37,7 @@ from .interpret import Compiled, Machine, as_runtime_value, plan_saved_slots, ru
 from .ir import Program, TensorType, type_of
 from .primitives import bind
 from .reverse import build_adjoint, primal_reads
-from .trace import Tracer, trace_program, tracing
+from .trace import Tracer, invalidate_lowerings, lowering_epoch, trace_program, tracing
 
 
 def stop_gradient(x: Any) -> Any:
@@ -47,18 +54,21 @@ def _run(compiled: Compiled, args: Any) -> tuple:
     return tuple(as_runtime_value(o) for o in m.run([as_runtime_value(a) for a in args]))
 
 
-def _float_types(types: list[TensorType]) -> list[TensorType]:
-    return [t for t in types if t.dtype.kind == "f"]
-
-
 class _Signature:
-    """What every rule object knows: the function, its argument structure and types."""
+    """What every rule object knows: the function, its argument structure and types, and
+    (once `lower_primal` ran) its output structure and types."""
 
-    def __init__(self, name: str, in_tree: treelib.TreeDef, in_types: list[TensorType]):
-        self.name = name
+    out_tree: treelib.TreeDef
+
+    def __init__(self, fn: _CustomFunction, in_tree: treelib.TreeDef,
+                 in_types: list[TensorType]):
+        self.fn = fn
+        self.name = fn.__name__
         self.in_tree = in_tree
         self.in_types = in_types
         self.float_inputs = [i for i, t in enumerate(in_types) if t.dtype.kind == "f"]
+        self.result_types: list[TensorType] = []
+        self.n_out = 0
 
     def __repr__(self) -> str:
         return f"{self.fn.node_op}({self.name})"
@@ -66,34 +76,59 @@ class _Signature:
     def args(self, leaves: list[Any]) -> tuple:
         return treelib.unflatten(self.in_tree, list(leaves))
 
-    def check_leaves(self, what: str, got: list[Any], want: list[TensorType]) -> None:
+    def check_leaves(self, what: str, got: list[Any], want: list[TensorType],
+                     whose: str = "") -> None:
         types = [x.value.type if isinstance(x, Tracer) else type_of(x) for x in got]
         if len(types) != len(want) or any(
                 a.shape != b.shape or a.dtype != b.dtype for a, b in zip(types, want)):
             raise ArgumentTypeError(
                 f"{self.name}: {what} gives {[str(t) for t in types]}, expected "
-                f"{[str(t) for t in want]}")
+                f"{[str(t) for t in want]}{whose}")
 
+    def check_output(self, what: str, out: Any) -> list[Any]:
+        """The leaves of `out`, which a rule gives in place of the function's own output
+        (or as its tangent), so it must have the same structure, shapes and dtypes: else
+        the traced function would return something else than the eager one."""
+        leaves, tree = treelib.flatten(out)
+        if tree != self.out_tree:
+            raise ArgumentTypeError(
+                f"{self.name}: {what} has structure {tree.describe()}, but {self.name} "
+                f"returns {self.out_tree.describe()}")
+        self.check_leaves(what, leaves, self.result_types, f" (what {self.name} returns)")
+        return leaves
 
-def _lower(fun: Callable, types: list[TensorType], name: str) -> Program:
-    return trace_program(fun, tuple(_dummies(types)), name=name)
+    def lower(self, fun: Callable, types: list[TensorType], name: str) -> Program:
+        """Trace `fun` on leaves of `types`, with the function's own calls inside it
+        computing its primal (see _CustomFunction.own_rule)."""
+        with self.fn.own_rule():
+            return trace_program(fun, tuple(_dummies(types)), name=name)
+
+    def lower_primal(self) -> Program:
+        """The function itself at this signature; records its output structure and types."""
+        def primal_flat(*leaves: Any) -> list[Any]:
+            out_leaves, self.out_tree = treelib.flatten(self.fn.fun(*self.args(leaves)))
+            return out_leaves
+
+        program = self.lower(primal_flat, self.in_types, self.name)
+        self.result_types = [v.type for v in program.outputs]
+        self.n_out = len(self.result_types)
+        return program
 
 
 class _VJPRule(_Signature):
     def __init__(self, fn: custom_vjp, in_tree: treelib.TreeDef, in_types: list[TensorType]):
-        super().__init__(fn.__name__, in_tree, in_types)
-        self.fn = fn
+        super().__init__(fn, in_tree, in_types)
+        self.lower_primal()  # only for its signature, which fwd's output must match
 
         def fwd_flat(*leaves: Any) -> list[Any]:
             result = fn.fwd(*self.args(leaves))
             if not (isinstance(result, tuple) and len(result) == 2):
                 raise ArgumentTypeError(f"{self.name}: fwd must return (output, residuals)")
-            out_leaves, self.out_tree = treelib.flatten(result[0])
+            out_leaves = self.check_output("fwd's output", result[0])
             res_leaves, self.res_tree = treelib.flatten(result[1])
-            self.n_out = len(out_leaves)
             return out_leaves + res_leaves
 
-        self.fwd_program = _lower(fwd_flat, in_types, f"{self.name}.fwd")
+        self.fwd_program = self.lower(fwd_flat, in_types, f"{self.name}.fwd")
         self.fwd_compiled = Compiled(self.fwd_program)
         self.out_types = [v.type for v in self.fwd_program.outputs]
         self.bwd_program: Program | None = None
@@ -156,41 +191,31 @@ class _VJPRule(_Signature):
             return out
 
         types = self.out_types[self.n_out:] + self.out_types[: self.n_out]
-        self.bwd_program = _lower(bwd_flat, types, f"{self.name}.bwd")
+        self.bwd_program = self.lower(bwd_flat, types, f"{self.name}.bwd")
         self.bwd_compiled = Compiled(self.bwd_program)
 
 
 class _JVPRule(_Signature):
     def __init__(self, fn: custom_jvp, in_tree: treelib.TreeDef, in_types: list[TensorType]):
-        super().__init__(fn.__name__, in_tree, in_types)
-        self.fn = fn
-
-        def primal_flat(*leaves: Any) -> list[Any]:
-            out_leaves, self.out_tree = treelib.flatten(fn.fun(*self.args(leaves)))
-            return out_leaves
-
-        self.primal_program = _lower(primal_flat, in_types, self.name)
+        super().__init__(fn, in_tree, in_types)
+        self.primal_program = self.lower_primal()
         self.primal_compiled = Compiled(self.primal_program)
-        self.out_types = [v.type for v in self.primal_program.outputs]
         self._transpose: tuple[Compiled, Compiled] | None = None
 
     def primal_types(self) -> list[TensorType]:
-        return self.out_types
+        return self.result_types
 
     def primal(self, xs: tuple) -> tuple:
         return _run(self.primal_compiled, xs)
 
     def _rule_tangents(self, primals: list[Any], tangents: list[Any]) -> list[Any]:
         """The user's rule, called with pytrees; returns the tangent output leaves."""
-        result = self.fn.jvp(self.args(primals), self.args(tangents))
+        with self.fn.own_rule():
+            result = self.fn.jvp(self.args(primals), self.args(tangents))
         if not (isinstance(result, tuple) and len(result) == 2):
             raise ArgumentTypeError(f"{self.name}: the jvp rule must return (output, tangent)")
-        leaves, tree = treelib.flatten(result[1])
-        if tree != self.out_tree:
-            raise ArgumentTypeError(f"{self.name}: the jvp rule's tangent has structure "
-                                    f"{tree.describe()}, the output {self.out_tree.describe()}")
-        self.check_leaves("the jvp rule's tangent", leaves, self.out_types)
-        return leaves
+        self.check_output("the jvp rule's output", result[0])
+        return self.check_output("the jvp rule's tangent", result[1])
 
     # forward mode, at build time: the rule is traced inline into the JVP program
     def tangents(self, ts: list[Any], xs: list[Any], outs: list[Any]) -> list[Any]:
@@ -202,7 +227,7 @@ class _JVPRule(_Signature):
     # reverse mode, at build time: one custom_jvp_transpose node
     def transpose(self, cts: list[Any], xs: list[Any]) -> tuple:
         main = [c if c is not None else np.zeros(t.shape, t.dtype)
-                for c, t in zip(cts, self.out_types)]
+                for c, t in zip(cts, self.result_types)]
         float_cts = bind("custom_jvp_transpose", *xs, *main, rule=self)
         result: list[Any] = [None] * len(xs)
         for i, ct in zip(self.float_inputs, float_cts):
@@ -231,7 +256,8 @@ class _JVPRule(_Signature):
             def linear(*leaves: Any) -> list[Any]:
                 return self._rule_tangents(list(leaves[:n]), list(leaves[n:]))
 
-            program = _lower(linear, self.in_types + self.in_types, f"{self.name}.jvp_rule")
+            program = self.lower(linear, self.in_types + self.in_types,
+                                 f"{self.name}.jvp_rule")
             adjoint = build_adjoint(program, frozenset(range(n, 2 * n)))
             forward = Compiled(program)
             plan_saved_slots(forward, primal_reads(adjoint))
@@ -244,27 +270,55 @@ class _CustomFunction:
     calls become one node whose rule object is cached per input signature."""
 
     rule_class: type
+    node_op: str
 
     def __init__(self, fun: Callable):
         functools.update_wrapper(self, fun)
         self.fun = fun
         self._rules: dict[Any, Any] = {}
+        self._rules_epoch = lowering_epoch()
+        self._rule_depth = 0  # > 0 while one of this function's rules is being traced
 
     def _ready(self) -> None:
         raise NotImplementedError
 
-    def __call__(self, *args: Any) -> Any:
-        leaves, in_tree = treelib.flatten(args)
-        if not any(isinstance(x, Tracer) for x in leaves):
-            return self.fun(*args)
-        self._ready()
-        types = [x.value.type if isinstance(x, Tracer) else type_of(x) for x in leaves]
+    def _redefined(self) -> None:
+        """A new rule: lowerings that used the old one (the rule objects here, and any
+        Program that holds them, also inside other functions' rules) are stale."""
+        if self._rules:
+            invalidate_lowerings()
+        self._rules.clear()
+
+    @contextmanager
+    def own_rule(self) -> Iterator[None]:
+        """Calls of the function inside its own rules compute its primal (`fun`) instead
+        of a node whose rule would be traced again, without end."""
+        self._rule_depth += 1
+        try:
+            yield
+        finally:
+            self._rule_depth -= 1
+
+    def _rule(self, in_tree: treelib.TreeDef, types: list[TensorType]) -> Any:
+        """The rule object for this input signature, lowered on first use in an epoch."""
+        if self._rules_epoch != lowering_epoch():
+            self._rules.clear()
+            self._rules_epoch = lowering_epoch()
         key = (in_tree, tuple(types))
         rule = self._rules.get(key)
         if rule is None:
             rule = self._rules[key] = self.rule_class(self, in_tree, types)
+        return rule
+
+    def __call__(self, *args: Any) -> Any:
+        leaves, in_tree = treelib.flatten(args)
+        if self._rule_depth or not any(isinstance(x, Tracer) for x in leaves):
+            return self.fun(*args)
+        self._ready()
+        rule = self._rule(in_tree, [x.value.type if isinstance(x, Tracer) else type_of(x)
+                                    for x in leaves])
         outs = bind(self.node_op, *leaves, rule=rule)
-        return treelib.unflatten(rule.out_tree, list(outs[: getattr(rule, "n_out", len(outs))]))
+        return treelib.unflatten(rule.out_tree, list(outs[: rule.n_out]))
 
 
 class custom_vjp(_CustomFunction):  # noqa: N801 - the JAX name
@@ -280,7 +334,7 @@ class custom_vjp(_CustomFunction):  # noqa: N801 - the JAX name
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         self.fwd, self.bwd = fwd, bwd
-        self._rules.clear()
+        self._redefined()
 
     def _ready(self) -> None:
         if self.fwd is None:
@@ -301,7 +355,7 @@ class custom_jvp(_CustomFunction):  # noqa: N801 - the JAX name
 
     def defjvp(self, jvp: Callable) -> Callable:
         self.jvp = jvp
-        self._rules.clear()
+        self._redefined()
         return jvp
 
     def _ready(self) -> None:

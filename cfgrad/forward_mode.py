@@ -4,6 +4,11 @@ Every block is copied with, beside each primitive node, the nodes of its JVP rul
 float Phi gets a tangent Phi; terminators and regions are kept, so the tangent program
 branches and loops exactly like the original (the branch taken at run time is the one
 differentiated). Zero tangents stay symbolic except where a Phi needs a concrete input.
+
+A custom_jvp rule is traced inline and may lower control flow of its own: the copy of a
+forward block then starts in one block and ends in another (the rule's merge or exit),
+and the block's terminator, outgoing edges and region roles belong to that last block.
+The rule's regions nest in the region enclosing the forward block.
 """
 
 from __future__ import annotations
@@ -12,8 +17,21 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentTypeError, VerifyError
-from .ir import Block, Cond, Edge, IfRegion, Jmp, LoopRegion, Phi, Program, Region, Return, Value
+from .errors import ArgumentTypeError, LoweringError, VerifyError
+from .ir import (
+    Block,
+    Cond,
+    Edge,
+    IfRegion,
+    Jmp,
+    LoopRegion,
+    Node,
+    Phi,
+    Program,
+    Region,
+    Return,
+    Value,
+)
 from .primitives import PRIMITIVES
 from .trace import Trace
 from .verify import verify
@@ -27,14 +45,73 @@ def _or_zeros(tangent: Any, v: Value, zeros: Any) -> Value:
     return (tangent if tangent is not None else zeros(v)).value
 
 
+def _enclosing(b: Block) -> Region | None:
+    """The smallest region containing block b: a region's merge / exit block names that
+    region but lies after it."""
+    r = b.region
+    if isinstance(r, IfRegion) and b is r.merge or isinstance(r, LoopRegion) and b is r.exit:
+        return r.parent
+    return r
+
+
+def _next_region_numbers(fwd: Program) -> dict[str, int]:
+    """Trace counters past the forward program's region ids (`if#3`, `loop#0`), so regions
+    lowered by custom_jvp rules get ids of their own."""
+    counters = {"if": 0, "loop": 0}
+    for r in fwd.regions:
+        kind, _, number = r.id.partition("#")
+        if kind in counters and number.isdigit():
+            counters[kind] = max(counters[kind], int(number) + 1)
+    return counters
+
+
+def _copy_region(r: Region) -> Region:
+    """Forward region r in the JVP program; its parent and blocks are filled in later."""
+    if isinstance(r, IfRegion):
+        return IfRegion(r.id, None, r.loc, kind=r.kind)
+    assert isinstance(r, LoopRegion)
+    return LoopRegion(r.id, None, r.loc, kind=r.kind, checkpoint=r.checkpoint,
+                      max_iters=r.max_iters)
+
+
+def _place_region(nr: Region, r: Region, starts: dict[Block, Block], ends: dict[Block, Block],
+                  primal: dict[Value, Value]) -> None:
+    """Fill in the copy's blocks: entry roles (case, merge, header, body, exit) are where a
+    copied block starts, exit roles (branch, case exit, preheader, latch) where it ends."""
+    if isinstance(r, IfRegion):
+        assert isinstance(nr, IfRegion)
+        nr.branch, nr.merge = ends[r.branch], starts[r.merge]
+        nr.cases = [starts[c] for c in r.cases]
+        nr.case_exits = [ends[c] for c in r.case_exits]
+        return
+    assert isinstance(r, LoopRegion) and isinstance(nr, LoopRegion)
+    nr.preheader, nr.latch = ends[r.preheader], ends[r.latch]
+    nr.header, nr.body, nr.exit = starts[r.header], starts[r.body], starts[r.exit]
+    if r.trip_bounds is not None:
+        nr.trip_bounds = (primal[r.trip_bounds[0]], primal[r.trip_bounds[1]])
+
+
 def build_jvp(fwd: Program) -> Program:
     """Parameters: the primals, then one tangent per float primal. Results: the outputs,
     then one tangent per output (zeros for non-float outputs)."""
-    t = Trace(f"{fwd.name}.jvp", check_scopes=False)
-    blocks: dict[Block, Block] = {fwd.blocks[0]: t.entry}
+    t = Trace(f"{fwd.name}.jvp")
+    t.counters = _next_region_numbers(fwd)
+    # every tracer lives in the top scope (or, inside a rule's cond or loop, below it);
+    # its region follows the block being copied, so a rule's regions nest in that one
+    top = t.scope
+    assert top is not None
+    starts: dict[Block, Block] = {fwd.blocks[0]: t.entry}
     t.entry.role = fwd.blocks[0].role
     for b in fwd.blocks[1:]:
-        blocks[b] = t.new_block(None, b.role)
+        starts[b] = t.new_block(None, b.role)
+    regions = {r: _copy_region(r) for r in fwd.regions}
+    for r, nr in regions.items():
+        nr.parent = regions[r.parent] if r.parent else None
+    t.regions.extend(regions.values())
+    for b in fwd.blocks:
+        if b.region is not None:
+            starts[b].region = regions[b.region]
+
     primal: dict[Value, Value] = {}
     tangent: dict[Value, Any] = {}
     params = [Value(v.type, v.hint) for v in fwd.params]
@@ -46,9 +123,14 @@ def build_jvp(fwd: Program) -> Program:
         return t.tracer(t.const(np.zeros(v.type.shape, v.type.dtype)))
 
     phi_pairs: list[tuple[Phi, Phi, Phi | None]] = []
+    ends: dict[Block, Block] = {}
+    created: dict[Block, list[Block]] = {}
     for b in fwd.blocks:
-        nb = blocks[b]
+        nb = starts[b]
         t.current = nb
+        enclosing = _enclosing(b)
+        top.region = regions[enclosing] if enclosing is not None else None
+        first_new = len(t.blocks)
         for phi in b.phis:
             p = Phi(Value(phi.out.type), [])
             primal[phi.out] = p.out
@@ -60,73 +142,75 @@ def build_jvp(fwd: Program) -> Program:
                 tangent[phi.out] = t.tracer(tp.out)
             phi_pairs.append((phi, p, tp))
         for n in b.nodes:
-            if n.op == "const":
-                primal[n.outputs[0]] = t.const(n.params["value"])
-                continue
-            prim = PRIMITIVES[n.op]
-            t.loc_override = n.loc
-            ins = [t.tracer(primal[v]) for v in n.inputs]
-            emitted = t.emit(prim, ins, n.params, None)
-            outs = emitted if prim.multi_output else [emitted]
-            for o, new_out in zip(n.outputs, outs):
-                primal[o] = new_out.value
-            ts = [tangent.get(v) for v in n.inputs]
-            if all(x is None for x in ts):
-                continue
-            if prim.jvp is None:
-                if prim.nondiff:
-                    continue
-                raise ArgumentTypeError(
-                    f"forward mode (jvp) cannot go through {n.op} {n.params.get('rule', '')} "
-                    f"traced at {n.loc}: it has a reverse-mode rule only; give the function a "
-                    "cg.custom_jvp rule instead, or use cg.vjp/cg.grad")
-            tans = prim.jvp(ts, ins, emitted, **n.params)
-            for o, new_out, tan in zip(n.outputs, outs, tans if prim.multi_output else [tans]):
-                if tan is None or not _float(o):
-                    continue
-                if tan.value.type != new_out.value.type:
-                    raise VerifyError(f"the JVP rule of {n.op} (traced at {n.loc}) returned a "
-                                      f"{tan.value.type} tangent for a {new_out.value.type} "
-                                      "output")
-                tangent[o] = tan
-            t.loc_override = None
+            _copy_node(t, n, primal, tangent)
+        ends[b] = t.current
+        created[b] = t.blocks[first_new:]
+        if t.current is not nb and isinstance(b.region, LoopRegion) and b is b.region.header:
+            raise LoweringError(
+                f"forward mode (jvp): a custom_jvp rule in the condition of {b.region.id} "
+                f"({b.region.kind}_loop at {b.region.loc}) lowers control flow of its own, "
+                "which a loop condition cannot hold; compute the predicate without it")
+    top.region = None
+    # a block's copy is followed by the blocks its rules lowered, so the text reads in order
+    t.blocks[:] = [x for b in fwd.blocks for x in (starts[b], *created[b])]
     for b in fwd.blocks:
-        nb = blocks[b]
-        nb.preds = [Edge(blocks[e.src], e.key) for e in b.preds]
-        term = b.term
+        starts[b].preds = [Edge(ends[e.src], e.key) for e in b.preds]
+        term, end = b.term, ends[b]
         if isinstance(term, Jmp):
-            nb.term = Jmp(blocks[term.target])
+            end.term = Jmp(starts[term.target])
         elif isinstance(term, Cond):
-            nb.term = Cond(primal[term.selector], [(k, blocks[x]) for k, x in term.cases])
+            end.term = Cond(primal[term.selector], [(k, starts[x]) for k, x in term.cases])
     for phi, p, tp in phi_pairs:
         p.inputs = [primal[v] for v in phi.inputs]
         if tp is not None:
             tp.inputs = [_or_zeros(tangent.get(v), v, zeros) for v in phi.inputs]
-    regions: dict[Region, Region] = {}
-    for r in fwd.regions:
-        parent = regions.get(r.parent) if r.parent else None
-        if isinstance(r, IfRegion):
-            nr: Region = IfRegion(r.id, parent, r.loc, kind=r.kind, branch=blocks[r.branch],
-                                  cases=[blocks[c] for c in r.cases],
-                                  case_exits=[blocks[c] for c in r.case_exits],
-                                  merge=blocks[r.merge])
-        else:
-            assert isinstance(r, LoopRegion)
-            nr = LoopRegion(r.id, parent, r.loc, kind=r.kind, preheader=blocks[r.preheader],
-                            header=blocks[r.header], body=blocks[r.body],
-                            latch=blocks[r.latch], exit=blocks[r.exit],
-                            checkpoint=r.checkpoint, max_iters=r.max_iters,
-                            trip_bounds=None if r.trip_bounds is None else tuple(
-                                primal[v] for v in r.trip_bounds))
-        regions[r] = nr
-        t.regions.append(nr)
-    for b in fwd.blocks:
-        if b.region is not None:
-            blocks[b].region = regions[b.region]
+    for r, nr in regions.items():
+        _place_region(nr, r, starts, ends, primal)
     ret = fwd.return_block
-    t.current = blocks[ret]
+    t.current = ends[ret]
     assert isinstance(ret.term, Return)
     outs = [primal[v] for v in ret.term.values]
     touts = [_or_zeros(tangent.get(v), v, zeros) for v in ret.term.values]
     program = t.finish(params + tparams, outs + touts)
     return verify(program)
+
+
+def _copy_node(t: Trace, n: Node, primal: dict[Value, Value], tangent: dict[Value, Any]) -> None:
+    """Emit node n into the JVP program at the insertion point, then its JVP rule's nodes
+    (which carry n's source location)."""
+    if n.op == "const":
+        primal[n.outputs[0]] = t.const(n.params["value"])
+        return
+    t.loc_override = n.loc
+    try:
+        _emit_with_tangent(t, n, primal, tangent)
+    finally:
+        t.loc_override = None
+
+
+def _emit_with_tangent(t: Trace, n: Node, primal: dict[Value, Value],
+                       tangent: dict[Value, Any]) -> None:
+    prim = PRIMITIVES[n.op]
+    ins = [t.tracer(primal[v]) for v in n.inputs]
+    emitted = t.emit(prim, ins, n.params, None)
+    outs = emitted if prim.multi_output else [emitted]
+    for o, new_out in zip(n.outputs, outs):
+        primal[o] = new_out.value
+    ts = [tangent.get(v) for v in n.inputs]
+    if all(x is None for x in ts):
+        return
+    if prim.jvp is None:
+        if prim.nondiff:
+            return
+        raise ArgumentTypeError(
+            f"forward mode (jvp) cannot go through {n.op} {n.params.get('rule', '')} "
+            f"traced at {n.loc}: it has a reverse-mode rule only; give the function a "
+            "cg.custom_jvp rule instead, or use cg.vjp/cg.grad")
+    tans = prim.jvp(ts, ins, emitted, **n.params)
+    for o, new_out, tan in zip(n.outputs, outs, tans if prim.multi_output else [tans]):
+        if tan is None or not _float(o):
+            continue
+        if tan.value.type != new_out.value.type:
+            raise VerifyError(f"the JVP rule of {n.op} (traced at {n.loc}) returned a "
+                              f"{tan.value.type} tangent for a {new_out.value.type} output")
+        tangent[o] = tan

@@ -259,6 +259,21 @@ def tracing(trace: Trace) -> Iterator[None]:
         _TRACES.pop()
 
 
+_lowering_epoch = 0
+
+
+def lowering_epoch() -> int:
+    """Caches of lowered Programs are valid only for the epoch they were traced in."""
+    return _lowering_epoch
+
+
+def invalidate_lowerings() -> None:
+    """Something baked into lowered Programs was redefined (a custom rule, see custom.py):
+    every Program traced so far is stale."""
+    global _lowering_epoch
+    _lowering_epoch += 1
+
+
 def _const_key(a: np.ndarray) -> Any:
     return (a.dtype.str, a.shape, a.tobytes()) if a.size <= 16 else ("big", id(a))
 
