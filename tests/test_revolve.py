@@ -1,6 +1,6 @@
 """Binomial checkpointing arithmetic (cfgrad.revolve) against reference numbers (design §7).
 
-The reference table `shared/data/revolve_table.csv` (T in 1..1000, s in {1,2,3,4,5,8,10},
+The reference table `tests/data/revolve_table.csv` (T in 1..1000, s in {1,2,3,4,5,8,10},
 the initial state counted as a snapshot) was computed from the Griewank–Walther closed form
 and cross-checked against an exhaustive dynamic programme, checkpoint_schedules and
 pyrevolve; its README explains the columns. On top of the table, the recursion that defines
@@ -27,8 +27,8 @@ from cfgrad.revolve import (
     reversal_cost,
 )
 
-# CI checks out shared/ beside the clone; a missing table is a failure, never a skip.
-TABLE = Path(__file__).parents[2] / "shared" / "data" / "revolve_table.csv"
+# a missing table is a failure, never a skip
+TABLE = Path(__file__).parent / "data" / "revolve_table.csv"
 SLOTS = range(1, 11)
 ONLINE_TOLERANCE = 1.15  # Online's cost over the offline optimum, on the reference grid
 
