@@ -39,8 +39,10 @@ from .ir import (
     Program,
     Return,
     Value,
+    enclosing_loop,
     loop_owners,
     region_blocks,
+    within,
 )
 from .primitives import PRIMITIVES
 
@@ -131,7 +133,7 @@ class Compiled:
                 carry_bytes=sum(p.out.type.size * p.out.type.dtype.itemsize
                                 for p in r.header.phis)))
         for li in self.loops:
-            inside = [r for r in program.regions if _nested_in(r, li.region)]
+            inside = [r for r in program.regions if within(r.parent, li.region)]
             li.inner_ifs = tuple(self.if_index[r] for r in inside if r in self.if_index)
             li.inner_loops = tuple(self.loop_index[r] for r in inside if r in self.loop_index)
         self.block_fns = [self._gen_block(b) for b in blocks]
@@ -562,15 +564,6 @@ class Machine:
                                            loops))
 
 
-def _nested_in(inner: Any, outer: LoopRegion) -> bool:
-    r = inner.parent
-    while r is not None:
-        if r is outer:
-            return True
-        r = r.parent
-    return False
-
-
 def _annotate(exc: Exception, compiled: Compiled, b: int, fns: list[Any]) -> None:
     """Name the block, node and source line of a failure inside generated code."""
     if getattr(exc, "_cfgrad_annotated", False):
@@ -630,7 +623,7 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
     owner = loop_owners(program)
     needed = set(needed)
     for r in program.loops():
-        if _enclosing_loop(r) is not None:
+        if enclosing_loop(r) is not None:
             needed |= _free_values(r)
     per_loop: dict[int, list[int]] = {li.index: [] for li in forward.loops}
     nbytes = dict.fromkeys(per_loop, 0)
@@ -641,7 +634,7 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
             nbytes[forward.loop_index[r]] += v.type.size * v.type.dtype.itemsize
     nested: dict[int, list[tuple[int, int]]] = {i: [] for i in per_loop}
     for li in forward.loops:
-        parent = _enclosing_loop(li.region)
+        parent = enclosing_loop(li.region)
         if parent is not None:
             p = forward.loop_index[parent]
             nested[p].append((len(per_loop[p]), li.index))
@@ -651,13 +644,6 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
         li.saved_bytes = nbytes[li.index]
         li.nested_records = tuple(nested[li.index])
         li.read_saved, li.write_saved = _slot_access(li.saved_slots)
-
-
-def _enclosing_loop(r: Any) -> LoopRegion | None:
-    parent = r.parent
-    while parent is not None and not isinstance(parent, LoopRegion):
-        parent = parent.parent
-    return parent
 
 
 def _free_values(loop: LoopRegion) -> set[Value]:

@@ -43,6 +43,7 @@ from .ir import (
     key_text,
     loop_owners,
     region_blocks,
+    within,
 )
 from .primitives import PRIMITIVES
 from .trace import Trace
@@ -440,7 +441,7 @@ def hoist_loop_invariants(adjoint: Program) -> None:
         for n in region.body.nodes:
             if n.op == "Primal":
                 owner = owners.get(n.params["of"])
-                movable = owner is None or not _within(owner, restored)
+                movable = owner is None or not within(owner, restored)
             else:
                 movable = n.op not in _SIDE_EFFECTS and not any(
                     v in defined_inside for v in n.inputs)
@@ -487,15 +488,6 @@ def accumulate_in_place(adjoint: Program) -> None:
             fresh = Value(phi.out.type)
             region.preheader.nodes.append(Node("copy", [phi.inputs[0]], {}, [fresh], region.loc))
             phi.inputs[0] = fresh
-
-
-def _within(region: Region, outer: Region) -> bool:
-    r: Region | None = region
-    while r is not None:
-        if r is outer:
-            return True
-        r = r.parent
-    return False
 
 
 def build_adjoint(program: Program, wrt: frozenset[int] | None = None) -> Program:
