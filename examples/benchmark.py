@@ -39,6 +39,7 @@ import argparse  # noqa: E402
 import gc  # noqa: E402
 import importlib  # noqa: E402
 import importlib.metadata  # noqa: E402
+import io  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
@@ -740,6 +741,33 @@ def library_tables(console: Console, sizes: Sizes, libs: dict[str, Any],
                           "code, control events per iteration)"])
 
 
+def many_branches(x):
+    """110 conds in a row, about 2000 nodes: a large program for the inspector timing."""
+    for i in range(110):
+        x = cg.cond(x > i * 0.01, lambda x=x: cnp.sin(x) * 1.5 + x * x - 0.25 * x,
+                    lambda x=x: cnp.cos(x) * 0.5 - x + 1.0)
+        x = x * 1.0001 + 0.001
+    return x
+
+
+def inspector_section(console: Console) -> None:
+    """How long the inspector takes to lay out a ~2000-node program, every row shown."""
+    program = cg.lower(many_branches, 0.3)
+    table = Table(title=f"Inspector: rendering a program of {program.node_count():,} nodes in "
+                  f"{len(program.blocks)} blocks (no folding, 100 columns, to a string)")
+    table.add_column("view")
+    table.add_column("lines", justify="right")
+    table.add_column("time", justify="right", style="bold")
+    for label, options in (("program", {}), ("mirrored (forward beside adjoint)",
+                                             {"adjoint": True})):
+        out = Console(file=io.StringIO(), width=100, color_system=None)
+        start = time.perf_counter()
+        cg.inspect(program, fold=None, console=out, **options)
+        elapsed = time.perf_counter() - start
+        table.add_row(label, f"{out.file.getvalue().count(chr(10)):,}", fmt_time(elapsed))
+    console.print(table)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes (for the tests)")
@@ -768,6 +796,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if not opts.heat_only:
         library_tables(console, sizes, libs, missing)
+        inspector_section(console)
     heat_section(console, heat_n, heat_steps, present, opts.quick)
 
 

@@ -24,7 +24,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -411,16 +410,13 @@ def many_branches(x):
     return x
 
 
-def test_a_2000_node_program_renders_well_under_a_second():
+def test_a_2000_node_program_renders_whole():
+    """Every row of a large program is laid out (examples/benchmark.py times it)."""
     program = cg.lower(many_branches, 0.3)
     assert 1900 <= program.node_count() <= 2100
-    start = time.perf_counter()
     text = render(view(program, fold=None))
-    elapsed = time.perf_counter() - start
-    print(f"program view of {program.node_count()} nodes, {len(program.blocks)} blocks: "
-          f"{elapsed:.3f} s")
     assert text.count("Cond ") == 110
-    assert elapsed < 1.0
+    assert all(f"─ b{i} " in text for i in range(len(program.blocks)))
 
 
 # ---------------------------------------------------------------------------------
