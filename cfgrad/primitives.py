@@ -229,7 +229,7 @@ _unary("softplus", lambda x: np.logaddexp(np.zeros((), x.dtype), x),
        lambda x, y: bind("sigmoid", x), "log(1 + e^x) via logaddexp: finite for any input")
 _unary("floor", np.floor, None, "derivative 0 (undefined at integers, taken as 0)")
 _register(Primitive(
-    "stop_gradient", lambda x: x, _elementwise_type("stop_gradient"), None, None, "elementwise",
+    "stop_gradient", lambda x: x[()], _elementwise_type("stop_gradient"), None, None, "elementwise",
     promote="none", nondiff=True,
     notes="the identity whose derivative is taken as 0: no gradient flows through it"))
 _unary("isfinite", np.isfinite, None, promote="none", out_dtype=np.bool_)

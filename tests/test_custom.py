@@ -456,6 +456,15 @@ def test_stop_gradient_blocks_the_gradient():
     assert "stop_gradient %x" in cg.lower(f, 3.0).text()
 
 
+def test_stop_gradient_eagerly_is_the_identity():
+    """Outside a transformation it returns its input as the numpy functions would: a
+    scalar stays a numpy scalar, an array keeps its dtype and values."""
+    assert repr(cg.stop_gradient(1.5)) == repr(np.float64(1.5))
+    x = np.arange(3, dtype=np.float32)
+    y = cg.stop_gradient(x)
+    assert y.dtype == np.float32 and np.array_equal(y, x)
+
+
 def test_stop_gradient_on_pytrees():
     def f(p):
         frozen = cg.stop_gradient(p)
