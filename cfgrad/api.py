@@ -70,11 +70,16 @@ class _Entry:
         return self._jvp
 
     def strategies(self, call_choice: Any) -> list[Any]:
-        key = id(call_choice) if call_choice is not None else None
-        s = self._strategies.get(key)
+        """Each loop's strategy for a call choosing `call_choice`; strategies compare by
+        value, so a fresh `Binomial(8)` per call finds the same entry (an unhashable
+        user-defined strategy is resolved every time)."""
+        try:
+            s = self._strategies.get(call_choice)
+        except TypeError:
+            return [resolve(r.checkpoint, call_choice) for r in self.program.loops()]
         if s is None:
             s = [resolve(r.checkpoint, call_choice) for r in self.program.loops()]
-            self._strategies[key] = s
+            self._strategies[call_choice] = s
         return s
 
 

@@ -103,6 +103,15 @@ class _Checkpointing:
 
     trace = False
 
+    def _params(self) -> tuple:
+        return (type(self), tuple(sorted(vars(self).items())))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Checkpointing) and self._params() == other._params()
+
+    def __hash__(self) -> int:
+        return hash(self._params())
+
     # -- the sweep -------------------------------------------------------------------------
     def begin(self, m: Machine, loop: LoopInfo) -> _Record:
         rec = _Record(m.log_marks(loop), m.trip_bound(loop))

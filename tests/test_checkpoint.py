@@ -835,3 +835,18 @@ def test_binomial_holds_far_less_memory_than_storeall(
     print(report)
     record_property("memory_ratio", report)
     assert ratio >= 20
+
+
+def test_call_strategies_are_told_apart_by_value() -> None:
+    """Fresh strategy objects per call (the usual spelling) each get their own strategy,
+    and equal ones share the cached resolution: no mix-up through recycled object ids."""
+    def f(x: Any) -> Any:
+        return cg.fori_loop(0, 6, lambda i, c: cnp.sin(c) + 0.1, x)
+
+    for _ in range(3):
+        for choice in (Binomial(2), Recompute(), EveryK(3), Online(2), None):
+            _, pb = cg.vjp(f, 0.3, checkpoint=choice)
+            pb(1.0)
+            assert pb.stats.loops[0].strategy == repr(choice or StoreAll())
+    assert Binomial(2) == Binomial(2) and Binomial(2) != Online(2)
+    assert len({Binomial(2), Binomial(2), EveryK(2)}) == 2

@@ -21,8 +21,6 @@ import cfgrad.numpy as cnp
 from cfgrad.checkpoint import Binomial, EveryK, Online, Recompute, StoreAll
 from cfgrad.testing import check_grads
 
-# One object per strategy for the module: the per-call strategy cache is keyed by id, so
-# strategies must outlive the calls that use them (as in tests/test_checkpoint.py).
 STRATEGIES = (StoreAll(), EveryK(2), Binomial(2), Online(2), Recompute())
 
 EPS = 1e-6  # safe_sqrt's floor on sqrt(x) in its derivative
