@@ -94,6 +94,10 @@ class LoopInfo:
     inner_loops: tuple[int, ...] = ()  # loops inside the loop, at any depth
     # (position in a saved frame, loop index) of the records of loops directly inside
     nested_records: tuple[tuple[int, int], ...] = ()
+    # their env slots: cleared after each iteration, so that a frame holds only the records
+    # of the executions that ran in its own iteration (not a stale one, from an iteration
+    # that skipped the nested loop, which another frame owns)
+    nested_record_slots: tuple[int, ...] = ()
 
 
 class Compiled:
@@ -401,6 +405,8 @@ class Machine:
                 stats.forward_steps += 1
             if self.taped:
                 self.strategies[arg].after_iteration(self, loop, self.env[loop.record_slot], t)
+                for slot in loop.nested_record_slots:  # the iteration's frame holds them now
+                    self.env[slot] = None
             return
         # LOOP_EXIT
         trips = self.counters[arg]
@@ -643,6 +649,7 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
         li.saved_slots = tuple(per_loop[li.index])
         li.saved_bytes = nbytes[li.index]
         li.nested_records = tuple(nested[li.index])
+        li.nested_record_slots = tuple(li.saved_slots[pos] for pos, _ in li.nested_records)
         li.read_saved, li.write_saved = _slot_access(li.saved_slots)
 
 
