@@ -193,7 +193,7 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     # the pullback reads the primals later (the adjoint, recomputation, a second call): a
     # caller's array modified in place meanwhile must not change them, as JAX's immutable
     # arrays guarantee and PyTorch checks with version counters
-    leaves = [x.copy() if isinstance(x, np.ndarray) and x.ndim else x for x in leaves]
+    leaves = [x.copy() if isinstance(x, np.ndarray) else x for x in leaves]
     m, outs = _forward(entry, entry.reverse(None)[0], leaves, checkpoint, record=True,
                        check=detect_anomaly)
     out = treelib.unflatten(entry.program.out_tree, outs)
