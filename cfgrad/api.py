@@ -18,7 +18,7 @@ import numpy as np
 
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
-from .checkpoint import check_strategy, resolve
+from .checkpoint import resolve
 from .errors import ArgumentTypeError, LoweringError
 from .forward_mode import build_jvp
 from .interpret import (
@@ -26,6 +26,7 @@ from .interpret import (
     Machine,
     RunStats,
     as_runtime_value,
+    check_strategy,
     plan_saved_slots,
     run_adjoint,
 )
@@ -153,7 +154,7 @@ class Pullback:
                 f"output's {program.out_tree.describe()}")
         cts = []
         for i, (c, v) in enumerate(zip(ct_leaves, program.outputs)):
-            a = np.asarray(c, dtype=v.type.dtype)
+            a = np.array(c, dtype=v.type.dtype)  # a copy: results never alias the caller's
             if a.shape != v.type.shape:
                 raise ArgumentTypeError(f"pullback: cotangent leaf {i} has shape {a.shape}, "
                                         f"the output has {v.type.shape}")
@@ -196,6 +197,9 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     leaves = [x.copy() if isinstance(x, np.ndarray) else x for x in leaves]
     m, outs = _forward(entry, entry.reverse(None)[0], leaves, checkpoint, record=True,
                        check=detect_anomaly)
+    # the outputs are the very arrays the pullback reads: the caller gets copies, so
+    # modifying a result in place cannot change the gradient either
+    outs = [x.copy() if isinstance(x, np.ndarray) else x for x in outs]
     out = treelib.unflatten(entry.program.out_tree, outs)
     pb = Pullback(entry, m, leaves, len(primals), checkpoint)
     if has_aux:
@@ -224,7 +228,15 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: 
 
     `fun` must return a float scalar; the gradient has the structure of `args[argnums]`
     (a tuple of those when `argnums` is a tuple)."""
-    check_strategy(checkpoint, "cfgrad.value_and_grad")
+    return _value_and_grad(fun, argnums, has_aux, checkpoint, detect_anomaly,
+                           "cfgrad.value_and_grad")
+
+
+def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
+                    checkpoint: Any, detect_anomaly: bool, caller: str) -> Callable:
+    """value_and_grad under the name the user called (errors name `grad` or
+    `value_and_grad`)."""
+    check_strategy(checkpoint, caller)
     nums = _argnums_tuple(argnums)
     single = isinstance(argnums, int)
 
@@ -293,8 +305,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
          checkpoint: Any = None, detect_anomaly: bool = False) -> Callable:
     """The gradient of a float-scalar function, like `jax.grad`. `detect_anomaly=True`
     checks every result for NaN/Inf, as under `cg.detect_anomaly()`."""
-    vg = value_and_grad(fun, argnums, has_aux=has_aux, checkpoint=checkpoint,
-                        detect_anomaly=detect_anomaly)
+    vg = _value_and_grad(fun, argnums, has_aux, checkpoint, detect_anomaly, "cfgrad.grad")
 
     def grad_fn(*args: Any) -> Any:
         value, g = vg(*args)

@@ -5,7 +5,9 @@ call with `grad(..., checkpoint=...)`; the loop's own choice wins). The interpre
 it through the `LoopStrategy` interface of interpret.py: `begin` when a loop execution
 starts, `after_iteration(t)` at each back edge (the environment then holds iteration t's
 carry and values, and the log holds what iteration t decided), `finish(T)` at exit, and
-`restore(t)` from the adjoint's `LoopState` node, for t = T-1 down to 0.
+`restore(t)` from the adjoint's `LoopState` node, for t = T-1 down to 0, and `release`
+for an execution that will never be reversed (an enclosing loop dropped the iteration that
+ran it). `interpret.check_strategy` refuses anything without these methods.
 
 Every strategy runs the same floating-point operations in the same order, so gradients
 are bitwise identical whichever is chosen; only memory and recomputation differ.
@@ -32,10 +34,10 @@ class StoreAll:
         return "StoreAll()"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, StoreAll)
+        return type(other) is type(self)  # a subclass may behave differently
 
     def __hash__(self) -> int:
-        return hash("StoreAll")
+        return hash(type(self))
 
     def begin(self, m: Machine, loop: LoopInfo) -> list[tuple]:
         return []
@@ -60,7 +62,7 @@ class StoreAll:
         for frame in record:
             m.release_frame(loop, frame)
         self._drop(m, loop, len(record))
-        record.clear()  # a frame may hold the same record twice (a branch not taken)
+        record.clear()
 
     @staticmethod
     def _drop(m: Machine, loop: LoopInfo, frames: int) -> None:
@@ -246,20 +248,6 @@ def _positive_int(name: str, value: Any) -> int:
     if count is None or count < 1:
         raise ArgumentValueError(f"{name} must be an integer >= 1, got {value!r}")
     return count
-
-
-_PROTOCOL = ("begin", "after_iteration", "finish", "restore", "release")
-
-
-def check_strategy(choice: Any, where: str) -> Any:
-    """Refuse a `checkpoint=` value that is not a strategy object, by name, at the call
-    that received it (instead of an AttributeError deep inside the interpreter)."""
-    if choice is None or all(callable(getattr(choice, a, None)) for a in _PROTOCOL):
-        return choice
-    raise ArgumentValueError(
-        f"{where}: checkpoint= takes a strategy object from cfgrad.checkpoint (StoreAll(), "
-        f"Recompute(), EveryK(k), Binomial(snapshots), Online(snapshots)) or None, got "
-        f"{choice!r}")
 
 
 class Recompute(_Checkpointing):

@@ -118,6 +118,9 @@ class _Signature:
 class _VJPRule(_Signature):
     def __init__(self, fn: custom_vjp, in_tree: treelib.TreeDef, in_types: list[TensorType]):
         super().__init__(fn, in_tree, in_types)
+        # the rule as defined now: the backward program is lowered lazily, and a pullback
+        # made before a redefinition must keep using the rule its forward ran with
+        self.bwd_rule = fn.bwd
         self.lower_primal()  # only for its signature, which fwd's output must match
 
         def fwd_flat(*leaves: Any) -> list[Any]:
@@ -167,7 +170,7 @@ class _VJPRule(_Signature):
         def bwd_flat(*leaves: Any) -> list[Any]:
             residuals = treelib.unflatten(self.res_tree, list(leaves[:n_res]))
             ct = treelib.unflatten(self.out_tree, list(leaves[n_res:]))
-            result = self.fn.bwd(residuals, ct)
+            result = self.bwd_rule(residuals, ct)
             if not isinstance(result, tuple) or len(result) != len(self.in_tree.children):
                 raise ArgumentTypeError(
                     f"{self.name}: bwd must return a tuple with one cotangent per argument "
@@ -198,6 +201,7 @@ class _VJPRule(_Signature):
 class _JVPRule(_Signature):
     def __init__(self, fn: custom_jvp, in_tree: treelib.TreeDef, in_types: list[TensorType]):
         super().__init__(fn, in_tree, in_types)
+        self.jvp_rule = fn.jvp  # as defined now (the transpose is lowered lazily)
         self.primal_program = self.lower_primal()
         self.primal_compiled = Compiled(self.primal_program)
         self._transpose: tuple[Compiled, Compiled] | None = None
@@ -211,7 +215,7 @@ class _JVPRule(_Signature):
     def _rule_tangents(self, primals: list[Any], tangents: list[Any]) -> list[Any]:
         """The user's rule, called with pytrees; returns the tangent output leaves."""
         with self.fn.own_rule():
-            result = self.fn.jvp(self.args(primals), self.args(tangents))
+            result = self.jvp_rule(self.args(primals), self.args(tangents))
         if not (isinstance(result, tuple) and len(result) == 2):
             raise ArgumentTypeError(f"{self.name}: the jvp rule must return (output, tangent)")
         self.check_output("the jvp rule's output", result[0])

@@ -43,7 +43,7 @@ from . import tree as treelib
 from .api import Pullback, _as_arrays, _Entry, lowered
 from .checkpoint import resolve
 from .errors import ArgumentTypeError, ArgumentValueError
-from .interpret import Compiled, Machine, RunStats, run_adjoint
+from .interpret import Compiled, Machine, RunStats, check_strategy, run_adjoint
 from .ir import (
     Block,
     Cond,
@@ -739,6 +739,7 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
 
     `values` names more values to summarize (`"%3"`); parameters, outputs and the
     gradients are always summarized."""
+    check_strategy(checkpoint, "cfgrad.inspect")
     pb = _pullback_of(target)
     if pb is not None:
         # A pullback keeps its lowered entry and argument leaves: re-run those.

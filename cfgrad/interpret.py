@@ -29,7 +29,7 @@ import numpy as np
 
 from .anomaly import anomaly_detection_enabled
 from .diagnostics import anomaly_message, bad_argument_message
-from .errors import AnomalyError, LoopLimitError, ReplayMismatchError
+from .errors import AnomalyError, ArgumentValueError, LoopLimitError, ReplayMismatchError
 from .ir import (
     Block,
     Cond,
@@ -287,6 +287,24 @@ class LoopStrategy(Protocol):
     def finish(self, m: Machine, loop: LoopInfo, record: Any, trips: int) -> None: ...
     def restore(self, m: Machine, loop: LoopInfo, record: Any, t: int) -> None: ...
     def release(self, m: Machine, loop: LoopInfo, record: Any) -> None: ...
+
+
+_STRATEGY_METHODS = tuple(n for n in vars(LoopStrategy) if not n.startswith("_"))
+
+
+def check_strategy(choice: Any, where: str) -> Any:
+    """Refuse a `checkpoint=` value that is not a strategy object, by name, at the call
+    that received it (instead of an AttributeError deep inside the interpreter)."""
+    if isinstance(choice, type):
+        raise ArgumentValueError(
+            f"{where}: checkpoint= takes a strategy instance, got the class {choice.__name__}; "
+            f"call it, e.g. checkpoint={choice.__name__}(...)")
+    if choice is None or all(callable(getattr(choice, a, None)) for a in _STRATEGY_METHODS):
+        return choice
+    raise ArgumentValueError(
+        f"{where}: checkpoint= takes a strategy object from cfgrad.checkpoint (StoreAll(), "
+        f"Recompute(), EveryK(k), Binomial(snapshots), Online(snapshots)) or None, got "
+        f"{choice!r}")
 
 
 @dataclass

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from . import tree as treelib
-from .checkpoint import check_strategy
 from .errors import (
     ArgumentTypeError,
     ArgumentValueError,
@@ -30,6 +29,7 @@ from .errors import (
     LoweringError,
     TracerBoolError,
 )
+from .interpret import check_strategy
 from .ir import (
     Block,
     Cond,

@@ -738,6 +738,43 @@ def test_invalid_checkpoint_argument(where: str, choice: Any) -> None:
         cg.grad(f, checkpoint=choice if where == "grad" else None)(1.0)
 
 
+@pytest.mark.parametrize("where, name", [("grad", "cfgrad.grad"),
+                                         ("value_and_grad", "cfgrad.value_and_grad"),
+                                         ("vjp", "cfgrad.vjp"), ("fori_loop", "fori_loop")])
+def test_a_strategy_class_instead_of_an_instance(where: str, name: str) -> None:
+    """`checkpoint=Binomial` (the class) is a likely slip: the error names the function
+    the user called and says to call the class."""
+    loop_choice = Binomial if where == "fori_loop" else None
+
+    def f(x: Any) -> Any:
+        return cg.fori_loop(0, 3, lambda i, c: c * 2.0, x, checkpoint=loop_choice)
+
+    with pytest.raises(cg.ArgumentValueError, match=r"Binomial\(\.\.\.\)") as info:
+        if where == "vjp":
+            cg.vjp(f, 1.0, checkpoint=Binomial)
+        elif where == "fori_loop":
+            cg.grad(f)(1.0)
+        else:
+            getattr(cg, where)(f, checkpoint=Binomial)
+    assert str(info.value).startswith(name)
+
+
+def test_inspect_refuses_a_bad_checkpoint_argument() -> None:
+    with pytest.raises(cg.ArgumentValueError, match="cfgrad.inspect: checkpoint="):
+        cg.inspect(lambda x: x * 2.0, 1.0, run=True, checkpoint="revolve")
+
+
+def test_strategy_subclasses_do_not_share_a_cache_entry() -> None:
+    """Strategies compare by value, but a subclass may behave differently: it is never
+    equal to its base, so the per-call cache cannot hand one the other's place."""
+    class Logged(StoreAll):
+        pass
+
+    assert StoreAll() == StoreAll() and hash(StoreAll()) == hash(StoreAll())
+    assert Logged() != StoreAll() and StoreAll() != Logged()
+    assert Binomial(3) == Binomial(3) and Binomial(3) != Online(3)
+
+
 # ---------------------------------------------------------------------------------
 # ReplayMismatchError
 # ---------------------------------------------------------------------------------

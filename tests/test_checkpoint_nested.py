@@ -430,3 +430,29 @@ def test_zero_dim_primal_modified_after_vjp(strategy: Any) -> None:
     x[()] = -0.2
     assert_bitwise(pb(1.0), (want,), "first call")
     assert_bitwise(pb(1.0), (want,), "second call")
+
+
+@pytest.mark.parametrize("strategy", [StoreAll(), Binomial(2)], ids=repr)
+def test_outputs_and_cotangents_modified_around_the_pullback(strategy: Any) -> None:
+    """vjp's outputs are not the arrays its pullback reads, and the pullback's results are
+    not the caller's cotangent: writing into either changes no gradient (the identity
+    output below is the primal the adjoint of `x * y` reads)."""
+    def f(x: Any, y: Any) -> Any:
+        z = cg.fori_loop(0, 3, lambda i, c: cnp.sin(c) * y, x, checkpoint=strategy)
+        return x, z
+
+    x, y = np.array([0.3, 0.9]), np.array([1.1, 0.7])
+    want = cg.vjp(f, x, y)[1]((np.ones(2), np.ones(2)))
+    (out_x, out_z), pb = cg.vjp(f, x, y)
+    out_x[:] = 5.0
+    out_z[:] = -5.0
+    ct = (np.ones(2), np.ones(2))
+    got = pb(ct)
+    assert_bitwise(got, want, "after writing into the outputs")
+    got[0][:] = 9.0
+    assert np.array_equal(ct[0], np.ones(2)) and np.array_equal(ct[1], np.ones(2))
+    identity_ct = np.ones(2)
+    (_, pb_identity) = cg.vjp(lambda a: a, x)
+    result = pb_identity(identity_ct)[0]
+    result[:] = 3.0
+    assert np.array_equal(identity_ct, np.ones(2))

@@ -303,6 +303,31 @@ def test_redefining_the_rule_takes_effect():
     assert cg.grad(ident)(1.0) == 5.0
 
 
+def test_a_pullback_keeps_the_rules_it_was_made_with():
+    """Redefining a rule after vjp: the pullback already made uses the rules its forward
+    ran with (it lowers its backward program lazily, from the rule captured then); new
+    calls use the new rule."""
+    @cg.custom_vjp
+    def scaled(x):
+        return cnp.sin(x)
+
+    scaled.defvjp(lambda x: (cnp.sin(x), x), lambda _, ct: (2.0 * ct,))
+    _, pb = cg.vjp(lambda x: scaled(x) * 1.0, np.ones(2))
+    scaled.defvjp(lambda x: (cnp.sin(x), x), lambda _, ct: (3.0 * ct,))
+    assert np.array_equal(pb(np.ones(2))[0], [2.0, 2.0])
+    assert np.array_equal(cg.grad(lambda x: scaled(x).sum())(np.ones(2)), [3.0, 3.0])
+
+    @cg.custom_jvp
+    def doubled(x):
+        return cnp.sin(x)
+
+    doubled.defjvp(lambda p, t: (cnp.sin(p[0]), 2.0 * t[0]))
+    _, pb = cg.vjp(lambda x: doubled(x) * 1.0, np.ones(2))
+    doubled.defjvp(lambda p, t: (cnp.sin(p[0]), 3.0 * t[0]))
+    assert np.array_equal(pb(np.ones(2))[0], [2.0, 2.0])
+    assert np.array_equal(cg.grad(lambda x: doubled(x).sum())(np.ones(2)), [3.0, 3.0])
+
+
 # -------------------------------------------------------------------------------------
 # custom_jvp
 # -------------------------------------------------------------------------------------
