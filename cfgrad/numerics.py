@@ -42,10 +42,8 @@ def clip_by_value(tree: Any, lo: Any, hi: Any) -> Any:
 
 def _accumulation_dtype(dtype: np.dtype) -> np.dtype:
     """float16 squares overflow from |x| = 256 on, so float16 leaves are summed in
-    float64; other float leaves in their own dtype; anything else in float64."""
-    if dtype.kind == "f" and dtype != np.float16:
-        return dtype
-    return np.dtype(np.float64)
+    float64; other float leaves in their own dtype."""
+    return np.dtype(np.float64) if dtype == np.float16 else dtype
 
 
 def _global_norm(leaves: list[Any]) -> Any:
@@ -63,8 +61,11 @@ def _global_norm(leaves: list[Any]) -> Any:
 def clip_by_global_norm(tree: Any, max_norm: float, *,
                         error_if_nonfinite: bool = False) -> tuple[Any, Any]:
     """`(clipped_tree, norm)`: every leaf times `max_norm / max(norm, max_norm)`, where
-    `norm` is the global L2 norm over all leaves (float64 for float16 leaves), so the
-    clipped tree's norm is at most `max_norm`. Leaves keep their dtypes.
+    `norm` is the global L2 norm over all float leaves (float64 for float16 leaves), so
+    the clipped tree's norm is at most `max_norm`. Leaves keep their dtypes. Integer and
+    bool leaves (counters, masks riding along in the tree) are neither counted nor
+    scaled: scaling them would truncate, as `torch.nn.utils.clip_grad_norm_` only sees
+    float gradients.
 
     A non-finite norm cannot be scaled away (multiplying by nan would poison every leaf):
     on concrete values the tree is returned unchanged with a `RuntimeWarning` naming the
@@ -76,7 +77,8 @@ def clip_by_global_norm(tree: Any, max_norm: float, *,
         raise ArgumentValueError(f"clip_by_global_norm: max_norm must be positive, got "
                                  f"{max_norm}")
     leaves, td = treelib.flatten(tree)
-    norm = _global_norm(leaves)
+    is_float = [_dtype(x).kind == "f" for x in leaves]
+    norm = _global_norm([x for x, f in zip(leaves, is_float) if f])
     if isinstance(norm, Tracer):
         if error_if_nonfinite:
             raise ArgumentValueError(
@@ -94,8 +96,8 @@ def clip_by_global_norm(tree: Any, max_norm: float, *,
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
             return tree, norm
         scale = max_norm / np.maximum(norm, max_norm)
-    clipped = [_cast(_cast(x, _accumulation_dtype(_dtype(x))) * scale, _dtype(x))
-               for x in leaves]
+    clipped = [_cast(_cast(x, _accumulation_dtype(_dtype(x))) * scale, _dtype(x)) if f else x
+               for x, f in zip(leaves, is_float)]
     return treelib.unflatten(td, clipped), norm
 
 

@@ -116,6 +116,17 @@ def test_float16_global_norm_does_not_overflow():
     np.testing.assert_array_equal(out, np.array([0.6, 0.8], np.float16))
 
 
+def test_integer_leaves_are_neither_counted_nor_scaled():
+    """A step counter or a mask riding along in a gradient tree: the norm is over the
+    float leaves only, and the integer leaves come back unchanged (scaling 7 by 0.5 and
+    casting back would give 3)."""
+    tree = {"w": np.array([3.0, 4.0]), "step": np.array(7), "mask": np.array([True, False])}
+    out, norm = cg.clip_by_global_norm(tree, 2.5)
+    assert norm == 5.0
+    np.testing.assert_array_equal(out["w"], [1.5, 2.0])
+    assert out["step"] is tree["step"] and out["mask"] is tree["mask"]
+
+
 def test_empty_tree():
     out, norm = cg.clip_by_global_norm({"a": None}, 1.0)
     assert out == {"a": None} and norm == 0.0
