@@ -117,7 +117,8 @@ class _Checkpointing:
     # -- the sweep -------------------------------------------------------------------------
     def begin(self, m: Machine, loop: LoopInfo) -> _Record:
         rec = _Record(m.log_marks(loop), m.trip_bound(loop))
-        m.sinks.append(rec.events)
+        if loop.event_ids:  # else no iteration decides anything there is to check
+            m.sinks.append(rec.events)
         return rec
 
     def after_iteration(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
@@ -135,7 +136,8 @@ class _Checkpointing:
         self._event(m, loop, "advance", t)
 
     def finish(self, m: Machine, loop: LoopInfo, rec: _Record, trips: int) -> None:
-        m.sinks.pop()
+        if loop.event_ids:
+            m.sinks.pop()
         rec.trips = trips
         if trips:
             m.put_log(loop, rec.last_log)

@@ -92,6 +92,10 @@ class LoopInfo:
     carry_bytes: int = 0  # size of one carry (a checkpoint)
     inner_ifs: tuple[int, ...] = ()  # if regions inside the loop, at any depth
     inner_loops: tuple[int, ...] = ()  # loops inside the loop, at any depth
+    # the control-event ids of those regions (if index, or -1 - loop index), in signature
+    # order; empty when nothing inside the loop decides, so replays need no checking
+    event_ids: tuple[int, ...] = ()
+    empty_signature: tuple = ()  # an iteration whose inner regions logged nothing
     # (position in a saved frame, loop index) of the records of loops directly inside
     nested_records: tuple[tuple[int, int], ...] = ()
     # their env slots: cleared after each iteration, so that a frame holds only the records
@@ -140,6 +144,8 @@ class Compiled:
             inside = [r for r in program.regions if within(r.parent, li.region)]
             li.inner_ifs = tuple(self.if_index[r] for r in inside if r in self.if_index)
             li.inner_loops = tuple(self.loop_index[r] for r in inside if r in self.loop_index)
+            li.event_ids = li.inner_ifs + tuple(-1 - j for j in li.inner_loops)
+            li.empty_signature = ((),) * len(li.event_ids)
         self.block_fns = [self._gen_block(b) for b in blocks]
         self._checked: list[Any] | None = None
         self.return_slots = tuple(self.slot[v] for v in program.outputs)
@@ -483,11 +489,10 @@ class Machine:
         decision and trip count of the regions inside it, whether logged or not): one tuple
         per region, if regions first, then loops. Re-running the iteration, taped or not,
         whatever the nested loops' strategies keep of the log, must give the same."""
-        ids = [i for i in loop.inner_ifs] + [-1 - j for j in loop.inner_loops]
-        per: dict[int, list[Any]] = {i: [] for i in ids}
+        per: dict[int, list[Any]] = {i: [] for i in loop.event_ids}
         for idx, value in events:
             per[idx].append(value)
-        return tuple(tuple(per[i]) for i in ids)
+        return tuple(tuple(per[i]) for i in loop.event_ids)
 
     def release_frame(self, loop: LoopInfo, frame: tuple) -> None:
         """A saved frame of `loop` is discarded unreversed: release the records of the loop
@@ -499,23 +504,27 @@ class Machine:
 
     def _run_iteration(self, loop: LoopInfo, t: int, expected: tuple, taped: bool) -> int:
         """Run iteration t from the carry in the header slots; returns the latch edge.
-        The control events it produces must be `expected` (see `event_signature`)."""
+        The control events it produces must be `expected` (see `event_signature`); a loop
+        with no regions inside produces none, so it collects nothing."""
         saved = self.taped
         self.taped = taped
         sink: list[Any] = []
-        self.sinks.append(sink)
+        if loop.event_ids:
+            self.sinks.append(sink)
         try:
             e = self.walk(loop.header, loop.header, loop.exit)
         finally:
             self.taped = saved
-            self.sinks.pop()
+            if loop.event_ids:
+                self.sinks.pop()
         if self.c.edges[e][0] == loop.exit:
             raise ReplayMismatchError(
                 f"recomputing iteration {t} of {loop.region.id} (at {loop.region.loc}) left "
                 "the loop early: the recomputed loop condition differs from the forward run's")
-        got = self.event_signature(loop, sink)
-        if got != expected:
-            raise ReplayMismatchError(self._mismatch_text(loop, t, expected, got))
+        if loop.event_ids:
+            got = self.event_signature(loop, sink)
+            if got != expected:
+                raise ReplayMismatchError(self._mismatch_text(loop, t, expected, got))
         self.stats.loops[loop.index].recompute_steps += 1
         return e
 
@@ -525,7 +534,7 @@ class Machine:
         return the carry reached. Each re-run iteration must take the path the forward
         run logged for it (`signatures`), else ReplayMismatchError."""
         self.write(loop.carry_slots, carry)
-        empty = self.empty_signature(loop)
+        empty = loop.empty_signature
         for t in range(start, start + steps):
             e = self._run_iteration(loop, t, signatures.get(t, empty), taped=False)
             self.c.edges[e][1](self.env)  # the latch's Phi copy: the next carry
@@ -537,7 +546,7 @@ class Machine:
         control decisions for the adjoint; return each iteration's saved values (the
         environment holds the last one's)."""
         self.write(loop.carry_slots, carry)
-        empty = self.empty_signature(loop)
+        empty = loop.empty_signature
         frames = []
         for t in range(start, start + count):
             e = self._run_iteration(loop, t, signatures.get(t, empty), taped=True)
@@ -545,10 +554,6 @@ class Machine:
             if t + 1 < start + count:
                 self.c.edges[e][1](self.env)
         return frames
-
-    @staticmethod
-    def empty_signature(loop: LoopInfo) -> tuple:
-        return ((),) * (len(loop.inner_ifs) + len(loop.inner_loops))
 
     def _mismatch_text(self, loop: LoopInfo, t: int, expected: tuple, got: tuple) -> str:
         ifs = list(self.c.if_index)
