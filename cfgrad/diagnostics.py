@@ -79,11 +79,24 @@ def anomaly_message(program: Program, block_index: int, node: Node, inputs: list
     control = _where_in_control(program, block_index, iterations)
     if control:
         lines.append(f"  while in {control}")
-    if reverse:
+    if reverse and _reads_nonfinite_primal(program, node, inputs):
+        lines.append("  (a forward value it reads is already NaN/Inf: the forward pass ran "
+                     "unchecked; run vjp or grad under cg.detect_anomaly() or with "
+                     "detect_anomaly=True to find where it first appeared)")
+    elif reverse:
         of = f"`{node.origin}`" if node.origin else "the code"
         lines.append(f"  (the NaN/Inf first appeared in a cotangent: the derivative of {of} "
                      f"at {node.loc} is not finite there)")
     return "\n".join(lines)
+
+
+def _reads_nonfinite_primal(program: Program, node: Node, inputs: list[Any]) -> bool:
+    """Whether an input of the adjoint `node` is a forward value (a `Primal` read) that
+    is not finite: then the anomaly is the forward pass's, not the derivative's."""
+    primal_values = {o for b in program.blocks for n in b.nodes if n.op == "Primal"
+                     for o in n.outputs}
+    return any(v in primal_values and np.asarray(x).dtype.kind in "fc"
+               and not np.all(np.isfinite(x)) for v, x in zip(node.inputs, inputs))
 
 
 def bad_argument_message(program: Program, index: int, value: Any) -> str:

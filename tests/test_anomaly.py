@@ -332,3 +332,18 @@ def test_no_checking_code_exists_until_detection_is_asked_for():
     assert len(checked) == 2  # the grad pair's forward and adjoint, generated on demand
     for c in checked:
         assert any("_finite" in fn.__code__.co_names for fn in c._checked)
+
+
+def test_checking_only_the_pullback_points_at_the_unchecked_forward_pass():
+    """vjp ran unchecked and log(-1) gave nan; detect_anomaly around the pullback only
+    meets that nan when the derivative of `x * log(x)` reads it. The message must not
+    blame the derivative: it says the forward value was already nan and how to find it."""
+    def f(x):
+        return (cnp.log(x) * x).sum()
+
+    _, pb = cg.vjp(f, np.array([-1.0, 2.0]))
+    with cg.detect_anomaly(), pytest.raises(cg.AnomalyError) as info:
+        pb(1.0)
+    text = str(info.value)
+    assert "a forward value it reads is already NaN/Inf" in text
+    assert "first appeared in a cotangent" not in text
