@@ -32,7 +32,7 @@ import numpy as np
 
 from . import tree as treelib
 from .checkpoint import StoreAll
-from .errors import ArgumentTypeError
+from .errors import ArgumentTypeError, TracerBoolError
 from .interpret import Compiled, Machine, as_runtime_value, plan_saved_slots, run_adjoint
 from .ir import Program, TensorType, type_of
 from .primitives import bind
@@ -101,7 +101,13 @@ class _Signature:
         """Trace `fun` on leaves of `types`, with the function's own calls inside it
         computing its primal (see _CustomFunction.own_rule)."""
         with self.fn.own_rule():
-            return trace_program(fun, tuple(_dummies(types)), name=name)
+            try:
+                return trace_program(fun, tuple(_dummies(types)), name=name)
+            except TracerBoolError as exc:  # the line is named; say why it was traced
+                exc.add_note(f"(while tracing {name}: a {self.fn.node_op} function and its "
+                             "rules are traced like any function under cfgrad's "
+                             "transformations, as in JAX)")
+                raise
 
     def lower_primal(self) -> Program:
         """The function itself at this signature; records its output structure and types."""

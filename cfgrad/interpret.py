@@ -520,7 +520,8 @@ class Machine:
         if self.c.edges[e][0] == loop.exit:
             raise ReplayMismatchError(
                 f"recomputing iteration {t} of {loop.region.id} (at {loop.region.loc}) left "
-                "the loop early: the recomputed loop condition differs from the forward run's")
+                "the loop early: the recomputed loop condition differs from the forward run's "
+                "(the body must be deterministic; checkpoint=StoreAll() never recomputes)")
         if loop.event_ids:
             got = self.event_signature(loop, sink)
             if got != expected:
@@ -565,7 +566,9 @@ class Machine:
                 return (f"recomputing iteration {t} of {loop.region.id} (at {loop.region.loc}) "
                         f"took a different path than the forward run: the {what} of {r.id} "
                         f"(at {r.loc}) were {list(was)} then and {list(now)} now. The loop "
-                        "body must be a deterministic function of its carry")
+                        "body must be a deterministic function of its carry and the values it "
+                        "closes over (no randomness or state outside cfgrad); or use "
+                        "checkpoint=StoreAll(), which never recomputes")
         return f"replay mismatch in iteration {t} of {loop.region.id}"
 
     # -- services for the adjoint program -------------------------------------------------

@@ -519,3 +519,19 @@ def test_stop_gradient_eagerly_returns_its_input():
     np.testing.assert_array_equal(out["a"], tree["a"])
     assert out["n"][0] == 3 and out["n"][1] == np.float32(1.5)
     assert np.asarray(out["n"][1]).dtype == np.float32
+
+
+def test_python_control_flow_in_a_custom_function_names_the_line_and_why():
+    """The function is traced (for its output structure) like in JAX: an `if` on its
+    argument is a TracerBoolError naming the line, with a note saying what was traced."""
+    @cg.custom_vjp
+    def absolute(x):
+        if x > 0:
+            return x
+        return -x
+
+    absolute.defvjp(lambda x: (x, None), lambda _, ct: (ct,))
+    with pytest.raises(cg.TracerBoolError, match="test_custom.py") as info:
+        cg.grad(lambda x: absolute(x) * 2.0)(1.0)
+    assert any("custom_vjp function and its rules are traced" in n
+               for n in info.value.__notes__)
