@@ -157,8 +157,7 @@ class _Checkpointing:
             assert produced == t, (produced, t)
         self._event(m, loop, "reverse", t)
         if t == 0:
-            for pos in list(rec.snaps):
-                self._free(m, loop, rec, pos)
+            self._free_all(m, loop, rec)
 
     def _taped_from(self, m: Machine, loop: LoopInfo, rec: _Record, a: int, t: int) -> None:
         """Iteration t's values into the environment, recomputed from snapshot a."""
@@ -195,8 +194,7 @@ class _Checkpointing:
         yield from self._revolve(m, loop, rec, a, mid, slots)
 
     def release(self, m: Machine, loop: LoopInfo, rec: _Record) -> None:
-        for pos in list(rec.snaps):
-            self._free(m, loop, rec, pos)
+        self._free_all(m, loop, rec)
         if rec.last is not None:
             m.release_frame(loop, rec.last)
             rec.last = None
@@ -218,6 +216,10 @@ class _Checkpointing:
         stats.snapshots -= 1
         stats.bytes -= loop.carry_bytes
         self._event(m, loop, "free", t)
+
+    def _free_all(self, m: Machine, loop: LoopInfo, rec: _Record) -> None:
+        for pos in list(rec.snaps):
+            self._free(m, loop, rec, pos)
 
     @staticmethod
     def _hold(m: Machine, loop: LoopInfo, nbytes: int) -> None:
@@ -283,10 +285,13 @@ class EveryK(_Checkpointing):
         return f"EveryK({self.k})"
 
     def _keep(self, rec: _Record, t: int, m: Machine, loop: LoopInfo) -> bool:
-        return t % self.k == 0
+        # the last iteration keeps its tape, so a fori_loop need not store its carry
+        return t % self.k == 0 and t != (rec.expected_trips or 0) - 1
 
     def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
         end = rec.trips - 1  # iteration T-1 was taped by the sweep
+        if end > 0 and end in rec.snaps:  # a while_loop stored it before it knew T
+            self._free(m, loop, rec, end)
         while end > 0:
             start = ((end - 1) // self.k) * self.k
             self._event(m, loop, "restore", start)
