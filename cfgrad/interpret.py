@@ -44,7 +44,7 @@ from .ir import (
     region_blocks,
     within,
 )
-from .primitives import PRIMITIVES
+from .primitives import PRIMITIVES, RankOneSum, dense_value
 
 DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
 
@@ -54,6 +54,8 @@ _UNCHECKED = frozenset({"const", "Primal", "LogPop", "TripPop", "LoopState", "co
 
 
 def _all_finite(x: Any) -> bool:
+    if type(x) is RankOneSum:
+        x = x.peek()
     return bool(np.isfinite(x).all())
 
 # numpy functions whose Python operator is exactly equivalent on numpy operands; emitting
@@ -146,6 +148,7 @@ class Compiled:
             li.inner_loops = tuple(self.loop_index[r] for r in inside if r in self.loop_index)
             li.event_ids = li.inner_ifs + tuple(-1 - j for j in li.inner_loops)
             li.empty_signature = ((),) * len(li.event_ids)
+        self.batched = _batched_accumulators(program)
         self.block_fns = [self._gen_block(b) for b in blocks]
         self._checked: list[Any] | None = None
         self.return_slots = tuple(self.slot[v] for v in program.outputs)
@@ -197,7 +200,7 @@ class Compiled:
         """One Python function per block. With `checked` (anomaly detection), every float
         result is tested for NaN/Inf right after the node that made it; the unchecked
         functions carry no such code, so detection costs nothing when it is off."""
-        ns: dict[str, Any] = {"_c": self, "_finite": _all_finite}
+        ns: dict[str, Any] = {"_c": self, "_finite": _all_finite, "_dense": dense_value}
         lines = ["def block(env, fenv, m):"]
         line_nodes: dict[int, Node] = {}
         index = self.block_index[b]
@@ -221,6 +224,8 @@ class Compiled:
                 lines.append(f"    return {ids}[{sel}]")
         else:
             assert isinstance(t, Return)
+            lines += [f"    env[{self.slot[v]}] = _dense(env[{self.slot[v]}])"
+                      for v in dict.fromkeys(t.values) if v in self.batched]
             lines.append("    return -1")
         exec("\n".join(lines) + "\n", ns)  # noqa: S102
         fn = ns["block"]
@@ -235,9 +240,17 @@ class Compiled:
             self._checked = [self._gen_block(b, checked=True) for b in self.program.blocks]
         return self._checked
 
+    def _arg(self, n: Node, i: int) -> str:
+        """The code reading input i of `n`: a batched accumulator is made dense for every
+        reader but the `accumulate_outer` that carries it on."""
+        v = n.inputs[i]
+        if v in self.batched and not (n.op == "accumulate_outer" and i == 0):
+            return f"_dense(env[{self.slot[v]}])"
+        return f"env[{self.slot[v]}]"
+
     def _gen_node(self, n: Node, k: int, ns: dict[str, Any]) -> str:
         outs = ", ".join(f"env[{self.slot[o]}]" for o in n.outputs)
-        args = ", ".join(f"env[{self.slot[v]}]" for v in n.inputs)
+        args = ", ".join(self._arg(n, i) for i in range(len(n.inputs)))
         name = f"f{k}"
         if n.op == "const":
             self.template[self.slot[n.outputs[0]]] = as_runtime_value(n.params["value"])
@@ -252,11 +265,10 @@ class Compiled:
             return f"m.loop_state({self.forward.loop_index[n.params['loop']]}, {args})"
         prim = PRIMITIVES[n.op]
         if n.op == "integer_pow" and 2 <= n.params["n"] <= 4:  # x*x*x: no call at all
-            x = f"env[{self.slot[n.inputs[0]]}]"
-            return f"{outs} = " + " * ".join([x] * n.params["n"])
+            return f"{outs} = " + " * ".join([self._arg(n, 0)] * n.params["n"])
         form = None if n.params else _OPERATOR_FORMS.get(prim.impl)
         if form is not None:
-            return f"{outs} = " + form.format(*(f"env[{self.slot[v]}]" for v in n.inputs))
+            return f"{outs} = " + form.format(*(self._arg(n, i) for i in range(len(n.inputs))))
         ns[name] = functools.partial(prim.impl, **n.params) if n.params else prim.impl
         if prim.multi_output:  # the impl returns a tuple, even of one value
             outs += ","
@@ -591,8 +603,10 @@ class Machine:
         loops = {li.region.id: iterations[li.index] for li in self.c.loops}
         node = compiled.program.blocks[block].nodes[k]
         raise AnomalyError(anomaly_message(compiled.program, block, node,
-                                           [env[compiled.slot[v]] for v in node.inputs],
-                                           [env[compiled.slot[o]] for o in node.outputs],
+                                           [dense_value(env[compiled.slot[v]])
+                                            for v in node.inputs],
+                                           [dense_value(env[compiled.slot[o]])
+                                            for o in node.outputs],
                                            loops))
 
 
@@ -694,6 +708,22 @@ def _free_values(loop: LoopRegion) -> set[Value]:
         if isinstance(b.term, Cond):
             used.add(b.term.selector)
     return used - defined
+
+
+def _batched_accumulators(program: Program) -> frozenset[Value]:
+    """The values that may hold a RankOneSum at run time: the outputs of
+    `accumulate_outer` and the Phis that carry them (a reverse loop's header Phi)."""
+    batched = {o for b in program.blocks for n in b.nodes if n.op == "accumulate_outer"
+               for o in n.outputs}
+    grew = bool(batched)
+    while grew:
+        grew = False
+        for b in program.blocks:
+            for phi in b.phis:
+                if phi.out not in batched and any(v in batched for v in phi.inputs):
+                    batched.add(phi.out)
+                    grew = True
+    return frozenset(batched)
 
 
 def _slot_access(slots: tuple[int, ...]) -> tuple[Any, Any]:

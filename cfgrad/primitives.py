@@ -827,6 +827,68 @@ def _accumulate_impl(acc: np.ndarray, contribution: np.ndarray) -> np.ndarray:
     return acc
 
 
+class RankOneSum:
+    """A gradient accumulator receiving one outer product per reverse-loop iteration (the
+    weight gradient of `W @ h` in a recurrent body): the vector pairs are collected in
+    preallocated buffers and added in blocks as one matrix product, `A.T @ B`, the way a
+    hand-written backward pass batches them, instead of forming and adding an n×m outer
+    product each iteration. The block size keeps the buffers no larger than the
+    accumulator itself (at least 8 pairs). Only the interpreter sees this object: every
+    reader other than `accumulate_outer` gets `dense_value(...)`, the plain array."""
+
+    __slots__ = ("base", "left", "right", "count")
+
+    def __init__(self, base: np.ndarray):
+        n, m = base.shape
+        block = max(8, (n * m) // (n + m))
+        self.base = base
+        self.left = np.empty((block, n), base.dtype)
+        self.right = np.empty((block, m), base.dtype)
+        self.count = 0
+
+    def add(self, a: np.ndarray, b: np.ndarray) -> None:
+        k = self.count
+        self.left[k] = a  # copies: the vectors may be reused or updated in place later
+        self.right[k] = b
+        self.count = k + 1
+        if self.count == len(self.left):
+            self.flush()
+
+    def peek(self) -> np.ndarray:
+        """The current sum, without adding the pending block in (which would change the
+        grouping of the sums, so a checked run would differ from an unchecked one)."""
+        k = self.count
+        return self.base + self.left[:k].T @ self.right[:k] if k else self.base
+
+    def flush(self) -> np.ndarray:
+        k = self.count
+        if k:
+            np.add(self.base, self.left[:k].T @ self.right[:k], out=self.base)
+            self.count = 0
+        return self.base
+
+
+def dense_value(x: Any) -> Any:
+    """`x`, with a RankOneSum's pending products added in: what any reader may see."""
+    return x.flush() if type(x) is RankOneSum else x
+
+
+def _accumulate_outer_impl(acc: Any, a: np.ndarray, b: np.ndarray) -> RankOneSum:
+    if type(acc) is not RankOneSum:
+        acc = RankOneSum(acc)
+    acc.add(a, b)
+    return acc
+
+
+def _accumulate_outer_type(types: list[TensorType], **_: Any) -> TensorType:
+    acc, a, b = types
+    if acc.shape != (a.size, b.size) or a.ndim != 1 or b.ndim != 1 or not (
+            acc.dtype == a.dtype == b.dtype):
+        raise LoweringError(f"accumulate_outer: an {acc} accumulator cannot take the outer "
+                            f"product of {a} and {b}")
+    return acc
+
+
 _register(Primitive(
     "copy", lambda x: np.array(x, copy=True), _same_type, None, None, "internal",
     promote="none", nondiff=True,
@@ -836,6 +898,12 @@ _register(Primitive(
     nondiff=True,
     notes="acc += contribution in place; emitted only by the reverse builder, for a reverse "
           "loop's accumulator whose buffer nothing else can see"))
+_register(Primitive(
+    "accumulate_outer", _accumulate_outer_impl, _accumulate_outer_type, None, None,
+    "internal", promote="none", nondiff=True,
+    notes="acc += outer(a, b), batched into blocks of one matrix product each (RankOneSum); "
+          "emitted only by the reverse builder, in place of an accumulate of mul(reshape(a, "
+          "(n, 1)), reshape(b, (1, m))) for a reverse loop's float32/float64 accumulator"))
 
 
 # -- Custom derivative rules (cfgrad.custom): each node's `rule` parameter is the rule

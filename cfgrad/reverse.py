@@ -488,6 +488,39 @@ def accumulate_in_place(adjoint: Program) -> None:
             fresh = Value(phi.out.type)
             region.preheader.nodes.append(Node("copy", [phi.inputs[0]], {}, [fresh], region.loc))
             phi.inputs[0] = fresh
+            _fuse_outer_product(add, uses, inside)
+
+
+def _fuse_outer_product(acc: Node, uses: dict[Value, list[Any]], blocks: list[Block]) -> None:
+    """`accumulate(acc, mul(reshape(a, (n, 1)), reshape(b, (1, m))))` with vectors a and b,
+    whose product nothing else reads, becomes `accumulate_outer(acc, a, b)`: the weight
+    gradient of a matrix-vector product in a loop body, batched by the interpreter into
+    one matrix product per block of iterations (see primitives.RankOneSum). The mul, and
+    the reshapes nothing else reads, are dropped."""
+    defs = {o: (b, n) for b in blocks for n in b.nodes for o in n.outputs}
+    contribution = acc.inputs[1]
+    if contribution.type.dtype not in (np.float32, np.float64) or \
+            contribution.type.ndim != 2 or len(uses.get(contribution, [])) != 1:
+        return
+    mul_block, mul = defs.get(contribution, (None, None))
+    if mul is None or mul.op != "mul":
+        return
+    vectors = []
+    for v, shape in zip(mul.inputs, ((contribution.type.shape[0], 1),
+                                     (1, contribution.type.shape[1]))):
+        _, reshape = defs.get(v, (None, None))
+        if reshape is None or reshape.op != "reshape" or reshape.inputs[0].type.ndim != 1 or \
+                v.type.shape != shape or reshape.inputs[0].type.dtype != v.type.dtype:
+            return
+        vectors.append(reshape.inputs[0])
+    acc.op, acc.inputs = "accumulate_outer", [acc.inputs[0], *vectors]
+    mul_block.nodes.remove(mul)
+    for v in mul.inputs:
+        uses[v].remove(mul)
+        if not uses[v]:
+            block, reshape = defs[v]
+            block.nodes.remove(reshape)
+            uses[reshape.inputs[0]].remove(reshape)
 
 
 def build_adjoint(program: Program, wrt: frozenset[int] | None = None) -> Program:

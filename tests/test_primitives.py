@@ -485,7 +485,7 @@ def test_every_primitive_has_rules_or_is_marked_nondiff():
 
 # Emitted only by the reverse builder (never reachable from cfgrad.numpy): tested below
 # through the adjoints that use them.
-INTERNAL = {"copy", "accumulate"}
+INTERNAL = {"copy", "accumulate", "accumulate_outer"}
 
 
 def test_every_primitive_has_a_case_here():
@@ -517,6 +517,60 @@ def test_in_place_accumulation_never_touches_shared_buffers():
     np.testing.assert_array_equal(second, kept)
     expected = sum(np.outer(1 - np.tanh(W @ x) ** 2, x) for x in xs)
     np.testing.assert_allclose(first, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("steps", [0, 1, 7, 8, 9, 33])
+def test_outer_product_accumulation_is_batched_and_exact(dtype, steps):
+    """The gradient of a closed-over matrix in `W @ h` inside a loop is a sum of outer
+    products; the reverse builder turns it into `accumulate_outer`, which the interpreter
+    adds in blocks of matrix products (RankOneSum). Step counts below, at and beyond a
+    block (8 pairs for a 3×4 matrix, the minimum) and the loop run twice (nested in an
+    outer loop, so a fresh accumulator per execution): the gradient is a plain array equal
+    to the sum computed here, and the previous call's result is never written into."""
+    rng = np.random.default_rng(steps)
+    W = (rng.standard_normal((3, 4)) * 0.5).astype(dtype)
+    xs = rng.standard_normal((max(steps, 1), 4)).astype(dtype)
+
+    def f(w, xs):
+        def outer(j, s):
+            return cg.fori_loop(0, steps, lambda i, a: a + cnp.sum(cnp.tanh(w @ xs[i])), s)
+        return cg.fori_loop(0, 2, outer, cnp.zeros((), dtype))
+
+    ops = {n.op for b in cg.lower(f, W, xs).adjoint().blocks for n in b.nodes}
+    assert "accumulate_outer" in ops
+    g = cg.grad(f)
+    first = g(W, xs)
+    kept = first.copy()
+    second = g(W, xs)
+    assert type(first) is np.ndarray and first.dtype == dtype
+    np.testing.assert_array_equal(first, kept)
+    np.testing.assert_array_equal(second, kept)
+    expected = 2 * sum((np.outer(1 - np.tanh(W.astype(np.float64) @ x) ** 2, x)
+                        for x in xs[:steps].astype(np.float64)), np.zeros((3, 4)))
+    tolerance = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(first, expected, rtol=tolerance, atol=tolerance)
+
+
+def test_batched_accumulator_read_inside_the_program_is_dense():
+    """W is also used before the loop, so the reverse pass adds that use's gradient to
+    the loop's batched accumulator after the reverse loop: that reader, and the result,
+    see the array with all pending products added in, under anomaly detection too."""
+    W = np.array([[0.3, -0.2], [0.1, 0.4]])
+    xs = np.linspace(-1.0, 1.0, 40).reshape(20, 2)
+
+    def f(w, xs):
+        h0 = cnp.tanh(w @ cnp.ones(2))
+        h = cg.fori_loop(0, 20, lambda i, h: cnp.tanh(w @ h + xs[i]), h0)
+        return cnp.sum(h * h)
+
+    ops = {n.op for b in cg.lower(f, W, xs).adjoint().blocks for n in b.nodes}
+    assert "accumulate_outer" in ops
+    check_grads(f, (W, xs), modes=("rev",))
+    with cg.detect_anomaly():
+        got = cg.grad(f)(W, xs)
+    assert type(got) is np.ndarray
+    np.testing.assert_array_equal(got, cg.grad(f)(W, xs))
 
 
 # ---------------------------------------------------------------------------------
