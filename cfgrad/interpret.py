@@ -472,8 +472,10 @@ class Machine:
         lo, hi = loop.trip_bound_slots
         return max(0, int(self.env[hi]) - int(self.env[lo]))
 
-    # The log entries one iteration of `loop` pushed, as a signature: one tuple per stack
-    # of the regions nested in the loop (if decisions first, then loop trip counts).
+    # Marks on the log stacks of the regions nested in `loop` (if decisions first, then
+    # loop trip counts): `take_log` removes what an iteration pushed after them (a
+    # recomputing strategy's sweep keeps only the latest iteration's entries), `put_log`
+    # puts such entries back.
     def log_marks(self, loop: LoopInfo) -> tuple[int, ...]:
         log = self.log
         return tuple(len(log.decisions[i]) for i in loop.inner_ifs) + tuple(
