@@ -38,7 +38,9 @@ EXAMPLES = ROOT / "examples"
 SEEDS = "examples/seeds.py"
 DOC = ROOT / "docs" / "inspector.md"
 REGEN = bool(os.environ.get("CFGRAD_REGEN_GOLDEN"))
-SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_inspector import has_colour  # noqa: E402
 
 
 def cfgrad(*argv: str, env: dict | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -77,14 +79,6 @@ def check_failure(proc: subprocess.CompletedProcess, status: int, message: str) 
 
 def load(path: Path):
     return cli.load_module(path)
-
-
-def has_colour(ansi: str) -> bool:
-    for match in SGR.finditer(ansi):
-        params = [int(p) for p in match.group(1).split(";") if p]
-        if any(30 <= p <= 49 or 90 <= p <= 107 for p in params):
-            return True
-    return False
 
 
 # ---------------------------------------------------------------------------------
