@@ -220,8 +220,10 @@ class Compiled:
                 lines.append(f"    return {self.edge_id[(b, True)]} if {sel} else "
                              f"{self.edge_id[(b, False)]}")
             else:
+                # a switch index outside 0..n-1 takes the nearest case, as cg.switch and
+                # lax.switch do (Python's negative indexing would pick from the end)
                 ids = tuple(self.edge_id[(b, k)] for k, _ in t.cases)
-                lines.append(f"    return {ids}[{sel}]")
+                lines.append(f"    return {ids}[min(max({sel}, 0), {len(ids) - 1})]")
         else:
             assert isinstance(t, Return)
             lines += [f"    env[{self.slot[v]}] = _dense(env[{self.slot[v]}])"
