@@ -295,6 +295,10 @@ class Trace:
         self.loc_override: SourceLoc | None = None
         self.origin: str | None = None  # reverse builder: the primitive being differentiated
         self.counters = {"if": 0, "loop": 0}
+        # values a while_loop's cond_fun computed in its header, by defining node, and their
+        # copies per block of the body that used them (see `_recomputed`)
+        self.condition_defs: dict[Value, Node] = {}
+        self._recomputed: dict[tuple[Block, Value], Value] = {}
 
     # -- construction --------------------------------------------------------------
     def new_block(self, region: Region | None, role: str) -> Block:
@@ -337,12 +341,37 @@ class Trace:
                     "instead (values leave a cond through its results and a loop through its "
                     "carry)")
             v = x.value
+            if v in self.condition_defs:  # registered once the loop's header is complete
+                v = self._recomputed_value(v)
             if dtype is not None and v.type.dtype != dtype:
                 v = self.emit(PRIMITIVES["astype"], [x], {"dtype": dtype}, None).value
             return v
         if isinstance(x, bool | int | float) and dtype is None:
             dtype = np.dtype(type(x).__name__ if not isinstance(x, bool) else np.bool_)
         return self.const(x, dtype)
+
+    def _recomputed_value(self, v: Value) -> Value:
+        """`v`, computed by a while_loop's cond_fun, recomputed in the current body block.
+
+        A cond_fun may hand values to the body (Newton's residual through a closure or a
+        cache dict). The header that computes them is not differentiated (it only feeds the
+        predicate), so a body reading the header's value would get no gradient through it:
+        the body recomputes the value from the carry instead, which is the same number and
+        an ordinary, differentiated part of the iteration. JAX rejects such a use as a
+        leaked tracer; this makes it work."""
+        key = (self.current, v)
+        copy = self._recomputed.get(key)
+        if copy is None:
+            node = self.condition_defs[v]
+            inputs = [self._recomputed_value(i) if i in self.condition_defs else i
+                      for i in node.inputs]
+            outputs = [Value(o.type, o.hint) for o in node.outputs]
+            self.current.nodes.append(Node(node.op, inputs, node.params, outputs, node.loc,
+                                           node.origin))
+            for original, out in zip(node.outputs, outputs):
+                self._recomputed[(self.current, original)] = out
+            copy = self._recomputed[key]
+        return copy
 
     def emit(self, prim: Primitive, args: list[Any], params: dict[str, Any],
              dtype: np.dtype | None) -> Any:
@@ -498,6 +527,7 @@ class Trace:
                 raise LoweringError(
                     f"{kind}_loop at {loc}: cond_fun contains control flow; compute the "
                     "predicate with straight-line operations (cnp.where, comparisons)")
+            self.condition_defs.update((o, node) for node in header.nodes for o in node.outputs)
             body = self.new_block(region, "body")
             region.body = body
             body.preds = [Edge(header, True)]
