@@ -5,6 +5,12 @@ Finite differences through control flow are only meaningful when `x - eps·v`, `
 measures a jump, not a derivative. `check_grads` runs all three through the interpreter
 with the control log kept and raises `PathInstabilityError` naming the Cond or loop that
 flipped, instead of reporting a bogus mismatch.
+
+The derivatives under test are computed in the function's own precision, so the
+tolerances follow the least precise float dtype the program computes in. The finite
+differences are taken in float64 whenever the function traces at float64 inputs: a
+float16 difference quotient is mostly rounding noise (a step of 1e-3 does not even move
+an input near 1.0), so it could not judge a float16 derivative.
 """
 
 from __future__ import annotations
@@ -16,7 +22,18 @@ import numpy as np
 
 from . import tree as treelib
 from .api import evaluate, jvp, vjp
-from .errors import ArgumentValueError, PathInstabilityError
+from .errors import ArgumentValueError, CfgradError, PathInstabilityError
+from .ir import Program
+
+# Per float size in bytes: the default atol = rtol for derivatives computed at that
+# precision (jax.test_util's default gradient tolerances), and the default step of the
+# difference quotient when the function is evaluated at that precision (about the cube
+# root of its machine epsilon, which balances truncation error against rounding error).
+_TOLERANCE = {2: 1e-2, 4: 2e-3, 8: 1e-5}
+_STEP = {2: 5e-2, 4: 5e-3, 8: 1e-6}
+# When even the finite differences run in float16 (f casts to float16 inside, or traces
+# only at its own float16 inputs), the difference quotient itself is off by a few percent.
+_FLOAT16_DIFFERENCE_TOLERANCE = 5e-2
 
 
 def _describe_event(machine: Any, event: tuple) -> str:
@@ -28,9 +45,15 @@ def _describe_event(machine: Any, event: tuple) -> str:
     return f"{r.id} (at {r.loc}) took case {value}"
 
 
-def _path(fun: Callable, args: tuple) -> tuple[Any, list, Any]:
-    out, m = evaluate(fun, *args)
-    return out, m.sinks[0], m
+def _precision(program: Program) -> int:
+    """The size in bytes of the least precise float any value of `program` has (8 when
+    it has none): inputs, intermediates and outputs, so an internal cast counts."""
+    values = [*program.params]
+    for block in program.blocks:
+        values += [phi.out for phi in block.phis]
+        values += [v for node in block.nodes for v in node.outputs]
+    sizes = [v.type.dtype.itemsize for v in values if v.type.dtype.kind == "f"]
+    return min(min(sizes, default=8), 8)
 
 
 def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
@@ -39,11 +62,18 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
     """Check `f`'s JVP and/or VJP at `args` against central differences along a random
     direction, contracted with a random output cotangent (the JAX/autograd scheme).
 
-    Raises AssertionError on a mismatch and PathInstabilityError when the perturbed points
-    take another path through the program's control flow."""
+    Raises AssertionError on a mismatch, PathInstabilityError when the perturbed points
+    take another path through the program's control flow, and ArgumentValueError for an
+    order other than 1 or modes that are empty or not a subset of ("fwd", "rev")."""
     if order != 1:
         raise ArgumentValueError("check_grads: only order=1 is supported; cfgrad does not "
-                         "differentiate adjoint programs (higher order) yet")
+                                 "differentiate adjoint programs (higher order) yet")
+    if isinstance(modes, str):
+        raise ArgumentValueError(f"check_grads: modes={modes!r} is a string; pass a tuple of "
+                                 f"modes: modes=({modes!r},)")
+    if not modes:
+        raise ArgumentValueError("check_grads: modes is empty, so nothing would be checked; "
+                                 "pass 'fwd' and/or 'rev', e.g. modes=('rev',)")
     unknown = set(modes) - {"fwd", "rev"}
     if unknown:
         raise ArgumentValueError(f"check_grads: unknown modes {sorted(unknown)}; use 'fwd' "
@@ -52,62 +82,73 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
     rng = np.random.default_rng(seed)
     leaves, td = treelib.flatten(args)
     dtypes = [np.asarray(x).dtype for x in leaves]
-    out, path, machine = _path(f, args)
-    out_dtypes = [np.asarray(o).dtype for o in treelib.flatten(out)[0]]
-    low_precision = any(d.kind == "f" and d.itemsize < 8 for d in dtypes + out_dtypes)
-    eps = eps if eps is not None else (1e-3 if low_precision else 1e-6)
-    rtol = rtol if rtol is not None else (2e-2 if low_precision else 1e-5)
-    atol = atol if atol is not None else (2e-2 if low_precision else 1e-6)
+    out, machine = evaluate(f, *args)
     direction = [rng.standard_normal(np.shape(x)).astype(d) if d.kind == "f"
                  else np.zeros(np.shape(x), d) for x, d in zip(leaves, dtypes)]
+    out_leaves, out_td = treelib.flatten(out)
+    # rounded to the output dtypes, so the cotangent given to vjp is the one used below
+    u = [rng.standard_normal(np.shape(o)).astype(np.asarray(o).dtype)
+         if np.asarray(o).dtype.kind == "f" else np.zeros(np.shape(o)) for o in out_leaves]
 
-    def shifted(sign: float) -> tuple:
-        moved = [np.asarray(x + sign * eps * v, d) if d.kind == "f" else x
-                 for x, v, d in zip(leaves, direction, dtypes)]
+    def point(step: float, fd_dtypes: list[np.dtype]) -> tuple:
+        moved = [np.asarray(np.asarray(x, np.float64) + step * np.asarray(v, np.float64), t)
+                 if d.kind == "f" else x
+                 for x, v, d, t in zip(leaves, direction, dtypes, fd_dtypes)]
         return treelib.unflatten(td, moved)
 
-    out_plus, path_plus, _ = _path(f, shifted(1.0))
-    out_minus, path_minus, _ = _path(f, shifted(-1.0))
-    for other in (path_plus, path_minus):
+    fd_dtypes = [np.dtype(np.float64) if d.kind == "f" else d for d in dtypes]
+    try:
+        _, centre = evaluate(f, *point(0.0, fd_dtypes))
+    except CfgradError:  # f traces only at its own dtypes (a loop carry of fixed dtype, …)
+        fd_dtypes, centre = dtypes, machine
+    fd_precision = _precision(centre.c.program)
+    eps = _STEP[fd_precision] if eps is None else eps
+    tolerance = (_FLOAT16_DIFFERENCE_TOLERANCE if fd_precision == 2
+                 else _TOLERANCE[_precision(machine.c.program)])
+    rtol = tolerance if rtol is None else rtol
+    atol = tolerance if atol is None else atol
+    path = centre.sinks[0]
+    out_plus, plus = evaluate(f, *point(eps, fd_dtypes))
+    out_minus, minus = evaluate(f, *point(-eps, fd_dtypes))
+    for other in (plus.sinks[0], minus.sinks[0]):
         if other != path:
             for a, b in zip(path + [None] * len(other), other + [None] * len(path)):
                 if a != b:
-                    where = _describe_event(machine, a if a is not None else b)
+                    where = _describe_event(centre, a if a is not None else b)
                     raise PathInstabilityError(
                         f"check_grads: the control path changes within eps={eps} of the input: "
                         f"{where} at x, but not at x ± eps·v; finite differences are not "
                         "meaningful here (move the point away from the branch boundary)")
-    out_leaves, out_td = treelib.flatten(out)
-    u = [rng.standard_normal(np.shape(o)) if np.asarray(o).dtype.kind == "f"
-         else np.zeros(np.shape(o)) for o in out_leaves]
-    plus_leaves = treelib.flatten(out_plus)[0]
-    minus_leaves = treelib.flatten(out_minus)[0]
-    fd = sum(float(np.sum(w * (np.asarray(p, np.float64) - np.asarray(m, np.float64))))
-             for w, p, m in zip(u, plus_leaves, minus_leaves)) / (2 * eps)
-    results = {}
+    fd = sum(float(np.sum(np.asarray(w, np.float64) * (
+        np.asarray(p, np.float64) - np.asarray(m, np.float64))))
+        for w, p, m in zip(u, treelib.flatten(out_plus)[0], treelib.flatten(out_minus)[0])
+    ) / (2 * eps)
+    results: dict[str, np.ndarray] = {}  # mode -> the terms of its contraction, in float64
     if "rev" in modes:
         _, pullback = vjp(f, *args)
-        cts = treelib.unflatten(out_td, [w.astype(np.asarray(o).dtype) if np.asarray(
-            o).dtype.kind == "f" else np.zeros(np.shape(o), np.asarray(o).dtype)
-            for w, o in zip(u, out_leaves)])
+        cts = treelib.unflatten(out_td, [w if np.asarray(o).dtype.kind == "f" else np.zeros(
+            np.shape(o), np.asarray(o).dtype) for w, o in zip(u, out_leaves)])
         grads = treelib.flatten(pullback(cts))[0]
         for i, (g, x, d) in enumerate(zip(grads, leaves, dtypes)):
             if d.kind == "f" and (np.shape(g) != np.shape(x) or np.asarray(g).dtype != d):
                 raise AssertionError(f"check_grads: the cotangent of input leaf {i} is "
                                      f"{np.asarray(g).dtype}{list(np.shape(g))}, the input is "
                                      f"{d}{list(np.shape(x))}")
-        results["rev"] = sum(float(np.sum(np.asarray(g, np.float64) * v))
-                             for g, v, d in zip(grads, direction, dtypes) if d.kind == "f")
+        results["rev"] = np.concatenate([np.ravel(np.asarray(g, np.float64) * v)
+                                         for g, v, d in zip(grads, direction, dtypes)
+                                         if d.kind == "f"] + [np.zeros(0)])
     if "fwd" in modes:
         _, tangent = jvp(f, args, treelib.unflatten(td, direction))
         for i, (t, o) in enumerate(zip(treelib.flatten(tangent)[0], out_leaves)):
             if np.shape(t) != np.shape(o):
                 raise AssertionError(f"check_grads: the tangent of output leaf {i} has shape "
                                      f"{list(np.shape(t))}, the output {list(np.shape(o))}")
-        results["fwd"] = sum(float(np.sum(w * np.asarray(t, np.float64)))
-                             for w, t in zip(u, treelib.flatten(tangent)[0]))
-    for mode, value in results.items():
-        scale = max(abs(fd), abs(value))
+        results["fwd"] = np.concatenate([np.ravel(np.asarray(w, np.float64) * np.asarray(
+            t, np.float64)) for w, t in zip(u, treelib.flatten(tangent)[0])] + [np.zeros(0)])
+    for mode, terms in results.items():
+        value = float(np.sum(terms))
+        # rounding error of a sum grows with its terms, not with the (maybe cancelled) total
+        scale = max(abs(fd), abs(value), float(np.sum(np.abs(terms))))
         if not abs(value - fd) <= atol + rtol * scale:
             raise AssertionError(
                 f"check_grads: {mode}-mode derivative {value!r} differs from the central "
