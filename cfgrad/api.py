@@ -10,6 +10,7 @@ traced, as in JAX: change them and call a freshly defined function.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,7 +20,7 @@ import numpy as np
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
 from .checkpoint import resolve
-from .errors import ArgumentTypeError, LoweringError
+from .errors import ArgumentTypeError, ArgumentValueError
 from .forward_mode import build_jvp
 from .interpret import (
     Compiled,
@@ -32,9 +33,21 @@ from .interpret import (
 )
 from .ir import Program
 from .reverse import build_adjoint, primal_reads
-from .trace import Tracer, lowering_epoch, trace_program
+from .trace import (
+    TRACEABLE_KINDS,
+    argument_problem,
+    check_arguments,
+    lowering_epoch,
+    trace_program,
+)
 
 _SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
+
+# Held while a cached artifact (a lowering, an adjoint, a JVP program, a plan) is built, so
+# threads calling the same transformed function at once build each artifact once and none
+# sees one half-built; runs themselves share nothing mutable and take no lock. Re-entrant:
+# building one artifact may build another (the adjoint lowers custom rules).
+_BUILD_LOCK = threading.RLock()
 
 
 class _Entry:
@@ -58,16 +71,22 @@ class _Entry:
         is compiled with it."""
         pair = self._reverse.get(wrt)
         if pair is None:
-            adj = self.program.adjoint() if wrt is None else build_adjoint(self.program, wrt)
-            forward = Compiled(self.program)
-            plan_saved_slots(forward, primal_reads(adj))
-            pair = self._reverse[wrt] = (forward, Compiled(adj, forward=forward))
+            with _BUILD_LOCK:
+                pair = self._reverse.get(wrt)
+                if pair is None:
+                    adj = (self.program.adjoint() if wrt is None
+                           else build_adjoint(self.program, wrt))
+                    forward = Compiled(self.program)
+                    plan_saved_slots(forward, primal_reads(adj))
+                    pair = self._reverse[wrt] = (forward, Compiled(adj, forward=forward))
         return pair
 
     @property
     def jvp(self) -> Compiled:
         if self._jvp is None:
-            self._jvp = Compiled(build_jvp(self.program))
+            with _BUILD_LOCK:
+                if self._jvp is None:
+                    self._jvp = Compiled(build_jvp(self.program))
         return self._jvp
 
     def strategies(self, call_choice: Any) -> list[Any]:
@@ -88,36 +107,47 @@ _CACHE: weakref.WeakKeyDictionary[Callable, dict[Any, _Entry]] = weakref.WeakKey
 
 
 def _leaf_key(x: Any) -> Any:
+    """The part of the cache key one argument leaf contributes; None for a leaf that cannot
+    be traced (checked on every call, so a bad leaf never reuses a good leaf's Program)."""
     kind = _SCALAR_KINDS.get(type(x))
     if kind is not None:
         return kind
-    if isinstance(x, np.ndarray | np.generic):
+    if type(x) is np.ndarray and x.dtype.kind in TRACEABLE_KINDS:
         return (x.shape, x.dtype.char)
-    if isinstance(x, Tracer):
-        raise LoweringError("nested transformations (grad of grad, a transformation inside a "
-                            "traced function) are not supported yet: cfgrad differentiates "
-                            "first order only")
+    if argument_problem(x) is not None:
+        return None
     a = np.asarray(x)
     return (a.shape, a.dtype.char)
 
 
-def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = ()) -> tuple[
-        _Entry, list[Any]]:
-    """The cached lowering of `fun` at `args`, and the flat list of traced argument leaves."""
+def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
+            kwargs: dict[str, Any] | None = None) -> tuple[_Entry, list[Any]]:
+    """The cached lowering of `fun` at `args` (and keyword arguments `kwargs`, traced after
+    them), and the flat list of traced argument leaves."""
     dynamic = args if not static_argnums else tuple(
         a for i, a in enumerate(args) if i not in static_argnums)
+    if kwargs:
+        dynamic += tuple(kwargs[k] for k in sorted(kwargs))
     leaves, in_tree = treelib.flatten(dynamic)
-    key = (in_tree, tuple(map(_leaf_key, leaves)),
-           tuple((i, args[i]) for i in static_argnums))
+    leaf_keys = tuple(map(_leaf_key, leaves))
+    if None in leaf_keys:
+        check_arguments(fun, args, static_argnums, kwargs)  # raises, naming the argument
+    key = (in_tree, leaf_keys, tuple((i, args[i]) for i in static_argnums),
+           tuple(sorted(kwargs)) if kwargs else ())
     try:
         per_fun = _CACHE[fun]
     except KeyError:
-        per_fun = _CACHE[fun] = {}
+        with _BUILD_LOCK:
+            per_fun = _CACHE.setdefault(fun, {})
     except TypeError:  # not weak-referenceable: cache nothing
         per_fun = {}
     entry = per_fun.get(key)
     if entry is None or entry.epoch != lowering_epoch():
-        entry = per_fun[key] = _Entry(trace_program(fun, args, static_argnums))
+        with _BUILD_LOCK:
+            entry = per_fun.get(key)
+            if entry is None or entry.epoch != lowering_epoch():
+                entry = per_fun[key] = _Entry(trace_program(fun, args, static_argnums,
+                                                            kwargs=kwargs))
     return entry, leaves
 
 
@@ -127,8 +157,27 @@ def _as_arrays(leaves: list[Any], program: Program) -> list[Any]:
             for x, p in zip(leaves, program.params)]
 
 
-def _argnums_tuple(argnums: int | Sequence[int]) -> tuple[int, ...]:
-    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+def argnums_tuple(argnums: int | Sequence[int], caller: str) -> tuple[int, ...]:
+    """`argnums` as a tuple, each entry an int (`TypeError` otherwise, as in JAX)."""
+    nums = (argnums,) if isinstance(argnums, int | np.integer) else argnums
+    if isinstance(nums, Sequence) and not isinstance(nums, str) and all(
+            isinstance(i, int | np.integer) and not isinstance(i, bool) for i in nums) and \
+            not isinstance(argnums, bool):
+        return tuple(int(i) for i in nums)
+    raise ArgumentTypeError(f"{caller}: argnums must be an int or a sequence of ints, got "
+                            f"{argnums!r}")
+
+
+def resolve_argnums(nums: tuple[int, ...], nargs: int, caller: str, name: str) -> tuple[
+        int, ...]:
+    """Negative entries count from the end, as in Python indexing; out of range is
+    `ValueError`."""
+    for i in nums:
+        if not -nargs <= i < nargs:
+            raise ArgumentValueError(
+                f"{caller} of {name}: argnums includes {i} but {name} was called with {nargs} "
+                f"positional argument{'s' if nargs != 1 else ''} (valid: {-nargs}..{nargs - 1})")
+    return tuple(i % nargs for i in nums)
 
 
 class Pullback:
@@ -237,19 +286,24 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
     """value_and_grad under the name the user called (errors name `grad` or
     `value_and_grad`)."""
     check_strategy(checkpoint, caller)
-    nums = _argnums_tuple(argnums)
-    single = isinstance(argnums, int)
+    requested = argnums_tuple(argnums, caller)
+    single = isinstance(argnums, int | np.integer)
+    name = getattr(fun, "__name__", "f")
 
-    def value_and_grad_fn(*args: Any) -> Any:
-        entry, leaves = lowered(fun, args)
+    def value_and_grad_fn(*args: Any, **kwargs: Any) -> Any:
+        nums = resolve_argnums(requested, len(args), caller, name)
+        entry, leaves = lowered(fun, args, kwargs=kwargs)
         program = entry.program
         plan = entry.grad_plans.get((nums, has_aux))
         if plan is None:  # checked and prepared once per signature, like the lowering
-            _check_grad_io(program, args, nums, has_aux, getattr(fun, "__name__", "f"))
-            forward, adjoint = entry.reverse(_param_indices(program, nums))
-            seeds = [np.ones((), program.outputs[0].type.dtype)[()]] + [
-                np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
-            plan = entry.grad_plans[(nums, has_aux)] = (forward, adjoint, seeds)
+            with _BUILD_LOCK:
+                plan = entry.grad_plans.get((nums, has_aux))
+                if plan is None:
+                    _check_grad_io(program, args, nums, has_aux, name)
+                    forward, adjoint = entry.reverse(_param_indices(program, nums))
+                    seeds = [np.ones((), program.outputs[0].type.dtype)[()]] + [
+                        np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
+                    plan = entry.grad_plans[(nums, has_aux)] = (forward, adjoint, seeds)
         forward, adjoint, seeds = plan
         m, outs = _forward(entry, forward, leaves, checkpoint, record=True,
                            check=detect_anomaly)
@@ -261,7 +315,7 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
         value_and_grad_fn.stats = m.stats  # type: ignore[attr-defined]
         return out, grads
 
-    value_and_grad_fn.__name__ = f"value_and_grad({getattr(fun, '__name__', 'f')})"
+    value_and_grad_fn.__name__ = f"value_and_grad({name})"
     return value_and_grad_fn
 
 
@@ -275,23 +329,23 @@ def _param_indices(program: Program, argnums: tuple[int, ...]) -> frozenset[int]
 
 def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux: bool,
                    name: str) -> None:
-    first = program.outputs[0] if program.outputs else None
-    n_main = 1
+    td = program.out_tree
     if has_aux:
-        td = program.out_tree
         if td.kind != "tuple" or len(td.children) != 2:
             raise ArgumentTypeError(f"grad of {name} with has_aux=True: the function must return a "
-                            f"pair (value, aux), got {td.describe()}")
-        n_main = td.children[0].num_leaves
-    if first is None or n_main != 1 or first.type.shape != () or first.type.dtype.kind != "f":
-        what = "no output" if first is None else f"{first.type}" + (
-            "" if n_main == 1 else f" and {n_main - 1} more outputs")
-        raise ArgumentTypeError(f"grad of {name} needs a float scalar output, got {what}; "
+                                    f"pair (value, aux), got {td.describe()}")
+        td = td.children[0]
+    if td.kind != "leaf":
+        # as in JAX: a tuple, list or dict output is not differentiated leaf by leaf
+        raise ArgumentTypeError(
+            f"grad of {name}: the gradient is only defined for a scalar output, but {name} "
+            f"returns {td.describe()}; return one float scalar (with has_aux=True, a pair "
+            "(value, aux) whose aux is not differentiated), or use cg.vjp for several outputs")
+    first = program.outputs[0]
+    if first.type.shape != () or first.type.dtype.kind != "f":
+        raise ArgumentTypeError(f"grad of {name} needs a float scalar output, got {first.type}; "
                                 "reduce it (cnp.sum) or use cg.vjp for non-scalar outputs")
     for i in nums:
-        if i >= len(args):
-            raise ArgumentTypeError(f"grad of {name}: argnums includes {i} but only {len(args)} "
-                            "arguments were given")
         for leaf in treelib.flatten(args[i])[0]:
             dtype = np.asarray(leaf).dtype
             if dtype.kind != "f":
@@ -307,8 +361,8 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
     checks every result for NaN/Inf, as under `cg.detect_anomaly()`."""
     vg = _value_and_grad(fun, argnums, has_aux, checkpoint, detect_anomaly, "cfgrad.grad")
 
-    def grad_fn(*args: Any) -> Any:
-        value, g = vg(*args)
+    def grad_fn(*args: Any, **kwargs: Any) -> Any:
+        value, g = vg(*args, **kwargs)
         return (g, value[1]) if has_aux else g
 
     grad_fn.__name__ = f"grad({getattr(fun, '__name__', 'f')})"

@@ -18,6 +18,7 @@ import numpy as np
 
 from . import numpy as cnp
 from . import tree as treelib
+from .api import argnums_tuple, resolve_argnums
 from .api import value_and_grad as _value_and_grad
 from .errors import ArgumentTypeError, ArgumentValueError, NonFiniteError, ScalerStateError
 from .numpy import _dtype
@@ -281,23 +282,28 @@ class LossScaler:
         every scale (`fun` is traced once per input signature, not once per scale), and the
         product is float32 (or float64 for a float64 loss); the rest of the program keeps
         the dtypes of its inputs, float16 included."""
-        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        caller = "LossScaler.value_and_grad"
+        requested = argnums_tuple(argnums, caller)
+        single = isinstance(argnums, int | np.integer)
 
         def scaled(*args: Any) -> tuple[Any, Any]:
             value = fun(*args[:-1])
             return value * args[-1], value
 
         scaled.__name__ = getattr(fun, "__name__", "f")
-        scaled_vg = _value_and_grad(scaled, argnums, has_aux=True, checkpoint=checkpoint)
         plain_vg = _value_and_grad(fun, argnums, checkpoint=checkpoint)
+        scaled_vgs: dict[tuple[int, ...], Callable] = {}
 
         def value_and_scaled_grad(*args: Any) -> tuple[Any, Any]:
             if not self.enabled:
                 return plain_vg(*args)
-            bad = [i for i in nums if not 0 <= i < len(args)]
-            if bad:  # else an argnum would name the scale, appended after the arguments
-                raise ArgumentTypeError(f"LossScaler.value_and_grad: argnums {bad} out of "
-                                        f"range for {len(args)} arguments")
+            # resolved against the user's arguments, so -1 and out-of-range entries never
+            # name the scale, appended after them
+            nums = resolve_argnums(requested, len(args), caller, scaled.__name__)
+            scaled_vg = scaled_vgs.get(nums)
+            if scaled_vg is None:
+                scaled_vg = scaled_vgs[nums] = _value_and_grad(
+                    scaled, nums[0] if single else nums, has_aux=True, checkpoint=checkpoint)
             (_, value), grads = scaled_vg(*args, self._scale)
             return value, grads
 

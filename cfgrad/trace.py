@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -241,22 +242,42 @@ class Tracer:
 # The trace: builds one Program
 # ---------------------------------------------------------------------------------
 
-_TRACES: list[Trace] = []
+class _TraceStack(threading.local):
+    """The traces being built, innermost last, one stack per thread: two threads tracing
+    at once (the first calls of one `grad(f)` from a thread pool) must not see each
+    other's traces."""
+
+    def __init__(self) -> None:
+        self.traces: list[Trace] = []
+
+
+_STACK = _TraceStack()
 
 
 def current_trace() -> Trace | None:
-    return _TRACES[-1] if _TRACES else None
+    traces = _STACK.traces
+    return traces[-1] if traces else None
 
 
 @contextmanager
 def tracing(trace: Trace) -> Iterator[None]:
     """Make `trace` the current one, so cg.cond and friends called by user code (a custom
     JVP rule run by the JVP transform, say) lower into it."""
-    _TRACES.append(trace)
+    _STACK.traces.append(trace)
     try:
         yield
     finally:
-        _TRACES.pop()
+        _STACK.traces.pop()
+
+
+def nested_transformation_error() -> LoweringError:
+    """The error for a transformation applied inside a function being transformed."""
+    return LoweringError(
+        "nested differentiation is not supported yet: a cfgrad transformation (grad, "
+        "value_and_grad, vjp, jvp) was applied inside a function that is itself being "
+        "transformed, or to values it computes. cfgrad differentiates first order only for "
+        "now; write the inner derivative by hand, or define it with cg.custom_jvp / "
+        "cg.custom_vjp")
 
 
 _lowering_epoch = 0
@@ -330,6 +351,8 @@ class Trace:
         """The Value of a tracer (checked for scope) or of a concrete input (a constant)."""
         if isinstance(x, Tracer):
             if x._cfgrad_trace is not self:
+                if x._cfgrad_trace in _STACK.traces:  # an enclosing trace's value
+                    raise nested_transformation_error()
                 raise LoweringError(
                     "a traced value from another (finished) trace was used; tracers must not "
                     "escape the function being transformed (store results, not tracers)")
@@ -669,49 +692,96 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
 # ---------------------------------------------------------------------------------
 
 
-def _param_hints(fun: Callable, args: tuple, dynamic: list[int]) -> list[str]:
+TRACEABLE_KINDS = "biuf"  # numpy dtype kinds a traced argument may have: bool, int, float
+
+
+def argument_problem(x: Any) -> str | None:
+    """Why `x` cannot be a leaf of a traced argument, or None when it can.
+
+    Anything rejected here would otherwise give a wrong number (an `np.matrix`, whose `*`
+    is a matrix product; a complex array, whose gradient would come out as zeros) or a raw
+    exception deep in the interpreter (object, string, structured, datetime dtypes)."""
+    if isinstance(x, Tracer):
+        raise nested_transformation_error()
+    if isinstance(x, bool | int | float):
+        return None
+    if isinstance(x, np.matrix):
+        return ("an np.matrix, whose * and ** are matrix products; pass a plain array "
+                "(np.asarray(x)) and use @ for products")
+    if isinstance(x, np.ma.MaskedArray):
+        return ("a masked array, whose mask cfgrad would ignore; pass x.filled(value) or "
+                "the data and the mask as two arrays")
+    if isinstance(x, np.ndarray | np.generic | complex):
+        dtype = np.asarray(x).dtype
+        if dtype.kind == "c":
+            return (f"complex ({dtype}); complex numbers are not supported yet: pass the real "
+                    "and imaginary parts as two float arrays")
+        if dtype.kind not in TRACEABLE_KINDS:
+            return (f"an array of dtype {dtype}; cfgrad traces bool, integer and float arrays "
+                    "only: convert it, or pass it through static_argnums or a closure")
+        return None
+    return (f"a {type(x).__name__}; cfgrad traces arrays and Python scalars only (mark "
+            "other arguments static, or close over them)")
+
+
+def _named_arguments(fun: Callable, args: tuple, dynamic: list[int],
+                     kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(name, pytree) of each traced argument, in the order their leaves are flattened:
+    the dynamic positional arguments, then the keyword arguments by sorted name."""
     try:
         names = list(inspect.signature(fun).parameters)
     except (TypeError, ValueError):
         names = []
-    hints = []
-    for pos in dynamic:
-        base = names[pos] if pos < len(names) else f"arg{pos}"
-        leaves, _ = treelib.flatten(args[pos])
-        hints += [base] if len(leaves) == 1 else [f"{base}_{i}" for i in range(len(leaves))]
-    return hints
+    positional = [(names[pos] if pos < len(names) else f"arg{pos}", args[pos])
+                  for pos in dynamic]
+    return positional + [(k, kwargs[k]) for k in sorted(kwargs)]
+
+
+def check_arguments(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
+                    kwargs: dict[str, Any] | None = None) -> None:
+    """Raise `ArgumentTypeError` naming the first argument leaf `fun` cannot be traced with."""
+    dynamic = [i for i in range(len(args)) if i not in static_argnums]
+    for name, tree in _named_arguments(fun, args, dynamic, kwargs or {}):
+        leaves, td = treelib.flatten(tree)
+        for i, leaf in enumerate(leaves):
+            problem = argument_problem(leaf)
+            if problem is not None:
+                where = f"argument `{name}`" + ("" if td.kind == "leaf" else f" (leaf {i})")
+                raise ArgumentTypeError(
+                    f"{getattr(fun, '__name__', 'f')}: {where} is {problem}")
 
 
 def trace_program(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
-                  name: str | None = None) -> Program:
-    """Trace `fun(*args)` into a verified Program; statics are baked in as constants."""
+                  name: str | None = None, kwargs: dict[str, Any] | None = None) -> Program:
+    """Trace `fun(*args, **kwargs)` into a verified Program; statics are baked in as
+    constants. Keyword arguments are traced, after the positional ones, as in JAX."""
     from .verify import verify
 
+    kwargs = kwargs or {}
+    check_arguments(fun, args, static_argnums, kwargs)
     dynamic = [i for i in range(len(args)) if i not in static_argnums]
-    leaves, in_tree = treelib.flatten(tuple(args[i] for i in dynamic))
-    for i, leaf in enumerate(leaves):
-        if isinstance(leaf, Tracer):
-            raise LoweringError("nested transformations (grad of grad, lower inside lower) are "
-                                "not supported yet")
-        if not isinstance(leaf, np.ndarray | np.generic | bool | int | float):
-            raise ArgumentTypeError(
-                f"argument leaf {i} is a {type(leaf).__name__}; traced arguments must be arrays "
-                "or Python scalars (mark other arguments static)")
-    hints = _param_hints(fun, args, dynamic)
+    named = _named_arguments(fun, args, dynamic, kwargs)
+    leaves, in_tree = treelib.flatten(tuple(tree for _, tree in named))
+    hints = []
+    for base, tree in named:
+        n = treelib.flatten(tree)[1].num_leaves
+        hints += [base] if n == 1 else [f"{base}_{i}" for i in range(n)]
     params = [Value(type_of(x), h) for x, h in zip(leaves, hints)]
     trace = Trace(name or getattr(fun, "__name__", "f"))
-    _TRACES.append(trace)
-    try:
+    with tracing(trace):
         tracers = [trace.tracer(p) for p in params]
-        dyn_args = treelib.unflatten(in_tree, tracers)
+        traced = treelib.unflatten(in_tree, tracers)
         full = list(args)
-        for pos, a in zip(dynamic, dyn_args):
+        for pos, a in zip(dynamic, traced):
             full[pos] = a
-        out = fun(*full)
+        out = fun(*full, **dict(zip(sorted(kwargs), traced[len(dynamic):])))
         out_leaves, out_tree = treelib.flatten(out)
+        for i, leaf in enumerate(out_leaves):
+            problem = None if isinstance(leaf, Tracer) else argument_problem(leaf)
+            if problem is not None:
+                raise ArgumentTypeError(f"{trace.name}: output leaf {i} of {out_tree.describe()} "
+                                        f"is {problem}")
         outputs = [trace.value_of(x) for x in out_leaves]
-    finally:
-        _TRACES.pop()
     program = trace.finish(params, outputs)
     program.in_tree, program.out_tree = in_tree, out_tree
     verify(program)

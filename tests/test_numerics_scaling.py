@@ -474,8 +474,10 @@ def test_value_and_grad_gives_scaled_gradients_and_the_unscaled_value():
     np.testing.assert_array_equal(scaler.unscale(scaled), g_ref)
     (gw, gx) = scaler.value_and_grad(f, argnums=(0, 1))(w, x)[1]
     np.testing.assert_array_equal(scaler.unscale(gx), cg.grad(f, 1)(w, x))
-    with pytest.raises(cg.ArgumentTypeError, match="argnums"):
-        scaler.value_and_grad(f, argnums=2)(w, x)
+    np.testing.assert_array_equal(scaler.value_and_grad(f, argnums=-1)(w, x)[1], gx)
+    for bad in (2, -3):  # never the scale, which follows the arguments
+        with pytest.raises(cg.ArgumentValueError, match="argnums"):
+            scaler.value_and_grad(f, argnums=bad)(w, x)
 
 
 def test_value_and_grad_does_not_retrace_when_the_scale_changes():

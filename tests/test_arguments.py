@@ -1,0 +1,252 @@
+"""What the transformations accept as arguments and outputs (issue 10, items 2-5 and 9, and
+the nested-differentiation message): every input they cannot handle is a typed error naming
+the argument, never a silent wrong number or a raw `KeyError`; `argnums` follows Python
+indexing; keyword arguments pass through undifferentiated; first calls from many threads at
+once all get the right gradient."""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cfgrad as cg
+import cfgrad.numpy as cnp
+
+pytestmark = pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+
+with warnings.catch_warnings():  # np.matrix is pending deprecation, and still in use
+    warnings.simplefilter("ignore", PendingDeprecationWarning)
+    MATRIX = np.matrix([[1.0, 2.0]])
+
+
+def square_sum(x):
+    return cnp.sum(x * x)
+
+
+# ---------------------------------------------------------------------------------
+# Arguments that cannot be traced: ArgumentTypeError naming the argument
+# ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("arg", "parts"), [
+    pytest.param(np.array([1 + 2j, 3.0]), ["complex128", "not supported yet"], id="complex"),
+    pytest.param(1 + 2j, ["complex", "not supported yet"], id="python-complex"),
+    pytest.param(np.complex64(1.0), ["complex64"], id="complex-scalar"),
+    pytest.param(MATRIX, ["np.matrix", "np.asarray"], id="matrix"),
+    pytest.param(np.ma.masked_array([1.0, 2.0], mask=[0, 1]), ["masked"], id="masked"),
+    pytest.param(np.array([1.0], dtype=object), ["dtype object"], id="object"),
+    pytest.param(np.zeros(2, dtype=[("a", "f8")]), ["dtype [('a', '<f8')]"], id="structured"),
+    pytest.param(np.array(["ab"]), ["dtype <U2"], id="unicode"),
+    pytest.param(np.array([b"ab"]), ["dtype |S2"], id="bytes"),
+    pytest.param(np.array(["2020-01-01"], dtype="datetime64[D]"), ["datetime64[D]"],
+                 id="datetime"),
+    pytest.param(np.array([1], dtype="timedelta64[s]"), ["timedelta64[s]"], id="timedelta"),
+    pytest.param("abc", ["a str"], id="str"),
+])
+@pytest.mark.parametrize("transform", [
+    pytest.param(lambda f, a: cg.grad(f)(a, 2.0), id="grad"),
+    pytest.param(lambda f, a: cg.grad(f, argnums=1)(a, 2.0), id="grad-other-arg"),
+    pytest.param(lambda f, a: cg.vjp(f, a, 2.0), id="vjp"),
+    pytest.param(lambda f, a: cg.jvp(f, (a, 2.0), (a, 1.0)), id="jvp"),
+    pytest.param(lambda f, a: cg.lower(f, a, 2.0), id="lower"),
+])
+def test_untraceable_argument_is_an_argument_type_error(arg: Any, parts: list[str],
+                                                        transform: Callable) -> None:
+    def weighted(values, weight):
+        return weight * weight
+
+    with pytest.raises(cg.ArgumentTypeError) as info:
+        transform(weighted, arg)
+    message = str(info.value)
+    assert "weighted: argument `values`" in message
+    for part in parts:
+        assert part in message, message
+
+
+def test_bad_leaf_never_reuses_the_program_of_a_good_one() -> None:
+    """The check runs on every call, not only when tracing: an np.matrix of a cached
+    signature's shape and dtype must not run with matrix semantics."""
+    g = cg.grad(square_sum)
+    np.testing.assert_array_equal(g(np.array([[1.0, 2.0]])), [[2.0, 4.0]])
+    with pytest.raises(cg.ArgumentTypeError, match="np.matrix"):
+        g(MATRIX)
+
+
+def test_a_bad_leaf_inside_a_pytree_is_named_by_position() -> None:
+    with pytest.raises(cg.ArgumentTypeError, match=r"argument `params` \(leaf 1\)"):
+        cg.grad(lambda params: params[0] * 2.0)((1.0, np.array([1j])))
+
+
+def test_complex_gradient_is_never_silently_zero() -> None:
+    """grad of a real loss of a complex input returned zeros; now it is refused."""
+    with pytest.raises(cg.ArgumentTypeError, match="complex"):
+        cg.grad(lambda z: cnp.sum(cnp.abs(z)))(np.array([3 + 4j]))
+
+
+# ---------------------------------------------------------------------------------
+# Outputs: grad differentiates one scalar, as in JAX
+# ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("fun", "shown"), [
+    pytest.param(lambda x: (x * x, x), "(*, *)", id="tuple"),
+    pytest.param(lambda x: (x * x,), "(*,)", id="one-tuple"),
+    pytest.param(lambda x: [x * x], "[*]", id="list"),
+    pytest.param(lambda x: {"loss": x * x}, "{'loss': *}", id="dict"),
+])
+def test_grad_of_a_container_output_is_a_type_error(fun: Callable, shown: str) -> None:
+    for transform in (cg.grad, cg.value_and_grad):
+        with pytest.raises(TypeError) as info:
+            transform(fun)(2.0)
+        assert isinstance(info.value, cg.CfgradError)
+        assert "only defined for a scalar output" in str(info.value)
+        assert shown in str(info.value)
+
+
+def test_has_aux_value_must_be_a_scalar_too() -> None:
+    with pytest.raises(TypeError, match=r"returns \(\*, \*\)"):
+        cg.grad(lambda x: ((x, x), 1.0), has_aux=True)(2.0)
+    with pytest.raises(cg.ArgumentTypeError, match=r"output leaf 1 of \(\*, \*\) is a str"):
+        cg.grad(lambda x: (x * x, "aux"), has_aux=True)(2.0)
+    assert cg.grad(lambda x: (x * x, {"y": x}), has_aux=True)(3.0) == (6.0, {"y": 3.0})
+
+
+# ---------------------------------------------------------------------------------
+# argnums: Python indexing
+# ---------------------------------------------------------------------------------
+
+
+def product(x, y, z):
+    return x * y * y * z
+
+
+@pytest.mark.parametrize(("argnums", "expected"), [
+    (-1, 2.0 * 9.0),            # d/dz = x y^2
+    (-3, 9.0 * 5.0),            # d/dx = y^2 z
+    ((0, -2), (45.0, 60.0)),     # d/dy = 2 x y z
+    ((-1, 2), (18.0, 18.0)),
+])
+def test_negative_argnums_count_from_the_end(argnums: Any, expected: Any) -> None:
+    assert cg.grad(product, argnums)(2.0, 3.0, 5.0) == expected
+    value, g = cg.value_and_grad(product, argnums)(2.0, 3.0, 5.0)
+    assert (value, g) == (90.0, expected)
+
+
+@pytest.mark.parametrize("argnums", [3, -4, (0, 3), (-4,)])
+def test_argnums_out_of_range_is_a_value_error(argnums: Any) -> None:
+    with pytest.raises(ValueError, match="argnums includes") as info:
+        cg.grad(product, argnums)(2.0, 3.0, 5.0)
+    assert isinstance(info.value, cg.CfgradError)
+    assert "3 positional arguments" in str(info.value)
+
+
+@pytest.mark.parametrize("argnums", [1.0, "0", True, (0, 1.0), None, [0.5]])
+def test_non_integer_argnums_is_a_type_error(argnums: Any) -> None:
+    for transform in (cg.grad, cg.value_and_grad):
+        with pytest.raises(TypeError, match="argnums must be an int or a sequence of ints"):
+            transform(product, argnums)
+
+
+def test_numpy_integer_argnums_work() -> None:
+    assert cg.grad(product, np.int64(-1))(2.0, 3.0, 5.0) == 18.0
+
+
+# ---------------------------------------------------------------------------------
+# Keyword arguments pass through, undifferentiated
+# ---------------------------------------------------------------------------------
+
+
+def scaled_loss(x, *, scale=1.0, offset=0.0):
+    return cnp.sum((x * scale + offset) ** 2)
+
+
+def test_keyword_arguments_pass_through_undifferentiated() -> None:
+    x = np.array([1.0, 2.0])
+    # d/dx sum((s x + o)^2) = 2 s (s x + o)
+    np.testing.assert_allclose(cg.grad(scaled_loss)(x, scale=3.0, offset=1.0),
+                               2 * 3.0 * (3.0 * x + 1.0))
+    value, g = cg.value_and_grad(scaled_loss)(x, offset=2.0)
+    assert value == 9.0 + 16.0
+    np.testing.assert_allclose(g, 2 * (x + 2.0))
+    # keyword values are traced, not baked in: a new value gives a new answer
+    np.testing.assert_allclose(cg.grad(scaled_loss)(x, scale=2.0), 2 * 2.0 * 2.0 * x)
+    np.testing.assert_allclose(cg.grad(scaled_loss)(x, scale=np.float64(5.0)), 50.0 * x)
+
+
+def test_keyword_array_arguments_and_bad_keyword_leaves() -> None:
+    def f(x, *, w):
+        return cnp.sum(x * w)
+
+    np.testing.assert_allclose(cg.grad(f)(np.ones(2), w=np.array([3.0, 4.0])), [3.0, 4.0])
+    with pytest.raises(cg.ArgumentTypeError, match="f: argument `w`"):
+        cg.grad(f)(np.ones(2), w=np.array(["a", "b"]))
+
+
+# ---------------------------------------------------------------------------------
+# Nested differentiation: a clear "not supported yet"
+# ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fun", [
+    pytest.param(lambda x: cg.grad(lambda y: y * y * x)(x), id="grad-of-grad"),
+    pytest.param(lambda x: cg.grad(lambda y: y * x)(1.0), id="closure"),
+    pytest.param(lambda x: cg.vjp(lambda y: y * x, 1.0)[0], id="vjp-inside"),
+    pytest.param(lambda x: cg.jvp(lambda y: y * x, (1.0,), (1.0,))[1], id="jvp-inside"),
+    pytest.param(lambda x: cg.while_loop(lambda c: c < 3.0,
+                                         lambda c: c + cg.grad(lambda y: y * y)(c), x),
+                 id="grad-in-a-loop-body"),
+])
+def test_nested_differentiation_says_it_is_not_supported_yet(fun: Callable) -> None:
+    for outer in (lambda: cg.grad(fun)(2.0), lambda: cg.jvp(fun, (2.0,), (1.0,))):
+        with pytest.raises(cg.LoweringError, match="nested differentiation is not supported "
+                                                   "yet") as info:
+            outer()
+        assert "escape" not in str(info.value)
+
+
+def test_a_transformation_of_constants_inside_a_traced_function_works() -> None:
+    """Only traced values crossing into an inner transformation are refused."""
+    inner = cg.grad(lambda y: y * y * y)  # 3 y^2 = 12 at y = 2
+    assert cg.grad(lambda x: x * inner(2.0))(5.0) == 12.0
+
+
+# ---------------------------------------------------------------------------------
+# Threads
+# ---------------------------------------------------------------------------------
+
+
+def test_first_calls_from_many_threads_all_get_the_right_gradient() -> None:
+    """Each thread's first call traces while the others trace: with one trace stack for the
+    process they took each other's traces (195 of 200 raised LoweringError)."""
+
+    def slow_to_trace(x):
+        time.sleep(0.002)  # every thread is inside tracing at once
+        y = cg.cond(x > 0, lambda: cnp.sin(x) * x, lambda: x)
+        return cg.while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] * x), (0, y))[1]
+
+    expected = cg.grad(lambda x: slow_to_trace(x))(0.7)
+    g = cg.grad(slow_to_trace)
+    start = threading.Barrier(8)
+    results: list[Any] = []
+
+    def call() -> None:
+        start.wait()
+        for _ in range(25):
+            try:
+                results.append(g(0.7))
+            except Exception as e:  # noqa: BLE001 - collected and reported below
+                results.append(e)
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 200
+    assert all(r == expected for r in results), [r for r in results if r != expected][:3]
