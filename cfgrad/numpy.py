@@ -8,14 +8,15 @@ computed at once with numpy; on traced values it is recorded in the Program.
 from __future__ import annotations
 
 import builtins
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as _np
 
-from .errors import LoweringError
+from .errors import LoweringError, TracerBoolError
 from .primitives import bind, shifted_by_max, softmax_of
-from .trace import Tracer, current_trace, register_numpy_namespace
+from .trace import Tracer, current_loc, current_trace, register_numpy_namespace
 
 pi = _np.pi
 e = _np.e
@@ -97,12 +98,52 @@ def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Any:
     return full(_shape(x), fill_value, dtype or _dtype(x))
 
 
+def _concrete_length(function: str, what: str, value: Any) -> None:
+    """Refuse a traced value that would set the length of an array: shapes are fixed when
+    a function is traced, so they cannot depend on values known only when it runs."""
+    if isinstance(value, Tracer):
+        loc = current_loc()
+        raise TracerBoolError(
+            f"cnp.{function}: {what} is a traced value ({value.value.type})"
+            f"{f' at {loc}' if loc else ''}, but it sets the length of the result, which must "
+            "be known while the function is traced. Use a concrete value (a Python number or "
+            "a static argument); to repeat work a traced number of times use "
+            "cg.fori_loop(lower, upper, body, init); for a traced offset write "
+            "cnp.arange(n) + offset.")
+
+
 def arange(*args: Any, dtype: Any = None) -> _np.ndarray:
+    """numpy's arange; its bounds must be concrete (the result's length depends on them)."""
+    for name, bound in zip(("start" if len(args) > 1 else "stop", "stop", "step"), args):
+        _concrete_length("arange", name, bound)
     return _np.arange(*args, dtype=dtype)
 
 
-def linspace(start: float, stop: float, num: int = 50, dtype: Any = None) -> _np.ndarray:
-    return _np.linspace(start, stop, num, dtype=dtype)
+def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
+             dtype: Any = None) -> Any:
+    """numpy's linspace. A traced `start` or `stop` gives `arange(num) * step + start`
+    with `step = (stop - start) / (num - 1)` (numpy's own formula, so concrete and traced
+    results agree) and the last element exactly `stop`: differentiable in both ends.
+    `num` must be concrete: it is the length of the result."""
+    _concrete_length("linspace", "num", num)
+    if not isinstance(start, Tracer) and not isinstance(stop, Tracer):
+        return _np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype)
+    num = operator.index(num)
+    if num < 0:
+        raise ValueError(f"cnp.linspace: num={num} must be non-negative")
+    computed = _np.result_type(*(x.dtype if isinstance(x, Tracer) else x for x in (start, stop)),
+                               float(num))
+    shape = _np.broadcast_shapes(_shape(start), _shape(stop))
+    index = _np.arange(num, dtype=computed).reshape((num,) + (1,) * len(shape))
+    lo, hi = asarray(start, computed), asarray(stop, computed)
+    div = num - 1 if endpoint else num
+    delta = hi - lo
+    y = index * (delta / div if div > 0 else delta) + lo
+    if endpoint and num > 1:
+        y = where(index == num - 1, hi, y)
+    if dtype is None:
+        return y
+    return astype(floor(y) if _np.dtype(dtype).kind in "iu" else y, dtype)
 
 
 def eye(n: int, m: int | None = None, dtype: Any = float) -> _np.ndarray:
@@ -165,6 +206,37 @@ def floor_divide(x: Any, y: Any) -> Any:
     if dtype.kind in "iu":
         return astype(bind("floor", bind("div", quotient, y)), dtype)
     return bind("floor", bind("div", quotient, y))
+
+
+def _round_half_even(y: Any) -> Any:
+    """numpy's rint (halves to the even neighbour) from floor: y - floor(y) is exact, so
+    each comparison with 0.5 is too. A zero result keeps the sign of y, as rint's does."""
+    below = floor(y)
+    fraction = y - below
+    r = where(fraction > 0.5, below + 1.0, below)
+    r = where(fraction == 0.5, below + mod(below, 2.0), r)
+    return where(r == 0.0, y * 0.0, r)
+
+
+def round(a: Any, decimals: int = 0) -> Any:
+    """numpy's round: halves go to the even neighbour, at `decimals` digits (negative:
+    tens, hundreds, …), computed as numpy does (scale, round, unscale). Its derivative is
+    0, like floor's. Python's `round(x)` and `round(x, n)` on a traced value call this."""
+    if not isinstance(a, Tracer):
+        return _np.round(a, decimals)
+    decimals = operator.index(decimals)
+    if a.dtype == _np.bool_:  # as numpy does
+        return astype(a, _np.float16)
+    if a.dtype.kind in "iu":
+        if decimals >= 0:
+            return a
+        return astype(round(astype(a, _np.float64), decimals), a.dtype)
+    if decimals >= 0:
+        return _round_half_even(a * 10.0 ** decimals) / 10.0 ** decimals
+    return _round_half_even(a / 10.0 ** -decimals) * 10.0 ** -decimals
+
+
+around = round
 
 
 def square(x: Any) -> Any:
