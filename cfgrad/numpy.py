@@ -199,13 +199,10 @@ def power(x: Any, y: Any) -> Any:
 
 
 def floor_divide(x: Any, y: Any) -> Any:
-    """x // y as numpy computes it: (x - x % y) / y, exact for integers and floats; its
-    derivative is 0 wherever it exists, like floor's."""
-    quotient = bind("sub", x, bind("mod", x, y))
-    dtype = _np.result_type(getattr(x, "dtype", x), getattr(y, "dtype", y))
-    if dtype.kind in "iu":
-        return astype(bind("floor", bind("div", quotient, y)), dtype)
-    return bind("floor", bind("div", quotient, y))
+    """x // y as numpy computes it, a primitive of its own so integers never pass through
+    float64 (exact int64 quotients, 0 for a zero divisor); its derivative is 0 wherever it
+    exists, like floor's."""
+    return bind("floor_divide", x, y)
 
 
 def _round_half_even(y: Any) -> Any:

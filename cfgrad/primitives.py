@@ -364,17 +364,29 @@ for _name, _fn in [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or
     _binary(_name, _fn, None, None, "bitwise on bool/int: no derivative")
 
 
-def _mod_type(types: list[TensorType], **_: Any) -> TensorType:
-    dtype = types[-1].dtype
-    return TensorType(_broadcast(types, "mod"), np.dtype(np.int8) if dtype == np.bool_ else dtype)
+def _integer_division_type(op: str) -> Callable[..., TensorType]:
+    """x // y and x % y keep the operands' dtype; numpy computes them for bools in int8."""
+    def rule(types: list[TensorType], **_: Any) -> TensorType:
+        dtype = types[-1].dtype
+        return TensorType(_broadcast(types, op),
+                          np.dtype(np.int8) if dtype == np.bool_ else dtype)
+
+    return rule
 
 
 def _mod_quotient(x, y):
     return bind("floor", x / y)
 
 
+# Integer operands stay integers: numpy's int64 // and % are exact (2**60 + 1 // 3) and give
+# 0 for a zero divisor, which a detour through float64 (floor(x / y)) does not.
 _register(Primitive(
-    "mod", np.mod, _mod_type,
+    "floor_divide", np.floor_divide, _integer_division_type("floor_divide"), None, None,
+    "elementwise", nondiff=True,
+    notes="numpy's floor division, exact for integers: derivative 0 (undefined where x/y is "
+          "an integer, taken as 0)"))
+_register(Primitive(
+    "mod", np.mod, _integer_division_type("mod"),
     lambda ct, xs, out: (unbroadcast(ct, xs[0].shape),
                          unbroadcast(-ct * _mod_quotient(*xs), xs[1].shape)),
     lambda ts, xs, out: _to_out_shape(_add_terms(

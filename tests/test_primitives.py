@@ -168,15 +168,19 @@ def binary(fn: Callable, sx: Sampler = SYMMETRIC, sy: Sampler = SYMMETRIC,
     return case
 
 
-def draw_mod(data, dtype):
-    """x = q*y with x/y at least 0.2 from an integer: clear of mod's jumps."""
-    rng = seeded(data)
-    sx = data.draw(SHAPES)
-    sy = shrunk(data, sx)
-    y = away_from_zero(rng, sy)
-    q = rng.integers(-3, 3, sx) + rng.uniform(0.2, 0.8, sx)
-    x = (q * y).astype(dtype)
-    return cnp.mod, (x, y.astype(dtype))
+def integer_division(fn: Callable) -> Callable:
+    def draw(data, dtype):
+        """x = q*y with x/y at least 0.2 from an integer: clear of the jumps of mod and
+        floor_divide."""
+        rng = seeded(data)
+        sx = data.draw(SHAPES)
+        sy = shrunk(data, sx)
+        y = away_from_zero(rng, sy)
+        q = rng.integers(-3, 3, sx) + rng.uniform(0.2, 0.8, sx)
+        x = (q * y).astype(dtype)
+        return fn, (x, y.astype(dtype))
+
+    return draw
 
 
 def draw_where(data, dtype):
@@ -440,7 +444,8 @@ CASES: dict[str, Case] = {
     "bitwise_and": Case(draw_bitwise(lambda a, b: a & b), INTS),
     "bitwise_or": Case(draw_bitwise(lambda a, b: a | b), INTS),
     "bitwise_xor": Case(draw_bitwise(lambda a, b: a ^ b), INTS),
-    "mod": Case(draw_mod, ALL),
+    "mod": Case(integer_division(cnp.mod), ALL),
+    "floor_divide": Case(integer_division(cnp.floor_divide), ALL),
     "where": Case(draw_where, ALL),
     "clip": Case(draw_clip),
     "sum": reduction(cnp.sum),
@@ -769,7 +774,8 @@ _Y = np.random.default_rng(2).uniform(-2.0, 2.0, (4,))
 _I = np.array([[1, 5, 2], [7, 0, 3]])
 _UNARY = ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sinh", "cosh", "arctan",
           "sqrt", "abs", "sign", "floor", "negative", "isfinite", "square")
-_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "mod", "power",
+_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "mod", "floor_divide",
+           "power",
            "less", "greater_equal", "equal", "logical_and")
 EAGER = [
     # (id, cfgrad.numpy call, numpy reference)
@@ -829,6 +835,7 @@ def test_eager_calls_compute_what_numpy_does(ours, reference):
 
 SCALAR_BINARY = {n: (c.fn, c.sx, c.sy) for n, c in CASES.items() if isinstance(c, BinaryCase)}
 SCALAR_BINARY["mod"] = (cnp.mod, uniform(-3.0, 3.0), away_from_zero)
+SCALAR_BINARY["floor_divide"] = (cnp.floor_divide, uniform(-3.0, 3.0), away_from_zero)
 
 
 @pytest.mark.parametrize("name", sorted(SCALAR_BINARY))
@@ -872,3 +879,59 @@ def test_low_precision_programs_keep_their_dtype(name, dtype):
     _, tangent = cg.jvp(f, (x,), (np.ones_like(x),))
     assert np.asarray(value).dtype == g.dtype == np.asarray(tangent).dtype == dtype
     assert cg.lower(f, x).outputs[0].type.dtype == dtype
+
+
+# ---------------------------------------------------------------------------------
+# Integer // and %: exact numpy semantics, never through float64 (issue 10, item 6)
+# ---------------------------------------------------------------------------------
+
+INT64_DIVISIONS = [(2**60 + 1, 3), (-(2**62) - 7, 5), (2**63 - 1, -2), (3, 0), (-7, 0),
+                   (-7, 2), (7, -2), (-(2**63), -1), (0, 0), (-(2**63), 1)]
+
+
+@pytest.mark.parametrize(("a", "b"), INT64_DIVISIONS)
+def test_traced_int64_floor_divide_and_mod_are_exact(a: int, b: int) -> None:
+    a, b = np.int64(a), np.int64(b)
+
+    def f(x, y):
+        return x // y, x % y, cnp.floor_divide(x, y), cnp.mod(x, y), 10 // y, x // 3
+
+    with np.errstate(all="ignore"):
+        want = (a // b, a % b, a // b, a % b, np.int64(10) // b, a // np.int64(3))
+    got, _ = evaluate(f, a, b)
+    for g, w in zip(got, want, strict=True):
+        assert np.asarray(g).dtype == np.int64
+        assert int(g) == int(w), (g, w)
+
+
+def test_integer_division_in_a_loop_carry_is_exact() -> None:
+    """An integer recurrence over values beyond 2**53 (where float64 is inexact), traced
+    with a fori_loop and a while_loop, equals the same recurrence in numpy int64."""
+    def step(c):
+        return (c * 7 + 1) // 3 + c % 5 - (c // 1024) * 2
+
+    def f(a, n):
+        looped = cg.fori_loop(0, n, lambda i, c: step(c), a)
+        counted = cg.while_loop(lambda c: c[0] > 0, lambda c: (c[0] // 2, c[1] + c[0] % 2),
+                                (a, np.int64(0)))
+        return looped, counted[1]
+
+    a = np.int64(2**52 + 12345)  # stays below 2**63 over the six steps
+    c = a
+    for _ in range(6):
+        c = step(c)
+    got, _ = evaluate(f, a, 6)
+    assert int(got[0]) == int(c)
+    assert int(got[1]) == bin(int(a)).count("1")
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint8, np.uint64, np.bool_])
+def test_small_and_unsigned_integer_division_keeps_numpy_dtypes(dtype: Any) -> None:
+    x = np.array([7, 0, 5, 1], dtype)
+    y = np.array([2, 3, 0, 1], dtype)
+    got, _ = evaluate(lambda x, y: (x // y, x % y), x, y)
+    with np.errstate(all="ignore"):
+        want = (np.floor_divide(x, y), np.mod(x, y))
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
