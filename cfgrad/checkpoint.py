@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import ArgumentValueError
 from .interpret import LoopInfo, Machine
-from .revolve import online_choice, optimal_split
+from .revolve import NEVER, OnlinePlacement, optimal_split
 
 
 class StoreAll:
@@ -75,7 +75,7 @@ class _Record:
     """One execution of a checkpointed loop."""
 
     __slots__ = ("marks", "events", "signatures", "last_log", "snaps", "last", "trips", "plan",
-                 "expected_trips", "path")
+                 "expected_trips", "path", "placement", "pending")
 
     def __init__(self, marks: tuple[int, ...], expected_trips: int | None):
         self.marks = marks
@@ -87,7 +87,9 @@ class _Record:
         self.trips = 0
         self.plan: Iterator[int] | None = None
         self.expected_trips = expected_trips
-        self.path: list[tuple[int, int]] = []  # Binomial: the sweep's snapshots and slots
+        self.path: list[tuple[int, int]] = []  # the sweep's snapshots and their slots
+        self.placement: OnlinePlacement | None = None  # Online: where snapshots go
+        self.pending: tuple | None = None  # Online: the latest carry, not yet placed
 
 
 class _Checkpointing:
@@ -131,7 +133,11 @@ class _Checkpointing:
         else:
             m.release_frame(loop, rec.last)
         rec.last = loop.read_saved(m.env)
-        if t == 0 or self._keep(rec, t, m, loop):  # the carry of iteration t, its input
+        self._sweep(m, loop, rec, t)
+
+    def _sweep(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
+        """Iteration t has run: keep its carry (its input) if the strategy says so."""
+        if t == 0 or self._keep(rec, t, m, loop):
             self._store(m, loop, rec, t, m.read(loop.carry_slots))
         self._event(m, loop, "advance", t)
 
@@ -141,10 +147,14 @@ class _Checkpointing:
         rec.trips = trips
         if trips:
             m.put_log(loop, rec.last_log)
-            schedule = m.stats.loops[loop.index].schedule
-            if schedule:
-                schedule[-1] = ("taped", trips - 1)  # the sweep's last step keeps its tape
+            self._swept(m, loop, rec, trips)
         rec.plan = self._plan(m, loop, rec)
+
+    def _swept(self, m: Machine, loop: LoopInfo, rec: _Record, trips: int) -> None:
+        """The sweep has ended after `trips` >= 1 iterations; its last one keeps its tape."""
+        schedule = m.stats.loops[loop.index].schedule
+        if schedule:
+            schedule[-1] = ("taped", trips - 1)
 
     # -- the reverse ------------------------------------------------------------------------
     def restore(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
@@ -311,8 +321,14 @@ class EveryK(_Checkpointing):
 class Online(_Checkpointing):
     """At most `snapshots` stored carries (the initial one included) for loops whose trip
     count is unknown until they exit (while_loop): snapshots are placed online as the
-    sweep runs (see revolve.online_choice), and once the loop has exited the segments
-    between them are reversed by the optimal revolve recursion."""
+    sweep runs (revolve.OnlinePlacement), and once the loop has exited the segments
+    between them are reversed by the optimal revolve recursion.
+
+    Iteration t's carry is held back until the next back edge: only once iteration t+1 has
+    started is it known that x_t is not the input of the last iteration (whose tape the
+    sweep keeps, so storing x_t would waste a slot). Deciding one step late is what makes
+    the placement optimal for every T <= (s+1)(s+2)/2; the carry held meanwhile counts in
+    `peak_bytes`, like the one tape the sweep keeps."""
 
     def __init__(self, snapshots: int, *, trace: bool = False):
         self.snapshots = _positive_int(f"{type(self).__name__}: snapshots", snapshots)
@@ -323,19 +339,45 @@ class Online(_Checkpointing):
 
     def begin(self, m: Machine, loop: LoopInfo) -> _Record:
         rec = super().begin(m, loop)
-        rec.path = [(0, self.snapshots)]
+        rec.placement = OnlinePlacement(self.snapshots)
         return rec
 
-    def _keep(self, rec: _Record, t: int, m: Machine, loop: LoopInfo) -> bool:
-        held = tuple(pos for pos, _ in rec.path)
-        chosen = online_choice(held, t, self.snapshots)
-        if chosen == held:
-            return False
-        for pos in held:
-            if pos not in chosen:
-                self._free(m, loop, rec, pos)
-        rec.path = [(pos, self.snapshots - i) for i, pos in enumerate(chosen)]
-        return True
+    def _sweep(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
+        placement = rec.placement
+        if placement is None:  # Binomial with the trip count known: its own path
+            super()._sweep(m, loop, rec, t)
+            return
+        carry = m.read(loop.carry_slots)
+        if t == 0:
+            self._store(m, loop, rec, 0, carry)
+            return
+        if placement.due != NEVER:  # (with one slot nothing is ever placed)
+            if rec.pending is None:  # t = 1: from now on one carry is held back
+                self._hold(m, loop, loop.carry_bytes)
+            elif t + 1 == placement.due:  # x_{t-1} is not the last input: store it now
+                stored, evicted = placement.place()
+                if evicted is not None:
+                    self._free(m, loop, rec, evicted)
+                self._store(m, loop, rec, stored, rec.pending)
+            rec.pending = carry
+        self._event(m, loop, "advance", t - 1)  # events trail the sweep by one iteration
+
+    def _swept(self, m: Machine, loop: LoopInfo, rec: _Record, trips: int) -> None:
+        if rec.placement is None:
+            super()._swept(m, loop, rec, trips)
+            return
+        self._event(m, loop, "taped", trips - 1)
+        self._drop_pending(m, loop, rec)
+        rec.path = [(pos, self.snapshots - i) for i, pos in enumerate(rec.placement.positions)]
+
+    def _drop_pending(self, m: Machine, loop: LoopInfo, rec: _Record) -> None:
+        if rec.pending is not None:
+            rec.pending = None
+            self._hold(m, loop, -loop.carry_bytes)
+
+    def release(self, m: Machine, loop: LoopInfo, rec: _Record) -> None:
+        self._drop_pending(m, loop, rec)
+        super().release(m, loop, rec)
 
     def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
         b = rec.trips - 1  # iteration T-1 was taped by the sweep
@@ -355,12 +397,11 @@ class Binomial(Online):
     def begin(self, m: Machine, loop: LoopInfo) -> _Record:
         rec = super().begin(m, loop)
         if rec.expected_trips is not None:
+            rec.placement = None
             rec.path = first_path(rec.expected_trips, self.snapshots)
         return rec
 
     def _keep(self, rec: _Record, t: int, m: Machine, loop: LoopInfo) -> bool:
-        if rec.expected_trips is None:
-            return super()._keep(rec, t, m, loop)
         return any(pos == t for pos, _ in rec.path)
 
 

@@ -535,8 +535,8 @@ WHILE_TRIPS = (1, 2, 3, 5, 8, 10, 16, 20, 32, 50, 64, 100, 128, 200, 500, 1000)
 def test_online_while_loop_against_the_optimum() -> None:
     """Online on a while_loop (trip count unknown until exit): the total is the reversal
     cost of the snapshots the sweep left (consistency with cfgrad.revolve), equal to the
-    optimum up to T = s + 2, within 15% of it on the reference grid, never more with more
-    slots; Binomial on a while_loop runs exactly the same schedule."""
+    optimum up to T = (s+1)(s+2)/2 + 1, within 11% of it on the reference grid, never more
+    with more slots; Binomial on a while_loop runs exactly the same schedule."""
     for T in WHILE_TRIPS:
         totals = []
         for slots in range(1, 11):
@@ -547,8 +547,8 @@ def test_online_while_loop_against_the_optimum() -> None:
             (run,) = validate(stats, strategy)
             total = stats.forward_steps + stats.recompute_steps
             assert total == reversal_cost(run.swept_snapshots, T, slots), (T, slots)
-            assert total <= 1.15 * optimal_cost(T, slots), (T, slots, total)
-            if T <= slots + 2:
+            assert total <= 1.11 * optimal_cost(T, slots), (T, slots, total)
+            if T <= math.comb(slots + 2, 2) + 1:
                 assert total == optimal_cost(T, slots), (T, slots)
             totals.append(total)
             _, binomial = run_stats(scalar_while, (0.3, np.int64(T)), Binomial(slots,
@@ -563,20 +563,27 @@ def test_online_while_loop_against_the_optimum() -> None:
 # ---------------------------------------------------------------------------------
 
 
-def bytes_from_schedule(schedule: list[tuple[str, int]], carry: int, tape: int) -> int:
+def bytes_from_schedule(schedule: list[tuple[str, int]], carry: int, tape: int,
+                        held_back: bool = False) -> int:
     """Peak bytes implied by a schedule: snapshots of `carry` bytes, tapes of `tape` bytes
-    (the sweep holds one tape throughout: the latest iteration's)."""
+    (the sweep holds one tape throughout: the latest iteration's) and, `held_back`, the
+    carry Online keeps from the sweep's second iteration on until it knows the loop
+    continues."""
     held = peak = 0
     sweeping = True
-    for i, (what, _) in enumerate(schedule):
+    for i, (what, t) in enumerate(schedule):
         if i == 0:
             held += tape
         if what == "store":
             held += carry
         elif what == "free":
             held -= carry
+        elif what == "advance" and sweeping and t == 0 and held_back:
+            held += carry
         elif what == "taped":
             held += 0 if sweeping else tape
+            if sweeping and t > 0 and held_back:
+                held -= carry
             sweeping = False
         elif what == "reverse":
             held -= tape
@@ -622,7 +629,9 @@ def test_everyk_and_recompute_accounting(kind: str) -> None:
         for slots in (1, 2, 4):
             strategy = Binomial(slots, trace=True)
             _, stats = run_stats(f, args, strategy)
-            assert stats.peak_bytes == bytes_from_schedule(stats.schedule or [], carry, tape)
+            held_back = kind == "while" and slots > 1
+            assert stats.peak_bytes == bytes_from_schedule(stats.schedule or [], carry, tape,
+                                                           held_back)
 
 
 # ---------------------------------------------------------------------------------
