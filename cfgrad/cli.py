@@ -5,11 +5,15 @@
 
 `inspect` imports the file as a module, takes the function's arguments from `--args` or
 from the module's `example_args()` (a dict {function name: argument tuple}, as every file
-in examples/ has), lowers the function and prints the inspector's view of it. Mistakes on
-the command line (a missing file, function or arguments, unparsable `--args`, an output
-file that cannot be written) exit with status 2 and one line on stderr; a cfgrad error
-while lowering or running exits with status 1; an exception raised by the user's module
-while it is imported shows its traceback and exits with status 1.
+in examples/ has), lowers the function and prints the inspector's view of it.
+
+Every failure is one line on stderr, never a raw traceback: mistakes on the command line
+(a missing file, function or arguments, unparsable `--args`, an output file that cannot
+be written) exit with status 2; a cfgrad error, or an exception raised by the user's code
+(while its module is imported, by `example_args()`, or while the function is traced or
+run), exits with status 1; a module that calls `sys.exit(n)` while it is imported exits
+with status n (1 when n is 0 or not a status: nothing was inspected). `--traceback` adds
+the full traceback of the exception, with its own type, before that line.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import io
 import re
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -43,7 +47,16 @@ class UsageError(Exception):
 
 
 class UserCodeError(Exception):
-    """The user's module raised while it was imported: traceback shown, exit status 1."""
+    """The user's code raised (or called sys.exit): reported in one line, and with the
+    original exception's traceback under --traceback; exit status `status`. `advice` ends
+    the line when the traceback is not shown (it is how to see it)."""
+
+    def __init__(self, message: str, original: BaseException, status: int = 1,
+                 advice: str = ""):
+        super().__init__(message)
+        self.original = original
+        self.status = status
+        self.advice = advice
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,17 +65,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.command is None:
         parser.print_help(sys.stderr)
         return 2
+    show_traceback = getattr(ns, "traceback", False)
     try:
         return ns.run_command(ns)
     except UsageError as exc:
         print(f"cfgrad: error: {exc}", file=sys.stderr)
         return 2
     except UserCodeError as exc:
-        print(f"cfgrad: error: {exc}", file=sys.stderr)
-        return 1
+        if show_traceback:
+            traceback.print_exception(exc.original, file=sys.stderr)
+        advice = f"; {exc.advice}" if exc.advice and not show_traceback else ""
+        print(f"cfgrad: error: {exc}{advice}", file=sys.stderr)
+        return exc.status
     except CfgradError as exc:
+        if show_traceback:
+            traceback.print_exception(exc, file=sys.stderr)
         print(f"cfgrad: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("cfgrad: interrupted", file=sys.stderr)
+        return 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,6 +112,9 @@ def _parser() -> argparse.ArgumentParser:
                    f"{inspector.DEFAULT_FOLD})")
     p.add_argument("--dot", metavar="FILE", help="also write the program as Graphviz DOT "
                    "(the adjoint with --adjoint; run counts with --run)")
+    p.add_argument("--traceback", action="store_true",
+                   help="when the file or the function raises, show the full traceback "
+                   "(default: one line)")
     _output_options(p)
     p.set_defaults(run_command=_inspect)
 
@@ -126,23 +151,26 @@ def _inspect(ns: argparse.Namespace) -> int:
     console = _console(ns)
     _check_outputs(ns)
     fun, args = resolve_target(ns.target, ns.args)
-    program = lowered(fun, args)[0].program
-    shown = program.adjoint() if ns.adjoint else program
-    run = None
-    if ns.run:
-        values = [v.strip() for v in ns.values.split(",") if v.strip()] if ns.values else []
-        try:
-            inspector.find_values(program, values)
-        except ArgumentValueError as exc:
-            raise UsageError(f"--values: {exc}") from None
-        run = inspector.record_run(fun, *args, values=values)
-    if ns.dot:
-        _write(ns.dot, "--dot", lambda path: Path(path).write_text(
-            to_dot(shown, None if ns.adjoint else run), encoding="utf-8"))
-    if ns.text:
-        sys.stdout.write(shown.text())
-        return 0
-    console.print(inspector.view(run or program, adjoint=ns.adjoint, fold=ns.fold or None))
+    with _user_code(f"tracing {ns.target}", passthrough=CfgradError):
+        program = lowered(fun, args)[0].program
+    with _user_code(f"inspecting {ns.target}", passthrough=CfgradError):
+        shown = program.adjoint() if ns.adjoint else program
+        run = None
+        if ns.run:
+            values = [v.strip() for v in ns.values.split(",") if v.strip()] if ns.values else []
+            try:
+                inspector.find_values(program, values)
+            except ArgumentValueError as exc:
+                raise UsageError(f"--values: {exc}") from None
+            run = inspector.record_run(fun, *args, values=values)
+        if ns.dot:
+            _write(ns.dot, "--dot", lambda path: Path(path).write_text(
+                to_dot(shown, None if ns.adjoint else run), encoding="utf-8"))
+        if ns.text:
+            sys.stdout.write(shown.text())
+            return 0
+        view = inspector.view(run or program, adjoint=ns.adjoint, fold=ns.fold or None)
+    console.print(view)
     _save(console, ns, f"cfgrad inspect {ns.target}")
     return 0
 
@@ -195,11 +223,8 @@ def resolve_target(target: str, args_text: str | None) -> tuple[Any, tuple]:
     if example_args is None:
         raise UsageError(f"no arguments for {name}: pass --args '...' or define "
                          f"example_args() in {path_text} returning {{{name!r}: (...)}}")
-    try:
+    with _user_code(f"calling example_args() of {path_text}"):
         cases = example_args()
-    except Exception as exc:
-        raise UserCodeError(f"example_args() of {path_text} raised:\n"
-                            + "".join(traceback.format_exception(exc))) from exc
     if not isinstance(cases, dict) or name not in cases:
         have = ", ".join(sorted(cases)) if isinstance(cases, dict) else type(cases).__name__
         raise UsageError(f"example_args() of {path_text} has no arguments for {name!r} (it "
@@ -246,12 +271,41 @@ def load_module(path: Path) -> ModuleType:
     sys.modules[name] = module
     sys.path.insert(0, str(path.resolve().parent))
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
+        with _user_code(f"importing {path}"):
+            spec.loader.exec_module(module)
+    except UserCodeError:
         del sys.modules[name]
-        raise UserCodeError(f"importing {path} raised:\n"
-                            + "".join(traceback.format_exception(exc))) from exc
+        raise
     return module
+
+
+@contextlib.contextmanager
+def _user_code(what: str, passthrough: type[Exception] | tuple = ()) -> Iterator[None]:
+    """Run the user's code (`what` says which: "importing FILE", …): an exception it raises
+    (other than `passthrough`, which main reports itself) or a sys.exit it calls becomes
+    one UserCodeError saying what went wrong, where, and what to do."""
+    try:
+        yield
+    except (UsageError, UserCodeError):
+        raise
+    except SystemExit as exc:
+        code = exc.code
+        status = code if isinstance(code, int) and 0 < code < 256 else 1
+        raise UserCodeError(f"{what} called sys.exit({code!r}), so nothing was inspected "
+                            f"(exit status {status}); cfgrad inspect imports the file and calls "
+                            "the function, so code that exits belongs under `if __name__ == "
+                            "'__main__':`", exc, status) from exc
+    except Exception as exc:
+        if isinstance(exc, passthrough):
+            raise
+        lines = str(exc).strip().splitlines()
+        message = f"{what} raised {type(exc).__name__}"
+        if lines:
+            message += f": {lines[0]}{' …' if len(lines) > 1 else ''}"
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        message += f" (at {last.filename}:{last.lineno} in {last.name})"
+        raise UserCodeError(message, exc,
+                            advice="rerun with --traceback for the full traceback") from exc
 
 
 def parse_args(text: str) -> tuple:

@@ -1,7 +1,9 @@
 """The `cfgrad` command line, run as a user runs it: in a subprocess.
 
 Every option of `cfgrad inspect` and `cfgrad demo`, every error path (exit status 2 for a
-mistake on the command line, 1 for an error of the user's code or of cfgrad), every
+mistake on the command line, 1 for an error of the user's code or of cfgrad, the script's
+own status for a sys.exit while it is imported; one line each, or the traceback under
+--traceback), every
 function of every example's `example_args()`, and the captured outputs in
 docs/inspector.md: each ```text block after a `<!-- cfgrad ... -->` comment is exactly
 what that command prints (or, when the command names FILE, what it writes there), and
@@ -264,16 +266,83 @@ def test_missing_arguments_exit_2(tmp_path):
     fails(2, "'f' in", "inspect", f"{value}:f", "--args", "1.0")
 
 
-def test_errors_of_user_code_exit_1(tmp_path):
+def one_line(stderr: str) -> str:
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
+    return stderr
+
+
+def test_errors_of_user_code_exit_1_in_one_line(tmp_path):
+    """Whatever the user's code raises, and wherever, is one line naming the file or
+    function, the exception and the line that raised it, and how to see the traceback."""
     broken = write(tmp_path, "raise RuntimeError('boom at import')\n", "broken.py")
-    err = fails(1, "importing", "inspect", f"{broken}:f")
-    assert "RuntimeError: boom at import" in err
     raising = write(tmp_path, "def f(x):\n    return x\n\ndef example_args():\n"
                     "    raise KeyError('no args')\n", "raising.py")
-    assert "KeyError: 'no args'" in fails(1, "example_args() of", "inspect", f"{raising}:f")
+    traced = write(tmp_path, "def f(x):\n    return g(x)\n\ndef g(x):\n"
+                   "    raise ValueError('bad x\\nmore')\n", "traced.py")
     traced_if = write(tmp_path, "def f(x):\n    if x > 0:\n        return x\n    return -x\n",
                       "traced_if.py")
-    fails(1, "cfgrad: error: TracerBoolError:", "inspect", f"{traced_if}:f", "--args", "1.0")
+    cases = [
+        (["inspect", f"{broken}:f"], f"importing {broken} raised RuntimeError: boom at import "
+         f"(at {broken}:1 in <module>); rerun with --traceback for the full traceback"),
+        (["inspect", f"{raising}:f"], f"calling example_args() of {raising} raised KeyError: "
+         f"'no args' (at {raising}:5 in example_args); rerun with --traceback"),
+        (["inspect", f"{traced}:f", "--args", "1.0", "--run"],
+         f"tracing {traced}:f raised ValueError: bad x … (at {traced}:5 in g); rerun with"),
+        (["inspect", f"{traced_if}:f", "--args", "1.0"], "cfgrad: error: TracerBoolError:"),
+    ]
+    for proc, (_, message) in zip(cfgrad_many(*(argv for argv, _ in cases)), cases):
+        one_line(check_failure(proc, 1, message))
+
+
+def test_sys_exit_in_user_code_is_reported_with_its_status(tmp_path):
+    """A script's sys.exit(n) at import used to end `cfgrad inspect` silently."""
+    cases = [("import sys\nsys.exit(3)\n", 3, "importing {path} called sys.exit(3), so "
+              "nothing was inspected (exit status 3)"),
+             ("import sys\nsys.exit(0)\n", 1, "called sys.exit(0), so nothing was inspected "
+              "(exit status 1)"),
+             ("raise SystemExit('usage: mod.py N')\n", 1, "sys.exit('usage: mod.py N')"),
+             ("import sys\ndef f(x):\n    sys.exit(4)\n", 4,
+              "tracing {path}:f called sys.exit(4)")]
+    for i, (source, status, message) in enumerate(cases):
+        path = write(tmp_path, source, f"exits{i}.py")
+        err = fails(status, message.format(path=path), "inspect", f"{path}:f", "--args", "1.0")
+        assert "if __name__ == '__main__':" in one_line(err)
+
+
+def test_traceback_shows_the_users_exception_in_full(tmp_path):
+    broken = write(tmp_path, "def helper():\n    raise RuntimeError('boom at import')\n\n"
+                   "helper()\n", "broken.py")
+    traced = write(tmp_path, "def f(x):\n    return {}['key'] + x\n", "traced.py")
+    traced_if = write(tmp_path, "def f(x):\n    if x > 0:\n        return x\n    return -x\n",
+                      "traced_if.py")
+    cases = [
+        (["inspect", f"{broken}:f", "--traceback"], "RuntimeError: boom at import\n",
+         [f'File "{broken}", line 4, in <module>', f'File "{broken}", line 2, in helper']),
+        (["inspect", f"{traced}:f", "--args", "1.0", "--traceback"], "KeyError: 'key'\n",
+         [f'File "{traced}", line 2, in f']),
+        (["inspect", f"{traced_if}:f", "--args", "1.0", "--traceback"],
+         "cfgrad.errors.TracerBoolError: bool()", [f'File "{traced_if}", line 2, in f']),
+    ]
+    for proc, (_, exception, frames) in zip(cfgrad_many(*(argv for argv, _, _ in cases)),
+                                            cases):
+        err = check_failure(proc, 1, exception)
+        assert err.startswith("Traceback (most recent call last):") and all(
+            frame in err for frame in frames), err
+        last = err.splitlines()[-1]
+        assert last.startswith("cfgrad: error: ") and "rerun with --traceback" not in last
+
+
+def test_a_failure_inside_cfgrad_is_one_line_too(tmp_path, monkeypatch, capsys):
+    """An exception that is not a CfgradError, raised in cfgrad's own code: the line
+    says where, so a bug report can start from it."""
+    from cfgrad.ir import type_of
+
+    monkeypatch.setattr(cli, "lowered", lambda fun, args: str(type_of(object())))
+    path = write(tmp_path, "def f(x):\n    return x\n")
+    assert cli.main(["inspect", f"{path}:f", "--args", "1.0"]) == 1
+    err = one_line(capsys.readouterr().err)
+    assert f"tracing {path}:f raised KeyError: 'object' (at " in err
+    assert "cfgrad/ir.py" in err and "rerun with --traceback" in err
 
 
 def test_modules_are_registered_before_they_run(tmp_path):
