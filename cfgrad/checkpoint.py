@@ -124,13 +124,16 @@ class _Checkpointing:
         return rec
 
     def after_iteration(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
-        rec.last_log = m.take_log(loop, rec.marks)
+        # runs once per iteration of every sweep: what a loop without regions inside has
+        # nothing of (log entries, events, nested records) is not even asked for
+        if rec.marks:
+            rec.last_log = m.take_log(loop, rec.marks)
         if rec.events:
             rec.signatures[t] = m.event_signature(loop, rec.events)
             rec.events.clear()
         if rec.last is None:
             self._hold(m, loop, loop.saved_bytes)  # one iteration's tape is kept at a time
-        else:
+        elif loop.nested_records:
             m.release_frame(loop, rec.last)
         rec.last = loop.read_saved(m.env)
         self._sweep(m, loop, rec, t)
@@ -360,7 +363,8 @@ class Online(_Checkpointing):
                     self._free(m, loop, rec, evicted)
                 self._store(m, loop, rec, stored, rec.pending)
             rec.pending = carry
-        self._event(m, loop, "advance", t - 1)  # events trail the sweep by one iteration
+        if self.trace:  # events trail the sweep by one iteration
+            self._event(m, loop, "advance", t - 1)
 
     def _swept(self, m: Machine, loop: LoopInfo, rec: _Record, trips: int) -> None:
         if rec.placement is None:
