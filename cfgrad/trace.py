@@ -203,6 +203,12 @@ class Tracer:
     def __neg__(self) -> Any: return bind("neg", self)
     def __pos__(self) -> Any: return self
     def __abs__(self) -> Any: return bind("abs", self)
+
+    def __round__(self, ndigits: int | None = None) -> Any:
+        # round(x) and round(x, n) are cnp.round: numpy's halves-to-even, and a traced
+        # float rather than a Python int, whose value is not known while tracing
+        return _NUMPY_NAMESPACE["round"](self, 0 if ndigits is None else ndigits)
+
     def __lt__(self, o: Any) -> Any: return bind("lt", self, o)
     def __le__(self, o: Any) -> Any: return bind("le", self, o)
     def __gt__(self, o: Any) -> Any: return bind("gt", self, o)
@@ -703,6 +709,9 @@ def argument_problem(x: Any) -> str | None:
     exception deep in the interpreter (object, string, structured, datetime dtypes)."""
     if isinstance(x, Tracer):
         raise nested_transformation_error()
+    if isinstance(x, int) and not isinstance(x, bool) and not -2**63 <= x < 2**63:
+        return (f"the Python int {x}, beyond int64; pass it as a float, or close over it "
+                "(cfgrad's integers are numpy's int64)")
     if isinstance(x, bool | int | float):
         return None
     if isinstance(x, np.matrix):

@@ -48,6 +48,8 @@ def square_sum(x):
                  id="datetime"),
     pytest.param(np.array([1], dtype="timedelta64[s]"), ["timedelta64[s]"], id="timedelta"),
     pytest.param("abc", ["a str"], id="str"),
+    pytest.param(10**23, ["beyond int64"], id="huge-int"),
+    pytest.param(-(2**63) - 1, ["beyond int64"], id="huge-negative-int"),
 ])
 @pytest.mark.parametrize("transform", [
     pytest.param(lambda f, a: cg.grad(f)(a, 2.0), id="grad"),

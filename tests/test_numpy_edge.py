@@ -100,3 +100,16 @@ def test_round_has_derivative_zero_and_dispatches_from_numpy():
     assert cg.grad(lambda x: np.round(x) + np.around(x) + x.round())(2.6) == 0.0
     got, _ = evaluate(lambda x: np.round(x, 1), np.array([0.25, 0.35]))
     np.testing.assert_array_equal(got, np.round(np.array([0.25, 0.35]), 1))
+
+
+def test_python_round_of_a_traced_value_is_cnp_round():
+    """round(x) and round(x, n) on a traced value are cnp.round(x) and cnp.round(x, n):
+    numpy's halves-to-even, a traced float (not a Python int), derivative 0."""
+    x = np.array([0.5, 1.5, 2.5, -0.5, -0.3, 2.675, 1234.5])
+    for call, want in [(lambda x: round(x), np.round(x)),
+                       (lambda x: round(x, 2), np.round(x, 2)),
+                       (lambda x: round(x, -1), np.round(x, -1))]:
+        got, _ = evaluate(call, x)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    assert cg.grad(lambda x: round(x * 3.0, 1) + x)(0.4) == 1.0
