@@ -143,7 +143,7 @@ def _eval(node: ast.AST, constructors: dict[str, Any]) -> Any:
             raise _LineError(f"`**` is not allowed in {ast.unparse(node)!r}")
         try:
             return constructors[node.func.id](*args, **kwargs)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, OverflowError) as e:
             raise _LineError(f"cannot evaluate {ast.unparse(node)!r}: {e}") from None
     raise _LineError(f"{ast.unparse(node)!r} is not a literal the IR text allows")
 
@@ -237,7 +237,12 @@ def parse_literal(text: str) -> np.ndarray:
     dtype = DTYPE_BY_SHORT_NAME[suffix] if suffix else np.dtype(default)
     if dtype.kind not in fits:
         raise _LineError(f"the constant {body} cannot have type {suffix}")
-    return np.asarray(value, dtype=dtype)
+    try:
+        return np.asarray(value, dtype=dtype)
+    except OverflowError:
+        raise _LineError(f"the constant {body} does not fit in {dtype.name} (its range is "
+                         f"{np.iinfo(dtype).min} to {np.iinfo(dtype).max}); write it as a "
+                         "float constant or split the computation") from None
 
 
 # ---------------------------------------------------------------------------------

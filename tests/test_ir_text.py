@@ -213,12 +213,33 @@ def test_format_param_reads_back(value):
      "no loop's latch"),
     ("program f(%x: f64[]) -> (f64[])\nb0:\n  Jmp b1\nb1: preds (b0)\n"
      "  %0: f64[] = Phi (b7: %x)\n  Return %0", "not among b1's preds"),
+    ("program f(%n: i64[]) -> (i64[])\nb0:\n  %0: i64[] = add %n, 99999999999999999999\n"
+     "  Return %0", "the constant 99999999999999999999 does not fit in int64"),
+    ("program f(%n: i8[]) -> (i8[])\nb0:\n  %0: i8[] = add %n, 300:i8\n  Return %0",
+     "does not fit in int8 (its range is -128 to 127)"),
+    ("program f(%x: f64[]) -> (f64[])\nb0:\n"
+     "  %0: i64[1] = const {value=array([99999999999999999999], 'int64')}\n  Return %x",
+     "cannot evaluate"),
 ])
 def test_parse_errors_name_the_line(text, message):
     with pytest.raises(ParseError, match=re.escape(message)) as info:
         Program.parse(text)
     if text:
         assert "line " in str(info.value)
+
+
+@pytest.mark.parametrize("index", [-5, -1, 0, 1, 2, 3, 99])
+def test_parsed_switch_clamps_its_index_like_cg_switch(index):
+    """A switch Cond reached with an index outside 0..n-1 takes the nearest case, as
+    cg.switch (and lax.switch) do, also in hand-written IR that does not clip first."""
+    fun, _ = seeds.SEEDS["switch"]
+    text = cg.lower(fun, 0, 3.0).text()
+    clip = re.search(r"  %0: i64\[\] = clip %i, 0, 2 .*\n", text).group(0)
+    p = Program.parse(text.replace(clip, "").replace("Cond %0", "Cond %i"))
+    assert "clip" not in p.text()
+    expected = fun(index, 3.0)
+    assert run(p, (index, 3.0)) == [expected]
+    assert cg.value_and_grad(fun, 1)(index, 3.0)[0] == expected
 
 
 def test_adjoints_do_not_parse():
