@@ -41,7 +41,22 @@ from cfgrad.revolve import optimal_cost, repetition_number, reversal_cost
 from cfgrad.testing import check_grads
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_properties import State, cases, cfgrad_functions, state_leaves  # noqa: E402
+from test_properties import (  # noqa: E402
+    Assign,
+    Binary,
+    Const,
+    Fori,
+    If,
+    Prog,
+    State,
+    Switch,
+    Unary,
+    Var,
+    While,
+    cases,
+    cfgrad_functions,
+    state_leaves,
+)
 
 # One object per strategy for the whole module: strategies are stateless between runs, and
 # holding them keeps their ids (the per-call strategy cache key) from being reused.
@@ -73,41 +88,87 @@ class Execution:
     evaluations: int  # "advance" and "taped" events
 
 
-def split_executions(schedule: list[tuple[str, int]] | None) -> list[list[tuple[str, int]]]:
-    """One loop region's schedule, cut into its executions.
+@dataclasses.dataclass
+class _Run:
+    """One execution of a loop while its region's schedule is being split."""
 
-    An execution's sweep starts with "store 0" (never recorded otherwise: stores in the
-    reverse are at split points > 0) and ends with "taped T-1"; its reverse comes later,
-    contiguous (the same region cannot run inside itself), ending with "reverse 0" and the
-    frees that follow it. Executions of a nested loop are reversed last-swept-first, so the
-    events after a sweep belong to the most recent unfinished execution; sweeps that are
-    never reversed are those an enclosing checkpointed loop dropped (and recomputed). When
-    such an execution is dropped its snapshots may be freed: a "free" that arrives while the
-    latest execution has finished its sweep but not begun its reverse (when it frees
-    nothing) belongs to the latest execution below it that holds that snapshot."""
-    done: list[list[tuple[str, int]]] = []
-    stack: list[tuple[list[tuple[str, int]], set[int], list[str]]] = []  # events, held, phase
-    for ev in schedule or ():
+    events: list[tuple[str, int]]
+    held: set[int]
+    trips: int = 0
+    swept_at: int = -1  # the index of the sweep's last event ("taped T-1"); -1: sweeping
+    ends: str = ""  # "reverse" or "release" once its sweep has been matched to one
+
+
+def split_executions(schedule: list[tuple[str, int]] | None) -> list[list[tuple[str, int]]]:
+    """One loop region's schedule, cut into its executions (in the order they started).
+
+    The schedule is made of three kinds of contiguous blocks (a region never runs inside
+    itself, so nothing of another execution of it can happen inside one):
+
+    - a sweep: "store 0" (never recorded otherwise: the reverse stores at split points
+      > 0) up to its only "taped", T-1;
+    - a reverse: "reverse T-1" up to "reverse 0" and the frees of whatever the execution
+      still holds;
+    - a release: the frees of an execution that will never be reversed (its enclosing
+      loop dropped the iteration that ran it), "free 0" first.
+
+    Which execution a reverse or a release belongs to is not written in the schedule, and
+    the position of an execution in the sweep order does not tell: the iteration that drops
+    an execution may itself have run the region zero times (no events at all), or not at
+    all (the region sits in a branch it did not take), so the execution released may be
+    the latest one or any earlier one. What does tell is this: the strategy is
+    deterministic, so every execution with the same trip count has the same sweep, ending
+    with the same snapshots. So a reverse of T iterations is given the latest swept
+    execution of T iterations not given one yet (any other choice among those only
+    permutes identical sweeps), and once every reverse is placed, each release goes to an
+    execution left over whose sweep ended before it with exactly the snapshots it frees."""
+    runs: list[_Run] = []
+    releases: list[tuple[int, list[tuple[str, int]]]] = []  # (index, its frees)
+    sweeping = reversing = None
+    releasing = False
+    for k, ev in enumerate(schedule or ()):
         what, t = ev
-        if stack and stack[-1][2][0] == "reversed" and what != "free":
-            done.append(stack.pop()[0])
-        if ev == ("store", 0):
-            stack.append(([], set(), ["sweep"]))
-        assert stack, f"{ev} before any execution started"
-        target = stack[-1]
-        if what == "free" and target[2][0] == "swept":
-            target = next((x for x in reversed(stack[:-1]) if t in x[1]), target)
-        events, held, phase = target
-        events.append(ev)
-        if what == "store":
-            held.add(t)
-        elif what == "free":
-            held.discard(t)
-        elif what == "taped" and phase[0] == "sweep":
-            phase[0] = "swept"
+        if reversing is not None and reversing.ends == "reversed" and not (
+                what == "free" and t in reversing.held):
+            reversing = None  # its frees are over (held must be empty: replay checks it)
+        if sweeping is not None:
+            target = sweeping
+            if what == "taped":
+                sweeping.trips, sweeping.swept_at, sweeping = t + 1, k, None
+        elif reversing is not None:
+            target = reversing
+            if ev == ("reverse", 0):
+                reversing.ends = "reversed"
+        elif ev == ("store", 0):
+            target = sweeping = _Run([], set())
+            runs.append(target)
         elif what == "reverse":
-            phase[0] = "reversed" if t == 0 else "reversing"
-    return done + [events for events, _, _ in stack]
+            target = reversing = next(
+                (r for r in reversed(runs) if r.trips == t + 1 and not r.ends), None)
+            assert target is not None, f"{ev} at {k}: no execution of {t + 1} iterations to reverse"
+            target.ends = "reversed" if t == 0 else "reverse"
+        elif what == "free":
+            if t == 0 or not releasing:
+                releases.append((k, []))
+            releases[-1][1].append(ev)
+            releasing = True
+            continue
+        else:
+            raise AssertionError(f"{ev} at {k} is outside any sweep or reverse: {schedule}")
+        releasing = False
+        target.events.append(ev)
+        if what == "store":
+            target.held.add(t)
+        elif what == "free":
+            target.held.discard(t)
+    for k, frees in releases:
+        freed = {t for _, t in frees}
+        owner = next((r for r in reversed(runs) if not r.ends and 0 <= r.swept_at < k
+                      and r.held == freed), None)
+        assert owner is not None, f"frees {frees} at {k} of no execution holding just those"
+        owner.ends = "release"
+        owner.events += frees
+    return [r.events for r in runs]
 
 
 def replay_execution(events: list[tuple[str, int]], budget: float, tape_budget: float
@@ -250,6 +311,28 @@ def test_executions_of_a_nested_loop_are_told_apart() -> None:
     assert sorted((r.trips, r.reversed) for r in runs) == [(1, True), (2, False), (2, True)]
 
 
+def test_a_released_execution_may_be_the_latest() -> None:
+    """Sweep A (3 iterations), sweep B (2), then the enclosing loop drops B (its next
+    iteration ran the loop zero times, which records nothing), then A is reversed: the
+    release belongs to the latest execution, and the reverse to the one below it."""
+    a = [("store", 0), ("advance", 0), ("advance", 1), ("taped", 2)]
+    b = [("store", 0), ("advance", 0), ("taped", 1)]
+    a_reverse = [("reverse", 2), ("restore", 0), ("advance", 0), ("taped", 1), ("reverse", 1),
+                 ("restore", 0), ("taped", 0), ("reverse", 0), ("free", 0)]
+    got = split_executions(a + b + [("free", 0)] + a_reverse)
+    assert got == [a + a_reverse, b + [("free", 0)]]
+    assert [replay_execution(ex, 1, 1).reversed for ex in got] == [True, False]
+
+
+def test_splitter_refuses_what_no_execution_explains() -> None:
+    with pytest.raises(AssertionError, match="no execution of 3 iterations"):
+        split_executions([("store", 0), ("taped", 0), ("reverse", 2)])
+    with pytest.raises(AssertionError, match="of no execution holding just those"):
+        split_executions([("store", 0), ("taped", 0), ("free", 0), ("free", 0)])
+    with pytest.raises(AssertionError, match="outside any sweep or reverse"):
+        split_executions([("advance", 0)])
+
+
 # ---------------------------------------------------------------------------------
 # Random loops with controlled trip counts
 # ---------------------------------------------------------------------------------
@@ -355,9 +438,11 @@ def test_random_loops_every_strategy_is_bitwise_storeall(case: LoopCase, inner: 
     value, pullback = cg.vjp(plain, *args, checkpoint=StoreAll())
     want = pullback(1.0)
     assert pullback.stats.loops[0].trip_counts == [case.trips]
+    # without a nested loop the inner choice is unused: `mixed` would run `plain` again
+    variants = ((plain, {}), (mixed, {"loop#1": inner})) if case.inner else ((plain, {}),)
     runs = []  # gradients first: a wrong gradient is the worse failure to report
     for strategy in STRATEGIES:
-        for f, own in ((plain, {}), (mixed, {"loop#1": inner})):
+        for f, own in variants:
             out, pb = cg.vjp(f, *args, checkpoint=strategy)
             assert np.array_equal(out, value)
             assert_bitwise(pb(1.0), want, f"{strategy} (inner {own or 'same'})")
@@ -375,15 +460,21 @@ def test_random_loops_every_strategy_is_bitwise_storeall(case: LoopCase, inner: 
 def test_random_programs_every_strategy_is_bitwise_storeall(case: tuple) -> None:
     """test_properties' random structured programs (nested conds, switches, fori and while
     loops up to depth 3, closures over every enclosing scope, swaps), every loop under one
-    call-level strategy: forward values and cotangents identical to StoreAll's."""
-    prog, a, b, v = case
+    call-level strategy: forward values and cotangents identical to StoreAll's, and every
+    region's schedule (nested ones included) a legal one."""
+    assert_every_strategy_is_storeall(*case)
+
+
+def assert_every_strategy_is_storeall(prog: Prog, a: float, b: float, v: np.ndarray
+                                      ) -> list[tuple[Any, Any]]:
+    """Run `prog` under each recomputing strategy: bitwise StoreAll's values and cotangents,
+    schedules validated. Returns each run's statistics with its strategy."""
     program, _ = cfgrad_functions(prog)
     rng = np.random.default_rng(0)
     u = State(rng.standard_normal(), rng.standard_normal(), rng.standard_normal(prog.dim))
     value, pullback = cg.vjp(program, a, b, v, checkpoint=StoreAll())
     want = pullback(u)
-    lowered = cg.lower(program, a, b, v)
-    nested = {r.id for r in lowered.loops() if _enclosing_loop(r) is not None}
+    nested = nested_loop_ids(prog.body)
     runs = []  # gradients first: a wrong gradient is the worse failure to report
     for strategy in RECOMPUTING:
         out, pb = cg.vjp(program, a, b, v, checkpoint=strategy)
@@ -392,13 +483,45 @@ def test_random_programs_every_strategy_is_bitwise_storeall(case: tuple) -> None
         runs.append((pb.stats, strategy))
     for stats, strategy in runs:
         validate_all(stats, lambda _, s=strategy: s, nested)
+    return runs
 
 
-def _enclosing_loop(region: Any) -> Any:
-    r = region.parent
-    while r is not None and r.kind not in ("fori", "while"):
-        r = r.parent
-    return r
+def nested_loop_ids(stmts: tuple, inside: bool = False) -> set[str]:
+    """The region ids of the loops of a test_properties program that sit inside another
+    loop, read off its AST (whose loops are numbered in trace order, as cfgrad numbers
+    their regions) rather than by lowering the program once more."""
+    ids: set[str] = set()
+    for s in stmts:
+        if isinstance(s, Fori | While):
+            if inside:
+                ids.add(f"loop#{s.number}")
+            ids |= nested_loop_ids(s.body, True)
+        elif isinstance(s, If):
+            ids |= nested_loop_ids(s.then, inside) | nested_loop_ids(s.orelse, inside)
+        elif isinstance(s, Switch):
+            for branch in s.branches:
+                ids |= nested_loop_ids(branch, inside)
+    return ids
+
+
+def test_zero_trip_loop_at_the_bottom_of_a_three_deep_nest() -> None:
+    """The drawing that once broke the schedule splitter: fori_loop > while_loop >
+    fori_loop(0, k), k the while's counter, so the innermost loop runs 0, 1, 2, 3 times in
+    each middle execution. The middle loop drops each iteration's record at the next back
+    edge; after an iteration that ran the innermost loop zero times (which leaves no
+    events), the execution it drops is the latest one in the schedule, not one below it."""
+    inner = Fori(2, 3, 0, 0, "k2", (Assign("a", Binary("mul", Var("a"), Var("b"))),))
+    middle = While(1, 2, 4, Const(0.7), -0.6, (inner, Assign("b", Unary("sin", Var("a")))),
+                   False)
+    outer = Fori(0, 1, 0, 3, None, (middle, Assign("a", Unary("cos", Var("b")))))
+    prog = Prog((outer,), 1, 0, 3)
+    assert nested_loop_ids(prog.body) == {"loop#1", "loop#2"}
+    for stats, strategy in assert_every_strategy_is_storeall(prog, 0.3, -0.4, np.array([0.5])):
+        outer_stats, middle_stats, inner_stats = stats.loops
+        assert inner_stats.trip_counts == [0, 1, 2, 3] * 3, strategy
+        if isinstance(strategy, EveryK | Recompute):  # the middle loop drops iterations
+            runs = validate(inner_stats, strategy, top_level=False)
+            assert sum(not r.reversed for r in runs) > 0, strategy
 
 
 # ---------------------------------------------------------------------------------

@@ -196,10 +196,8 @@ def assert_accounting(stats: RunStats, strategy_for: Callable[[LoopStats], Any])
     """Invariants every loop must satisfy once the pullback has run: nothing held any
     more, the sweep's body evaluations are the trip counts, every execution reversed once,
     every stored snapshot freed; the top-level loop (one execution) within its snapshot
-    budget, with its schedule replayed by test_checkpoint.validate. (That replay cannot
-    attribute the frees of nested executions that an enclosing loop drops while later ones
-    are live, as a middle loop under StoreAll inside a checkpointed loop does, so nested
-    regions are checked by counting instead.)"""
+    budget; and every region's schedule, nested ones included, split into executions and
+    replayed by test_checkpoint.validate (executions an enclosing loop dropped included)."""
     for k, loop in enumerate(stats.loops):
         assert (loop.snapshots, loop.bytes) == (0, 0), (
             f"{loop.name}: {loop.snapshots} snapshots / {loop.bytes} bytes still held")
@@ -212,8 +210,7 @@ def assert_accounting(stats: RunStats, strategy_for: Callable[[LoopStats], Any])
                 assert loop.recompute_steps == 0, loop
         if loop.schedule is None:
             continue
-        if k == 0:
-            validate(loop, strategy)
+        validate(loop, strategy, top_level=k == 0)
         events = [what for what, _ in loop.schedule]
         assert events.count("store") == events.count("free"), loop
         assert sorted(reversed_executions(loop.schedule)) == sorted(
