@@ -13,6 +13,7 @@ definition order, so two equal programs print the same and golden tests are stab
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -518,15 +519,161 @@ def loop_owners(program: Program) -> dict[Value, LoopRegion | None]:
     A loop's exit block belongs to the enclosing scope (loop-closed SSA), so the final
     carry is owned by the enclosing loop, which keeps it in its own saved state."""
     owner: dict[Value, LoopRegion | None] = {v: None for v in program.params}
-    inner_of: dict[Block, LoopRegion] = {}
-    for r in program.loops():  # outermost first: inner loops overwrite
-        for b in region_blocks(r):
-            inner_of[b] = r
-    for b in program.blocks:
-        r = inner_of.get(b)
+    loop_of = RegionNest(program.regions).loop_of
+    for b, region in innermost_regions(program).items():
+        r = loop_of.get(region)
         for phi in b.phis:
             owner[phi.out] = r
         for n in b.nodes:
             for o in n.outputs:
                 owner[o] = r
     return owner
+
+
+def innermost_regions(program: Program, fail: Callable[[str, Block, str], Any] | None = None
+                      ) -> dict[Block, Region | None]:
+    """The innermost region around each block (None: the top level), in one pass.
+
+    The walk reads the program the way the reverse builder and the interpreter do: from
+    the start block along `Jmp`s; at an if region's branch block into each case, which
+    must reach the merge through its recorded exit, and on from the merge; at a loop's
+    preheader into the header and the body, which must come back through the latch, and
+    on from the exit. It keeps its own stack (nesting depth is not bounded by Python's
+    recursion limit) and visits each block once.
+
+    With `fail`, this is the verifier's structure check: `fail(tag, block, message)` is
+    called, and must raise, where the control flow is not what the regions record (a Cond
+    no region owns, a block reached twice: a cycle other than a loop's back edge or a
+    region reaching outside itself, an unreachable block). Without it the program is
+    taken as verified, and a path that breaks the structure is simply not followed."""
+    names: dict[Block, str] = {}
+
+    def name(b: Block | None) -> str:
+        if not names:
+            names.update(program.names()[1])
+        return names[b] if b is not None else "a nested region's join"
+
+    def broken(tag: str, block: Block, message: str) -> None:
+        if fail is not None:
+            fail(tag, block, message)
+
+    starts: dict[Block, Region] = {}
+    headers = {r.header: r for r in program.regions if isinstance(r, LoopRegion)}
+    for r in program.regions:
+        anchor = region_start(r)
+        other = starts.get(anchor) or headers.get(anchor)
+        if other is not None and other is not r:
+            broken("region-shape", anchor, f"{other.id} and {r.id} both start at {name(anchor)}")
+        starts[anchor] = r
+    owner: dict[Block, Region | None] = {}
+    path_of: dict[Block, str] = {}
+    # (first block, the block that ends the path, the region its blocks lie in, the block
+    # that must jump to the end, what the path is)
+    work: list[tuple[Block, Block | None, Region | None, Block | None, str]] = [
+        (program.blocks[0], None, None, None, "the top level")]
+    while work:
+        b, stop, region, last, where = work.pop()
+        prev: Block | None = None
+        entered: Region | None = None  # the region just stepped over to reach `b`
+        while b is not stop:
+            if b in owner:
+                if entered is not None:
+                    broken("regions-nest", region_start(entered),
+                           f"{entered.id} starts in {where} but ends at {name(b)}, in "
+                           f"{path_of[b]}: regions overlap without nesting")
+                elif path_of[b] == where:
+                    broken("structured", b, f"{where} comes back to {name(b)} from "
+                                            f"{name(prev)}: the only cycles allowed are loops, "
+                                            "whose latch jumps back to a loop region's header")
+                else:
+                    broken("structured", b, f"{name(b)} is reached from {where} and from "
+                                            f"{path_of[b]}: control leaves a region only "
+                                            "through its merge or exit")
+                break
+            owner[b], path_of[b] = region, where
+            r = starts.get(b)
+            if isinstance(r, IfRegion):
+                work.extend((case, r.merge, r, case_exit, f"case {key_text(key)} of {r.id}")
+                            for key, case, case_exit in reversed(list(zip(
+                                r.keys, r.cases, r.case_exits))))
+                b, prev, entered = r.merge, None, r
+            elif isinstance(r, LoopRegion):
+                if r.header in owner:
+                    broken("structured", r.header, f"{name(r.header)}, the header of {r.id}, "
+                                                   f"is also reached from {path_of[r.header]}")
+                    break
+                owner[r.header], path_of[r.header] = r, f"the header of {r.id}"
+                work.append((r.body, r.header, r, r.latch, f"the body of {r.id}"))
+                b, prev, entered = r.exit, None, r
+            elif isinstance(b.term, Jmp):
+                b, prev, entered = b.term.target, b, None
+                continue
+            elif isinstance(b.term, Cond):
+                if b in headers:
+                    broken("structured", b, f"{where} enters {name(b)}, the header of "
+                                            f"{headers[b].id}, from {name(prev)}, which is "
+                                            "neither its preheader nor its latch")
+                else:
+                    broken("cond-region", b, "the Cond belongs to no region: record the if "
+                                             "region it branches for (`region if#N cond at "
+                                             f"{name(b)} …`) or the loop it is the header of")
+                break
+            else:
+                if stop is not None:
+                    broken("structured", b, f"{where} returns instead of reaching "
+                                            f"{name(stop)}")
+                break
+            if b is stop:
+                broken("regions-nest", region_start(r), f"{r.id} ends at {name(b)}, where {where} "
+                                                  f"ends too: a region must end inside the "
+                                                  "region around it")
+                break
+        else:
+            if prev is not last:
+                broken("region-shape", b, f"{where} reaches {name(stop)} from {name(prev)}, "
+                                          f"not from its recorded exit {name(last)}")
+    for b in program.blocks:
+        if b not in owner:
+            broken("structured", b, f"{name(b)} cannot be reached from the start block")
+    return owner
+
+
+def region_start(r: Region) -> Block | None:
+    """The block control enters a region from: an if's branch block, a loop's preheader."""
+    return r.branch if isinstance(r, IfRegion) else r.preheader if isinstance(r, LoopRegion) \
+        else None
+
+
+def region_join(r: Region) -> Block | None:
+    """Where control leaves a region: an if's merge block, a loop's exit."""
+    return r.merge if isinstance(r, IfRegion) else r.exit if isinstance(r, LoopRegion) \
+        else None
+
+
+class RegionNest:
+    """The region tree, numbered in preorder so that `encloses` answers in constant time
+    at any nesting depth (walking `parent` links would cost the depth per question)."""
+
+    def __init__(self, regions: list[Region]):
+        children: dict[Region | None, list[Region]] = {}
+        for r in regions:
+            children.setdefault(r.parent, []).append(r)
+        self.first: dict[Region, int] = {}
+        self.last: dict[Region, int] = {}
+        self.loop_of: dict[Region | None, LoopRegion | None] = {None: None}
+        stack: list[tuple[Region, bool]] = [(r, False) for r in reversed(children.get(None, []))]
+        while stack:
+            r, done = stack.pop()
+            if done:
+                self.last[r] = len(self.first) - 1
+                continue
+            self.first[r] = len(self.first)
+            self.loop_of[r] = r if isinstance(r, LoopRegion) else self.loop_of[r.parent]
+            stack.append((r, True))
+            stack.extend((c, False) for c in reversed(children.get(r, [])))
+
+    def encloses(self, outer: Region | None, inner: Region | None) -> bool:
+        """Whether `inner` is `outer` or nested in it (None is the top level)."""
+        if outer is None:
+            return True
+        return inner is not None and self.first[outer] <= self.first[inner] <= self.last[outer]

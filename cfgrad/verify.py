@@ -5,6 +5,8 @@ gradient."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 import numpy as np
@@ -19,12 +21,15 @@ from .ir import (
     Node,
     Program,
     Region,
+    RegionNest,
     Return,
     Value,
-    region_blocks,
+    innermost_regions,
+    region_join,
+    region_start,
 )
 from .nodespec import RUNTIME_NODES
-from .primitives import PRIMITIVES
+from .primitives import PRIMITIVES, Primitive
 
 #: Every invariant the verifier checks, by the tag its VerifyError messages start with
 #: (`[phi-arity] block b3, …`). docs/ir.md describes each one (a test keeps them in step).
@@ -43,19 +48,32 @@ INVARIANTS: dict[str, str] = {
     "phi-types": "a Phi's inputs have the Phi's type (branch results and loop carries agree)",
     "known-op": "every node names a primitive of the derivative table (or a runtime node of "
                 "an adjoint program)",
+    "operand-count": "a primitive node has as many inputs as its implementation takes (`sin` "
+                     "one, `add` two, `where` three, …) and only parameters it accepts",
+    "operand-types": "a primitive node's inputs have the dtypes lowering gives them: one "
+                     "common dtype from the first promoted input on (a float or complex one "
+                     "for primitives that compute in floating point)",
     "node-types": "a primitive node has one output, whose declared type is what the "
                   "primitive's shape rule gives for its inputs and parameters",
     "single-definition": "every value is defined once (as a parameter, Phi or node output)",
     "use-dominated": "every use of a value is dominated by its definition (a Phi input by the "
-                     "end of the predecessor it comes from)",
+                     "end of the predecessor it comes from, a loop's bounds by the end of its "
+                     "preheader)",
     "region-shape": "region ids are unique, and each region's recorded blocks are in the "
                     "program and shaped as recorded: an if's branch Cond leads to its cases "
-                    "with its kind's keys and its merge's predecessors are the case exits; a "
-                    "loop's header has preds (preheader, latch) and ends in Cond -> T: body | "
-                    "F: exit, and the latch jumps back to the header",
-    "regions-nest": "regions nest properly: two regions' interiors are disjoint or one "
-                    "contains the other, and each region's parent is its smallest enclosing "
-                    "region",
+                    "with its kind's keys, each case reaches the merge through its recorded "
+                    "exit and the merge's predecessors are the case exits; a loop's preheader "
+                    "jumps to its header, the header has preds (preheader, latch) and ends in "
+                    "Cond -> T: body | F: exit, the body reaches the latch and the latch jumps "
+                    "back to the header; a loop's bounds are two integer scalars",
+    "cond-region": "every Cond is recorded by a region: an if region's branch or a loop "
+                   "region's header",
+    "structured": "walking the regions from the start block reaches every block exactly "
+                  "once: the only cycles are loops (latch back to header), and control leaves "
+                  "a region only through its merge or exit",
+    "regions-nest": "regions nest properly: a region that starts inside another ends inside "
+                    "it, and each region's parent is the region its branch block / preheader "
+                    "lies in",
     "block-region": "a block that names a region lies inside it (or is its merge / exit)",
     "region-closed": "in a forward program, values defined inside a region leave it only "
                      "through the Phis of its merge / exit block, and a loop's exit starts "
@@ -177,6 +195,7 @@ class _Checker:
         prim = PRIMITIVES.get(n.op)
         if prim is None:
             self.fail("known-op", b, f"unknown operation {n.op!r}", n)
+        self.check_operands(b, n, prim)
         if len(n.outputs) != 1 and not prim.multi_output:
             self.fail("node-types", b, "a primitive node has exactly one output", n)
         try:
@@ -190,26 +209,55 @@ class _Checker:
             self.fail("node-types", b, f"declared {shown}, but {n.op} of these inputs gives "
                                        f"{expected}", n)
 
+    def check_operands(self, b: Block, n: Node, prim: Primitive) -> None:
+        """What the interpreter's call `impl(*inputs, **params)` needs, checked before any
+        run: the operand count and parameter names, and the dtypes lowering's promotion
+        gives the operands (numpy would otherwise promote silently, or cast a bool `sin`
+        to f16, and the result would not have the declared type)."""
+        operands, variadic, signature = _operands(n.op)
+        least = sum(1 for name in operands if name not in n.params)
+        most = None if variadic else least
+        count = len(n.inputs)
+        if count < least or (most is not None and count > most):
+            wanted = (f"{least}" if most == least else f"at least {least}" if most is None
+                      else f"{least} to {most}")
+            self.fail("operand-count", b, f"{n.op} takes {wanted} inputs, got {count}", n)
+        if signature is None and n.params:
+            self.fail("operand-count", b, f"{n.op} takes no parameters, got "
+                                          f"{', '.join(sorted(n.params))}", n)
+        if signature is not None:
+            try:
+                signature.bind(*n.inputs, **n.params)
+            except TypeError as e:
+                self.fail("operand-count", b, f"its parameters do not fit {n.op}: {e}", n)
+        dtypes = [v.type.dtype for v in n.inputs[prim.promote_from:]]
+        if prim.promote == "none" or not dtypes:
+            return
+        if len(set(dtypes)) > 1:
+            shown = ", ".join(str(v.type) for v in n.inputs[prim.promote_from:])
+            self.fail("operand-types", b, f"{n.op} of inputs typed {shown}: its inputs share one "
+                                          "dtype (insert an astype node to convert one)", n)
+        if prim.promote == "float" and dtypes[0].kind in "biu":
+            self.fail("operand-types", b, f"{n.op} computes in floating point but its input is "
+                                          f"{n.inputs[0].type} (convert it with astype first)", n)
+
     # -- dominance ---------------------------------------------------------------------
     def dominators(self) -> dict[Block, Block | None]:
+        """Immediate dominators by Cooper, Harvey and Kennedy's iteration over reverse
+        postorder (two passes on the structured programs lowering builds)."""
         blocks = self.p.blocks
         order: list[Block] = []
-        seen: set[Block] = set()
-
-        def dfs(b: Block) -> None:
-            stack = [(b, iter([t for _, t in b.term.successors()]))]
-            seen.add(b)
-            while stack:
-                node, it = stack[-1]
-                nxt = next(it, None)
-                if nxt is None:
-                    order.append(node)
-                    stack.pop()
-                elif nxt not in seen:
-                    seen.add(nxt)
-                    stack.append((nxt, iter([t for _, t in nxt.term.successors()])))
-
-        dfs(blocks[0])
+        seen: set[Block] = {blocks[0]}
+        stack = [(blocks[0], iter([t for _, t in blocks[0].term.successors()]))]
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                order.append(node)
+                stack.pop()
+            elif nxt not in seen:
+                seen.add(nxt)
+                stack.append((nxt, iter([t for _, t in nxt.term.successors()])))
         rpo = list(reversed(order))
         index = {b: i for i, b in enumerate(rpo)}
         idom: dict[Block, Block | None] = {blocks[0]: blocks[0]}
@@ -240,6 +288,23 @@ class _Checker:
 
     def check_dominance(self) -> None:
         idom = self.dominators()
+        # the dominator tree numbered in preorder: `a` dominates `c` when c's number falls
+        # in a's subtree, a constant-time test at any depth
+        children: dict[Block, list[Block]] = {}
+        for b, d in idom.items():
+            if d is not None:
+                children.setdefault(d, []).append(b)
+        first: dict[Block, int] = {}
+        last: dict[Block, int] = {}
+        stack: list[tuple[Block, bool]] = [(self.p.blocks[0], False)]
+        while stack:
+            b, done = stack.pop()
+            if done:
+                last[b] = len(first) - 1
+                continue
+            first[b] = len(first)
+            stack.append((b, True))
+            stack.extend((c, False) for c in children.get(b, []))
         defs: dict[Value, tuple[Block | None, int]] = {v: (None, -1) for v in self.p.params}
 
         def define(v: Value, b: Block, pos: int, what: Any) -> None:
@@ -254,14 +319,6 @@ class _Checker:
                 for o in n.outputs:
                     define(o, b, i + 1, n)
 
-        def dominates(a: Block, c: Block) -> bool:
-            x: Block | None = c
-            while x is not None:
-                if x is a:
-                    return True
-                x = idom.get(x)
-            return False
-
         def check_use(v: Value, b: Block, pos: int, what: Any, user: Block) -> None:
             """`v` is read at position `pos` of block `b` by `what`, which sits in `user`
             (a Phi reads its input at the end of the predecessor the input comes from)."""
@@ -270,12 +327,12 @@ class _Checker:
             db, dpos = defs[v]
             if db is None:
                 return
-            if b not in idom and b is not self.p.blocks[0]:
-                return  # unreachable block: nothing runs there
+            if b not in first:
+                return  # unreachable block: nothing runs there (`structured` rejects it)
             if db is b and dpos >= pos:
                 self.fail("use-dominated", user, f"uses {self.vn.get(v, '?')} before its "
                                                  "definition further down the block", what)
-            if db is not b and not dominates(db, b):
+            if db is not b and not (db in first and first[db] <= first[b] <= last[db]):
                 edge = f" on the edge from {self.bn[b]}" if b is not user else ""
                 self.fail("use-dominated", user, f"uses {self.vn.get(v, '?')}{edge} (defined in "
                                                  f"{self.bn[db]}) where its definition does not "
@@ -293,78 +350,86 @@ class _Checker:
                                                               else [])
             for v in used:
                 check_use(v, b, len(b.nodes) + 1, "the terminator", b)
+        for r in self.p.loops():  # the interpreter reads the bounds as it enters the loop
+            pre = r.preheader
+            for v in r.trip_bounds or ():
+                if pre in self.block_set:
+                    check_use(v, pre, len(pre.nodes) + 1, f"the bounds of {r.id}", pre)
 
     # -- regions ---------------------------------------------------------------------------
     def check_regions(self) -> None:
         ids = [r.id for r in self.p.regions]
         if len(set(ids)) != len(ids):
             self.fail("region-shape", None, f"region ids repeat: {', '.join(ids)}")
-        interiors: dict[Region, set[Block]] = {}
         for r in self.p.regions:
             if isinstance(r, IfRegion):
                 self.check_if(r)
             elif isinstance(r, LoopRegion):
                 self.check_loop(r)
-            interiors[r] = region_blocks(r)
-        for r, inner in interiors.items():
-            enclosing = [q for q, qi in interiors.items() if q is not r and inner < qi]
-            for q, qi in interiors.items():
-                if q is not r and inner & qi and not (inner <= qi or qi <= inner):
-                    self.fail("regions-nest", _anchor(r), f"regions {r.id} and {q.id} overlap "
-                                                    "without nesting")
-            smallest = min(enclosing, key=lambda q: len(interiors[q]), default=None)
-            if smallest is not r.parent:
+        owners = innermost_regions(self.p, self.fail)
+        for r in self.p.regions:
+            expected = owners[region_start(r)]
+            if r.parent is not expected:
                 self.fail("regions-nest", _anchor(r), f"region {r.id} records parent "
                           f"{r.parent.id if r.parent else None}, but its smallest enclosing "
-                          f"region is {smallest.id if smallest else None}")
+                          f"region is {expected.id if expected else None}")
+        nest = RegionNest(self.p.regions)
+        regions = set(self.p.regions)
         for b in self.p.blocks:
             r = b.region
             if r is None:
                 continue
-            if r not in interiors:
+            if r not in regions:
                 self.fail("block-region", b, f"the block names region {r.id}, which is not "
                                              "among the program's regions")
-            if b not in interiors[r] and b is not _join(r):
+            if not nest.encloses(r, owners[b]) and b is not region_join(r):
                 self.fail("block-region", b, f"the block names region {r.id} but lies outside "
                                              "it")
         if self.p.forward is None:  # adjoints read reverse-loop accumulators directly
-            for r, inner in interiors.items():
-                self.check_closed(r, inner)
+            self.check_closed(owners, nest)
 
-    def check_closed(self, r: Region, inner: set[Block]) -> None:
+    def check_closed(self, owners: dict[Block, Region | None], nest: RegionNest) -> None:
         """In a forward program, values leave a region only through its join block's Phis,
         and a loop's exit Phis mirror its header Phis one to one (loop-closed SSA): the
-        reverse builder finds a region's results there."""
-        join = _join(r)
-        if isinstance(r, LoopRegion):
+        reverse builder finds a region's results there. One pass over the uses: a use is
+        inside the region of its definition, or a Phi of that region's join."""
+        for r in self.p.loops():
+            join = r.exit
             if [phi.inputs for phi in join.phis] != [[p.out] for p in r.header.phis]:
                 self.fail("region-closed", join, f"the exit of {r.id} must start with one "
                           f"single-input Phi per header Phi, in order ({len(r.header.phis)} "
                           f"carries, {len(join.phis)} exit Phis)")
-        defined = {phi.out for b in inner for phi in b.phis}
-        defined.update(o for b in inner for n in b.nodes for o in n.outputs)
+        region_of: dict[Value, Region | None] = {}
         for b in self.p.blocks:
-            if b in inner:
-                continue
+            region_of.update((phi.out, owners[b]) for phi in b.phis)
+            region_of.update((o, owners[b]) for n in b.nodes for o in n.outputs)
+        joined = {region_join(r): r for r in self.p.regions}
+        for b in self.p.blocks:
+            here = owners[b]
             t = b.term
-            uses = [(v, n) for n in b.nodes for v in n.inputs]
-            uses += [(v, "the terminator") for v in ([t.selector] if isinstance(t, Cond) else
-                                                     t.values if isinstance(t, Return) else [])]
-            if b is not join:
-                uses += [(v, phi.out) for phi in b.phis for v in phi.inputs]
-            for v, user in uses:
-                if v in defined:
-                    self.fail("region-closed", b, f"uses {self.vn[v]}, defined inside {r.id}, "
-                                                  f"outside it: results leave {r.id} through "
-                                                  f"the Phis of {self.bn[join]}", user)
+            uses = [(v, n, False) for n in b.nodes for v in n.inputs]
+            uses += [(v, "the terminator", False) for v in (
+                [t.selector] if isinstance(t, Cond) else t.values if isinstance(t, Return)
+                else [])]
+            uses += [(v, phi.out, True) for phi in b.phis for v in phi.inputs]
+            for v, user, by_phi in uses:
+                d = region_of.get(v)
+                if nest.encloses(d, here) or (by_phi and joined.get(b) is d
+                                              and nest.encloses(d.parent, here)):
+                    continue
+                while d.parent is not None and not nest.encloses(d.parent, here):
+                    d = d.parent  # name the outermost region the value leaves
+                self.fail("region-closed", b, f"uses {self.vn[v]}, defined inside {d.id}, "
+                                              f"outside it: results leave {d.id} through "
+                                              f"the Phis of {self.bn[region_join(d)]}", user)
 
-    def region_blocks(self, r: Region, blocks: list[Block | None]) -> None:
+    def recorded_blocks(self, r: Region, blocks: list[Block | None]) -> None:
         if any(b not in self.block_set for b in blocks):
             self.fail("region-shape", None, f"{r.id} names a block that is not in the program "
                                             f"({self.bn[_anchor(r)]} is its first)")
 
     def check_if(self, r: IfRegion) -> None:
-        self.region_blocks(r, [r.branch, r.merge, *r.cases, *r.case_exits])
+        self.recorded_blocks(r, [r.branch, r.merge, *r.cases, *r.case_exits])
         t = r.branch.term
         if not isinstance(t, Cond) or [b for _, b in t.cases] != r.cases:
             self.fail("region-shape", r.branch, f"{r.id}: the branch block's Cond does not lead "
@@ -372,13 +437,16 @@ class _Checker:
         if [k for k, _ in t.cases] != r.keys:
             self.fail("region-shape", r.branch, f"{r.id}: a {r.kind} region's Cond needs keys "
                                                 f"{r.keys}")
-        if [e.src for e in r.merge.preds] != r.case_exits:
+        if [e.src for e in r.merge.preds] != r.case_exits or len(r.case_exits) != len(r.cases):
             self.fail("region-shape", r.merge, f"{r.id}: the merge block's predecessors are not "
-                                               "the recorded case exits")
+                                               "the recorded case exits, one per case")
 
     def check_loop(self, r: LoopRegion) -> None:
-        self.region_blocks(r, [r.preheader, r.header, r.body, r.latch, r.exit])
+        self.recorded_blocks(r, [r.preheader, r.header, r.body, r.latch, r.exit])
         h = r.header
+        if not isinstance(r.preheader.term, Jmp) or r.preheader.term.target is not h:
+            self.fail("region-shape", r.preheader, f"{r.id}: the preheader must jump to the "
+                                                   "header")
         if [e.src for e in h.preds] != [r.preheader, r.latch]:
             self.fail("region-shape", h, f"{r.id}: the header's predecessors must be "
                                          "(preheader, latch)")
@@ -388,12 +456,31 @@ class _Checker:
                                          "exit")
         if not isinstance(r.latch.term, Jmp) or r.latch.term.target is not h:
             self.fail("region-shape", r.latch, f"{r.id}: the latch must jump back to the header")
+        for v in r.trip_bounds or ():
+            if v.type.shape != () or v.type.dtype.kind not in "iu":
+                self.fail("region-shape", r.preheader, f"{r.id}: a loop's bounds are integer "
+                                                       f"scalars, got {v.type}")
 
 
-def _join(r: Region) -> Block | None:
-    """Where control leaves a region: an if's merge block, a loop's exit."""
-    return r.merge if isinstance(r, IfRegion) else r.exit if isinstance(r, LoopRegion) \
-        else None
+@functools.cache
+def _operands(op: str) -> tuple[tuple[str, ...], bool, inspect.Signature | None]:
+    """The positional parameters of a primitive's implementation that its inputs fill,
+    whether it takes any number more (`*xs`), and the signature its parameters must fit
+    (None: a numpy ufunc, which takes `nin` inputs and no parameters). The interpreter
+    calls `impl(*inputs, **params)`: inputs fill the positional parameters that have no
+    default and are not given as parameters (numpy's `_NoValue` default marks one that is
+    required unless given by keyword, like `np.clip`'s bounds), so an input can never land
+    in an optional one such as `out`."""
+    impl = PRIMITIVES[op].impl
+    if isinstance(impl, np.ufunc):
+        return tuple(f"x{i}" for i in range(impl.nin)), False, None
+    signature = inspect.signature(impl)
+    required = getattr(np, "_NoValue", inspect.Parameter.empty)
+    operands = tuple(p.name for p in signature.parameters.values()
+                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                     and p.default in (p.empty, required))
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in signature.parameters.values())
+    return operands, variadic, signature
 
 
 def _anchor(r: Region) -> Block | None:

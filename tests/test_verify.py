@@ -207,6 +207,76 @@ b9: preds (b7, b8)
 """
 
 
+SELF_LOOP = """\
+program f(%x: f64[]) -> (f64[])
+b0:
+  Jmp b1
+b1: preds (b0, b1)
+  Jmp b1
+b2:
+  Return %x
+"""
+
+# A cycle no loop region records: the merge of if#0 jumps back to its branch block.
+UNRECORDED_LOOP = """\
+program f(%x: f64[]) -> (f64[])
+  region if#0 cond at b1 cases (b2, b3) exits (b2, b3) merge b4
+b0:
+  Jmp b1
+b1: preds (b0, b4)
+  %c: bool[] = gt %x, 0.0
+  Cond %c -> T: b2 | F: b3
+b2: preds (b1.T)
+  Jmp b4
+b3: preds (b1.F)
+  Jmp b4
+b4: preds (b2, b3)
+  Jmp b1
+b5:
+  Return %x
+"""
+
+COND_WITHOUT_REGION = """\
+program f(%x: f64[]) -> (f64[])
+b0:
+  %c: bool[] = gt %x, 0.0
+  Cond %c -> T: b1 | F: b2
+b1: preds (b0.T)
+  Jmp b3
+b2: preds (b0.F)
+  Jmp b3
+b3: preds (b1, b2)
+  Return %x
+"""
+
+
+def unreachable_block():
+    p = lowered("cond")
+    island = Block()
+    island.term, island.preds = Jmp(island), [Edge(island)]
+    p.blocks.append(island)
+    return p
+
+
+def case_exits_swapped():
+    p = lowered("cond")
+    r = p.regions[0]
+    r.case_exits.reverse()
+    p.blocks[3].preds.reverse()
+    p.blocks[3].phis[0].inputs.reverse()
+    return p
+
+
+def preheader_branches():
+    p = lowered("while")
+    p.loops()[0].preheader = p.blocks[3]  # the exit: it returns, it does not jump
+    return p
+
+
+def fori_bounds(bounds: str) -> str:
+    return edit(text_of("fori"), "bounds (0, 3)", f"bounds {bounds}")
+
+
 # (name, make, tag, block the message must name, extra text the message must contain)
 CASES: list[tuple[str, Callable, str, str, str]] = [
     ("missing terminator", no_terminator, "one-terminator", "b1", "no terminator"),
@@ -245,6 +315,24 @@ CASES: list[tuple[str, Callable, str, str, str]] = [
     ("params do not type-check (text)",
      lambda: edit(text_of("log_sin"), "{spec=(0,)}", "{spec=(5,)}"),
      "node-types", "b0", "do not type-check"),
+    ("too many operands (text)",
+     lambda: edit(text_of("tree"), "mul 2.0, %z", "mul 2.0, %z, %x"),
+     "operand-count", "b0", "mul takes 2 inputs, got 3"),
+    ("a unary op given two operands (text)",
+     lambda: edit(text_of("switch"), "sin %x", "sin %x, %x"),
+     "operand-count", "b2", "sin takes 1 inputs, got 2"),
+    ("too few operands for where (text)",
+     lambda: edit(text_of("tree"), "%0: f64[] = mul 2.0, %z", "%0: f64[] = where True, %z"),
+     "operand-count", "b0", "where takes 3 inputs, got 2"),
+    ("a parameter the op does not take (text)",
+     lambda: edit(text_of("fori"), "tanh %6", "tanh %6 {axes=(0,)}"),
+     "operand-count", "b2", "tanh takes no parameters, got axes"),
+    ("operands of two dtypes (text)",
+     lambda: edit(text_of("tree"), "mul 2.0, %z", "mul 2.0:f32, %z"),
+     "operand-types", "b0", "mul of inputs typed f32[], f64[]"),
+    ("a float op on an integer (text)",
+     lambda: edit(text_of("while"), "%3: i64[] = add %0, 1", "%3: i64[] = sin %0"),
+     "operand-types", "b2", "sin computes in floating point but its input is i64[]"),
     ("unknown op", unknown_op, "known-op", "b0", "'frobnicate'"),
     ("unknown op (text)", lambda: edit(text_of("switch"), "= sin %x", "= sine %x"),
      "known-op", "b2", "'sine'"),
@@ -252,12 +340,27 @@ CASES: list[tuple[str, Callable, str, str, str]] = [
     ("block listed twice", block_listed_twice, "unique-blocks", "b4", "positions [2, 4]"),
     ("wrong region parent (text)", lambda: edit(nested_text(), " in loop#0", ""),
      "regions-nest", "b2", "smallest enclosing region is loop#0"),
-    ("overlapping regions (text)", lambda: OVERLAPPING, "regions-nest", "b0",
-     "overlap without nesting"),
+    ("overlapping regions (text)", lambda: OVERLAPPING, "regions-nest", "b3",
+     "if#1 starts in case T of if#0 but ends at b9, in the top level: regions overlap"),
     ("if kind disagrees with its Cond (text)",
      lambda: edit(text_of("cond"), "cond at b0", "switch at b0"),
      "region-shape", "b0", "keys [0, 1]"),
     ("loop latch not recorded", latch_not_recorded, "region-shape", "b1", "(preheader, latch)"),
+    ("loop bounds defined in the body (text)", lambda: fori_bounds("(0, %3)"),
+     "use-dominated", "b0", "the bounds of loop#0"),
+    ("loop bounds not integers (text)", lambda: fori_bounds("(0, 3.0)"),
+     "region-shape", "b0", "a loop's bounds are integer scalars, got f64[]"),
+    ("case reaches the merge through the other exit", case_exits_swapped, "region-shape", "b3",
+     "case T of if#0 reaches b3 from b1, not from its recorded exit b2"),
+    ("preheader that does not jump to the header", preheader_branches, "region-shape", "b3",
+     "the preheader must jump to the header"),
+    ("Jmp self-loop (text)", lambda: SELF_LOOP, "structured", "b1",
+     "the top level comes back to b1 from b1: the only cycles allowed are loops"),
+    ("cycle no loop region records (text)", lambda: UNRECORDED_LOOP, "structured", "b1",
+     "the top level comes back to b1 from b4"),
+    ("unreachable block", unreachable_block, "structured", "b4", "cannot be reached"),
+    ("Cond without its region (text)", lambda: COND_WITHOUT_REGION, "cond-region", "b0",
+     "the Cond belongs to no region"),
     ("block outside its region", branch_block_claims_region, "block-region", "b0",
      "lies outside"),
     ("loop carry read past the exit Phis (text)",
