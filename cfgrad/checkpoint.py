@@ -176,16 +176,14 @@ class _Checkpointing:
         """Iteration t's values into the environment, recomputed from snapshot a."""
         self._event(m, loop, "restore", a)
         carry = m.advance(loop, rec.snaps[a], a, t - a, rec.signatures)
-        for i in range(a, t):
-            self._event(m, loop, "advance", i)
+        self._events(m, loop, "advance", a, t)
         m.replay(loop, carry, t, 1, rec.signatures)
         self._event(m, loop, "taped", t)
 
     def _store_from(self, m: Machine, loop: LoopInfo, rec: _Record, a: int, pos: int) -> None:
         self._event(m, loop, "restore", a)
         carry = m.advance(loop, rec.snaps[a], a, pos - a, rec.signatures)
-        for i in range(a, pos):
-            self._event(m, loop, "advance", i)
+        self._events(m, loop, "advance", a, pos)
         self._store(m, loop, rec, pos, carry)
 
     def _revolve(self, m: Machine, loop: LoopInfo, rec: _Record, a: int, b: int,
@@ -247,6 +245,13 @@ class _Checkpointing:
             if stats.schedule is None:
                 stats.schedule = []
             stats.schedule.append((what, t))
+
+    def _events(self, m: Machine, loop: LoopInfo, what: str, first: int, stop: int) -> None:
+        """`what` for each of the iterations first … stop-1 that advance or replay ran (a
+        loop of no-op calls per recomputed iteration when not tracing, so it is skipped)."""
+        if self.trace:
+            for i in range(first, stop):
+                self._event(m, loop, what, i)
 
     # -- what each strategy decides ---------------------------------------------------------------
     def _keep(self, rec: _Record, t: int, m: Machine, loop: LoopInfo) -> bool:
@@ -310,8 +315,7 @@ class EveryK(_Checkpointing):
             self._event(m, loop, "restore", start)
             frames = m.replay(loop, rec.snaps[start], start, end - start, rec.signatures)
             self._hold(m, loop, loop.saved_bytes * len(frames))
-            for i in range(start, end):
-                self._event(m, loop, "taped", i)
+            self._events(m, loop, "taped", start, end)
             for t in range(end - 1, start - 1, -1):
                 loop.write_saved(m.env, frames.pop())
                 self._hold(m, loop, -loop.saved_bytes)

@@ -18,6 +18,7 @@ checked against the schedule and against the Griewank–Walther optimum of cfgra
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
 import sys
@@ -180,39 +181,39 @@ def replay_execution(events: list[tuple[str, int]], budget: float, tape_budget: 
     swept: tuple[int, ...] = ()
     advances: Counter = Counter()
     peak_held = peak_tapes = evaluations = 0
+    where = functools.partial(_Where, events)  # built into a message only if it fails
     for k, (what, t) in enumerate(events):
-        where = _Where(events, k)
         if what == "store":
-            assert current == t and t not in held, f"store away from the current state: {where}"
+            assert current == t and t not in held, f"store away from the current state: {where(k)}"
             held.add(t)
             peak_held = max(peak_held, len(held))
-            assert len(held) <= budget, f"more than {budget} snapshots: {where}"
+            assert len(held) <= budget, f"more than {budget} snapshots: {where(k)}"
         elif what == "free":
-            assert t in held, f"free of a snapshot not held: {where}"
+            assert t in held, f"free of a snapshot not held: {where(k)}"
             held.remove(t)
         elif what == "restore":
-            assert trips is not None, f"restore during the sweep: {where}"
-            assert t in held, f"restore of a state not stored: {where}"
+            assert trips is not None, f"restore during the sweep: {where(k)}"
+            assert t in held, f"restore of a state not stored: {where(k)}"
             current = t
         elif what in ("advance", "taped"):
-            assert current == t, f"{what} not from the current state: {where}"
-            assert trips is None or t < trips - 1, f"re-run of the last iteration: {where}"
+            assert current == t, f"{what} not from the current state: {where(k)}"
+            assert trips is None or t < trips - 1, f"re-run of the last iteration: {where(k)}"
             current, evaluations = t + 1, evaluations + 1
             if what == "advance":
                 advances[t] += 1
             else:
                 tapes.add(t)
                 peak_tapes = max(peak_tapes, len(tapes))
-                assert len(tapes) <= tape_budget, f"more than {tape_budget} tapes: {where}"
+                assert len(tapes) <= tape_budget, f"more than {tape_budget} tapes: {where(k)}"
                 if trips is None:  # the sweep's last iteration keeps its tape
                     trips, next_reverse, swept = t + 1, t, tuple(sorted(held))
         elif what == "reverse":
-            assert trips is not None and t == next_reverse, f"out of order: {where}"
-            assert t in tapes, f"reverse of an iteration whose tape is not held: {where}"
+            assert trips is not None and t == next_reverse, f"out of order: {where(k)}"
+            assert t in tapes, f"reverse of an iteration whose tape is not held: {where(k)}"
             tapes.remove(t)
             next_reverse -= 1
         else:
-            raise AssertionError(f"unknown event {where}")
+            raise AssertionError(f"unknown event {where(k)}")
     assert trips is not None, f"a sweep that never ended: {events}"
     complete = next_reverse == -1
     if complete:
