@@ -658,6 +658,8 @@ class RegionNest:
         children: dict[Region | None, list[Region]] = {}
         for r in regions:
             children.setdefault(r.parent, []).append(r)
+        self.children = children
+        self.preorder: list[Region] = []
         self.first: dict[Region, int] = {}
         self.last: dict[Region, int] = {}
         self.loop_of: dict[Region | None, LoopRegion | None] = {None: None}
@@ -668,6 +670,7 @@ class RegionNest:
                 self.last[r] = len(self.first) - 1
                 continue
             self.first[r] = len(self.first)
+            self.preorder.append(r)
             self.loop_of[r] = r if isinstance(r, LoopRegion) else self.loop_of[r.parent]
             stack.append((r, True))
             stack.extend((c, False) for c in reversed(children.get(r, [])))

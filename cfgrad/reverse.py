@@ -37,13 +37,13 @@ from .ir import (
     Phi,
     Program,
     Region,
+    RegionNest,
     TensorType,
     Value,
     format_param,
+    innermost_regions,
     key_text,
     loop_owners,
-    region_blocks,
-    within,
 )
 from .primitives import PRIMITIVES
 from .trace import Trace
@@ -91,6 +91,7 @@ class ReverseBuilder:
         for r in fwd.regions:
             self.starts[r.branch if isinstance(r, IfRegion) else r.preheader] = r
         self.region_stack: list[Region] = []
+        self.free_of = loop_free_values(fwd)
 
     # -- helpers ---------------------------------------------------------------------
     def primal(self, v: Value) -> Any:
@@ -296,19 +297,58 @@ class ReverseBuilder:
     def closures(self, r: LoopRegion) -> list[Value]:
         """Float values defined outside loop `r` that its body reads: their cotangents
         accumulate over the iterations in reverse-loop Phis."""
-        inside = region_blocks(r) - {r.header}
-        defined = {p.out for p in r.header.phis}
-        for b in inside:
-            defined.update(phi.out for phi in b.phis)
-            defined.update(o for n in b.nodes for o in n.outputs)
-        used: dict[Value, None] = {}
-        for b in sorted(inside, key=self.fwd.blocks.index):
-            for phi in b.phis:
-                used.update(dict.fromkeys(phi.inputs))
-            for n in b.nodes:
-                used.update(dict.fromkeys(n.inputs))
-        used.update(dict.fromkeys(p.inputs[1] for p in r.header.phis))
-        return [v for v in used if v not in defined and v in self.active]
+        return [v for v in self.free_of[r] if v in self.active]
+
+
+def loop_free_values(program: Program) -> dict[LoopRegion, list[Value]]:
+    """For each loop, the values defined outside it that its body and latch Phi inputs
+    read, in the order of their first use. The header's condition is not differentiated:
+    its reads do not count, and values it computes count as outside the body.
+
+    One bottom-up pass over the region tree: a region's free values are those its own
+    blocks read plus those of the regions directly inside it, less those defined inside
+    it. A value is carried up only as far as it stays free, so the pass costs about the
+    program's size, where collecting every loop's blocks would cost size × depth."""
+    owners = innermost_regions(program)
+    nest = RegionNest(program.regions)
+    own: dict[Region | None, list[Block]] = {}
+    home: dict[Value, Region | None] = {}  # the innermost region defining each value
+    for b in program.blocks:
+        own.setdefault(owners.get(b), []).append(b)
+        home.update((phi.out, owners.get(b)) for phi in b.phis)
+        home.update((o, owners.get(b)) for n in b.nodes for o in n.outputs)
+    index = {b: i for i, b in enumerate(program.blocks)}
+
+    def read(b: Block, uses: dict[Value, tuple[int, int]]) -> None:
+        inputs = [v for phi in b.phis for v in phi.inputs] + [v for n in b.nodes
+                                                               for v in n.inputs]
+        for pos, v in enumerate(inputs):
+            key = (index[b], pos)
+            if uses.get(v, key) >= key:
+                uses[v] = key
+
+    free: dict[Region, dict[Value, tuple[int, int]]] = {}
+    result: dict[LoopRegion, list[Value]] = {}
+    for r in reversed(nest.preorder):  # inner regions first
+        header = r.header if isinstance(r, LoopRegion) else None
+        uses: dict[Value, tuple[int, int]] = {}
+        for b in own.get(r, []):
+            if b is not header:
+                read(b, uses)
+        for inner in nest.children.get(r, []):
+            for v, key in free.pop(inner).items():
+                if uses.get(v, key) >= key:
+                    uses[v] = key
+        if header is not None:
+            condition = {o for n in header.nodes for o in n.outputs}
+            body = sorted((v for v in uses if v in condition or not nest.encloses(
+                r, home.get(v))), key=uses.__getitem__)
+            latch = [phi.inputs[1] for phi in header.phis]
+            result[r] = body + [v for v in dict.fromkeys(latch) if v not in uses and (
+                v in condition or not nest.encloses(r, home.get(v)))]
+            read(header, uses)
+        free[r] = {v: key for v, key in uses.items() if not nest.encloses(r, home.get(v))}
+    return result
 
 
 _SIDE_EFFECTS = frozenset({"LogPop", "TripPop", "LoopState"})
@@ -431,23 +471,26 @@ def hoist_loop_invariants(adjoint: Program) -> None:
     iteration is the typical gain. Innermost loops go first, so work can move out of
     several levels."""
     owners = loop_owners(adjoint.forward)
+    forward_nest = RegionNest(adjoint.forward.regions)
     forward_of = {r.id: r for r in adjoint.forward.loops()}
+    region_of = innermost_regions(adjoint)
+    nest = RegionNest(adjoint.regions)
+    def_block = {o: b for b in adjoint.blocks for o in
+                 [phi.out for phi in b.phis] + [o for n in b.nodes for o in n.outputs]}
     for region in reversed(adjoint.loops()):
         restored = forward_of[region.id]
-        inside = region_blocks(region)
-        defined_inside = {v for b in inside for v in
-                          [phi.out for phi in b.phis] + [o for n in b.nodes for o in n.outputs]}
         hoisted, kept = [], []
         for n in region.body.nodes:
             if n.op == "Primal":
                 owner = owners.get(n.params["of"])
-                movable = owner is None or not within(owner, restored)
+                movable = owner is None or not forward_nest.encloses(restored, owner)
             else:
                 movable = n.op not in _SIDE_EFFECTS and not any(
-                    v in defined_inside for v in n.inputs)
+                    v in def_block and nest.encloses(region, region_of[def_block[v]])
+                    for v in n.inputs)
             if movable:
                 hoisted.append(n)
-                defined_inside.difference_update(n.outputs)
+                def_block.update((o, region.preheader) for o in n.outputs)
             else:
                 kept.append(n)
         region.body.nodes = kept
@@ -461,21 +504,28 @@ def accumulate_in_place(adjoint: Program) -> None:
     value the caller holds). Per iteration this saves allocating an array the size of a
     weight matrix, which is what the gradient of a recurrent weight costs otherwise."""
     uses: dict[Value, list[Any]] = {}
+    block_of: dict[int, Block] = {}  # id of a node or Phi -> its block
+    defs: dict[Value, tuple[Block, Node]] = {}
     for b in adjoint.blocks:
         for phi in b.phis:
+            block_of[id(phi)] = b
             for v in phi.inputs:
                 uses.setdefault(v, []).append(phi)
         for n in b.nodes:
+            block_of[id(n)] = b
+            defs.update((o, (b, n)) for o in n.outputs)
             for v in n.inputs:
                 uses.setdefault(v, []).append(n)
+    region_of = innermost_regions(adjoint)
+    nest = RegionNest(adjoint.regions)
     for region in adjoint.loops():
-        inside = region_blocks(region)
-        in_loop = {id(n) for b in inside for n in b.nodes} | {id(p) for b in inside
-                                                              for p in b.phis}
+        def inside(b: Block, region: Region = region) -> bool:
+            return nest.encloses(region, region_of[b])
+
         for phi in region.header.phis[1:]:  # the first Phi is the iteration counter
             if phi.out.type.ndim == 0 or len(phi.inputs) != 2:
                 continue
-            users = [u for u in uses.get(phi.out, []) if id(u) in in_loop]
+            users = [u for u in uses.get(phi.out, []) if inside(block_of[id(u)])]
             nxt = phi.inputs[1]
             if len(users) != 1 or not isinstance(users[0], Node) or users[0].op != "add" or \
                     users[0].outputs[0] is not nxt or users[0].inputs.count(phi.out) != 1:
@@ -488,27 +538,32 @@ def accumulate_in_place(adjoint: Program) -> None:
             fresh = Value(phi.out.type)
             region.preheader.nodes.append(Node("copy", [phi.inputs[0]], {}, [fresh], region.loc))
             phi.inputs[0] = fresh
-            _fuse_outer_product(add, uses, inside)
+            _fuse_outer_product(add, uses, defs, inside)
 
 
-def _fuse_outer_product(acc: Node, uses: dict[Value, list[Any]], blocks: list[Block]) -> None:
+def _fuse_outer_product(acc: Node, uses: dict[Value, list[Any]],
+                        defs: dict[Value, tuple[Block, Node]], inside: Any) -> None:
     """`accumulate(acc, mul(reshape(a, (n, 1)), reshape(b, (1, m))))` with vectors a and b,
     whose product nothing else reads, becomes `accumulate_outer(acc, a, b)`: the weight
     gradient of a matrix-vector product in a loop body, batched by the interpreter into
     one matrix product per block of iterations (see primitives.RankOneSum). The mul, and
     the reshapes nothing else reads, are dropped."""
-    defs = {o: (b, n) for b in blocks for n in b.nodes for o in n.outputs}
+    def defined_inside(v: Value) -> tuple[Block | None, Node | None]:
+        """The block and node defining `v` when they are inside the loop (`inside`)."""
+        b, n = defs.get(v, (None, None))
+        return (b, n) if b is not None and inside(b) else (None, None)
+
     contribution = acc.inputs[1]
     if contribution.type.dtype not in (np.float32, np.float64) or \
             contribution.type.ndim != 2 or len(uses.get(contribution, [])) != 1:
         return
-    mul_block, mul = defs.get(contribution, (None, None))
+    mul_block, mul = defined_inside(contribution)
     if mul is None or mul.op != "mul":
         return
     vectors = []
     for v, shape in zip(mul.inputs, ((contribution.type.shape[0], 1),
                                      (1, contribution.type.shape[1]))):
-        _, reshape = defs.get(v, (None, None))
+        _, reshape = defined_inside(v)
         if reshape is None or reshape.op != "reshape" or reshape.inputs[0].type.ndim != 1 or \
                 v.type.shape != shape or reshape.inputs[0].type.dtype != v.type.dtype:
             return
@@ -518,7 +573,7 @@ def _fuse_outer_product(acc: Node, uses: dict[Value, list[Any]], blocks: list[Bl
     for v in mul.inputs:
         uses[v].remove(mul)
         if not uses[v]:
-            block, reshape = defs[v]
+            block, reshape = defined_inside(v)
             block.nodes.remove(reshape)
             uses[reshape.inputs[0]].remove(reshape)
 
