@@ -37,12 +37,13 @@ from .ir import (
     LoopRegion,
     Node,
     Program,
+    Region,
+    RegionNest,
     Return,
     Value,
     enclosing_loop,
+    innermost_regions,
     loop_owners,
-    region_blocks,
-    within,
 )
 from .primitives import PRIMITIVES, RankOneSum, dense_value
 
@@ -142,8 +143,10 @@ class Compiled:
                 self.edge_id[(r.latch, None)], self._alloc_extra(), bounds,
                 carry_bytes=sum(p.out.type.size * p.out.type.dtype.itemsize
                                 for p in r.header.phis)))
+        nest = RegionNest(program.regions)
         for li in self.loops:
-            inside = [r for r in program.regions if within(r.parent, li.region)]
+            inside = [r for r in program.regions
+                      if r is not li.region and nest.encloses(li.region, r)]
             li.inner_ifs = tuple(self.if_index[r] for r in inside if r in self.if_index)
             li.inner_loops = tuple(self.loop_index[r] for r in inside if r in self.loop_index)
             li.event_ids = li.inner_ifs + tuple(-1 - j for j in li.inner_loops)
@@ -672,9 +675,9 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
     program = forward.program
     owner = loop_owners(program)
     needed = set(needed)
-    for r in program.loops():
+    for r, free in _free_values(program).items():
         if enclosing_loop(r) is not None:
-            needed |= _free_values(r)
+            needed |= free
     per_loop: dict[int, list[int]] = {li.index: [] for li in forward.loops}
     nbytes = dict.fromkeys(per_loop, 0)
     for v in sorted(needed, key=lambda v: forward.slot[v]):
@@ -697,21 +700,45 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
         li.read_saved, li.write_saved = _slot_access(li.saved_slots)
 
 
-def _free_values(loop: LoopRegion) -> set[Value]:
-    """Values defined outside `loop` that running its iterations reads (the initial
-    carries excepted: the strategies keep iteration 0's carry themselves)."""
-    blocks = region_blocks(loop)
-    defined = {phi.out for b in blocks for phi in b.phis}
-    defined |= {o for b in blocks for n in b.nodes for o in n.outputs}
-    used: set[Value] = set()
-    for b in blocks:
-        for phi in b.phis:
-            used.update(phi.inputs if b is not loop.header else phi.inputs[1:])
-        for n in b.nodes:
-            used.update(n.inputs)
-        if isinstance(b.term, Cond):
-            used.add(b.term.selector)
-    return used - defined
+def _free_values(program: Program) -> dict[LoopRegion, set[Value]]:
+    """For each loop, the values defined outside it that running its iterations reads
+    (the initial carries excepted: the strategies keep iteration 0's carry themselves).
+
+    One bottom-up pass over the region tree, inner regions first: a region reads what its
+    own blocks read and what the regions inside it leave free, and of those, the values
+    defined outside it are free. That costs about the program's size times what stays
+    free, where collecting each loop's blocks cost size x depth."""
+    owners = innermost_regions(program)
+    nest = RegionNest(program.regions)
+    own: dict[Region | None, list[Block]] = {}
+    home: dict[Value, Region | None] = {}  # the innermost region defining each value
+    for b in program.blocks:
+        region = owners.get(b)
+        own.setdefault(region, []).append(b)
+        home.update((phi.out, region) for phi in b.phis)
+        home.update((o, region) for n in b.nodes for o in n.outputs)
+    free: dict[Region, set[Value]] = {}  # what each region leaves to its parent
+    result: dict[LoopRegion, set[Value]] = {}
+    for r in reversed(nest.preorder):
+        used: set[Value] = set()
+        initial: set[Value] = set()  # a loop's initial carries: read where it is entered
+        for b in own.get(r, []):
+            entry = isinstance(r, LoopRegion) and b is r.header
+            for phi in b.phis:
+                used.update(phi.inputs[1:] if entry else phi.inputs)
+                if entry:
+                    initial.add(phi.inputs[0])
+            for n in b.nodes:
+                used.update(n.inputs)
+            if isinstance(b.term, Cond):
+                used.add(b.term.selector)
+        for inner in nest.children.get(r, []):
+            used |= free.pop(inner)
+        free[r] = {v for v in used if not nest.encloses(r, home.get(v))}
+        if isinstance(r, LoopRegion):
+            result[r] = set(free[r])
+        free[r] |= initial
+    return result
 
 
 def _batched_accumulators(program: Program) -> frozenset[Value]:
