@@ -637,8 +637,9 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     if iv.type.shape != () or iv.type.dtype.kind not in "iu":
         raise LoweringError(f"switch index at {loc} must be an integer scalar, got {iv.type}; "
                             "convert it with cnp.astype(index, 'int64')")
-    clipped = bind("clip", trace.tracer(iv), 0, len(branches) - 1)
-    return trace.lower_if("switch", clipped.value, branches, operands, loc)
+    # the index is not clipped here: a switch's Cond clamps it when it runs (design: one
+    # place for the clamp, so parsed and traced programs agree)
+    return trace.lower_if("switch", iv, branches, operands, loc)
 
 
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *,
