@@ -10,7 +10,6 @@ traced, as in JAX: change them and call a freshly defined function.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,6 +33,7 @@ from .interpret import (
 from .ir import Program
 from .reverse import build_adjoint, primal_reads
 from .trace import (
+    LOWERING_LOCK,
     TRACEABLE_KINDS,
     argument_problem,
     check_arguments,
@@ -43,11 +43,6 @@ from .trace import (
 
 _SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
 
-# Held while a cached artifact (a lowering, an adjoint, a JVP program, a plan) is built, so
-# threads calling the same transformed function at once build each artifact once and none
-# sees one half-built; runs themselves share nothing mutable and take no lock. Re-entrant:
-# building one artifact may build another (the adjoint lowers custom rules).
-_BUILD_LOCK = threading.RLock()
 
 
 class _Entry:
@@ -71,7 +66,7 @@ class _Entry:
         is compiled with it."""
         pair = self._reverse.get(wrt)
         if pair is None:
-            with _BUILD_LOCK:
+            with LOWERING_LOCK:
                 pair = self._reverse.get(wrt)
                 if pair is None:
                     adj = (self.program.adjoint() if wrt is None
@@ -84,7 +79,7 @@ class _Entry:
     @property
     def jvp(self) -> Compiled:
         if self._jvp is None:
-            with _BUILD_LOCK:
+            with LOWERING_LOCK:
                 if self._jvp is None:
                     self._jvp = Compiled(build_jvp(self.program))
         return self._jvp
@@ -111,7 +106,7 @@ def _leaf_key(x: Any) -> Any:
     be traced (checked on every call, so a bad leaf never reuses a good leaf's Program)."""
     kind = _SCALAR_KINDS.get(type(x))
     if kind is not None:
-        return kind
+        return kind if kind != "i" or -2**63 <= x < 2**63 else None
     if type(x) is np.ndarray and x.dtype.kind in TRACEABLE_KINDS:
         return (x.shape, x.dtype.char)
     if argument_problem(x) is not None:
@@ -137,13 +132,13 @@ def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
     try:
         per_fun = _CACHE[fun]
     except KeyError:
-        with _BUILD_LOCK:
+        with LOWERING_LOCK:
             per_fun = _CACHE.setdefault(fun, {})
     except TypeError:  # not weak-referenceable: cache nothing
         per_fun = {}
     entry = per_fun.get(key)
     if entry is None or entry.epoch != lowering_epoch():
-        with _BUILD_LOCK:
+        with LOWERING_LOCK:
             entry = per_fun.get(key)
             if entry is None or entry.epoch != lowering_epoch():
                 entry = per_fun[key] = _Entry(trace_program(fun, args, static_argnums,
@@ -296,7 +291,7 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
         program = entry.program
         plan = entry.grad_plans.get((nums, has_aux))
         if plan is None:  # checked and prepared once per signature, like the lowering
-            with _BUILD_LOCK:
+            with LOWERING_LOCK:
                 plan = entry.grad_plans.get((nums, has_aux))
                 if plan is None:
                     _check_grad_io(program, args, nums, has_aux, name)

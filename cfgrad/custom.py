@@ -37,7 +37,14 @@ from .interpret import Compiled, Machine, as_runtime_value, plan_saved_slots, ru
 from .ir import Program, TensorType, type_of
 from .primitives import bind
 from .reverse import build_adjoint, primal_reads
-from .trace import Tracer, invalidate_lowerings, lowering_epoch, trace_program, tracing
+from .trace import (
+    LOWERING_LOCK,
+    Tracer,
+    invalidate_lowerings,
+    lowering_epoch,
+    trace_program,
+    tracing,
+)
 
 
 def stop_gradient(x: Any) -> Any:
@@ -303,11 +310,12 @@ class _CustomFunction:
     def own_rule(self) -> Iterator[None]:
         """Calls of the function inside its own rules compute its primal (`fun`) instead
         of a node whose rule would be traced again, without end."""
-        self._rule_depth += 1
-        try:
-            yield
-        finally:
-            self._rule_depth -= 1
+        with LOWERING_LOCK:  # the depth is shared by threads: only the tracing one sets it
+            self._rule_depth += 1
+            try:
+                yield
+            finally:
+                self._rule_depth -= 1
 
     def _rule(self, in_tree: treelib.TreeDef, types: list[TensorType]) -> Any:
         """The rule object for this input signature, lowered on first use in an epoch."""

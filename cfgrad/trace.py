@@ -259,6 +259,14 @@ class _TraceStack(threading.local):
 
 _STACK = _TraceStack()
 
+# Held while anything is lowered or built from a lowering: a trace, an adjoint or JVP
+# program, a custom rule (whose "inside my own rule" flag is state shared by all threads).
+# Threads build one at a time and never see a half-built artifact; running programs takes
+# no lock. Re-entrant, because building one artifact builds others (an adjoint lowers
+# custom rules, a trace calls custom functions). User code traced under it must not wait
+# for another thread's first call of a cfgrad transformation, which would wait for it.
+LOWERING_LOCK = threading.RLock()
+
 
 def current_trace() -> Trace | None:
     traces = _STACK.traces
@@ -765,9 +773,14 @@ def trace_program(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = 
                   name: str | None = None, kwargs: dict[str, Any] | None = None) -> Program:
     """Trace `fun(*args, **kwargs)` into a verified Program; statics are baked in as
     constants. Keyword arguments are traced, after the positional ones, as in JAX."""
+    with LOWERING_LOCK:
+        return _trace_program(fun, args, static_argnums, name, kwargs or {})
+
+
+def _trace_program(fun: Callable, args: tuple, static_argnums: tuple[int, ...],
+                   name: str | None, kwargs: dict[str, Any]) -> Program:
     from .verify import verify
 
-    kwargs = kwargs or {}
     check_arguments(fun, args, static_argnums, kwargs)
     dynamic = [i for i in range(len(args)) if i not in static_argnums]
     named = _named_arguments(fun, args, dynamic, kwargs)

@@ -49,6 +49,7 @@ def square_sum(x):
     pytest.param(np.array([1], dtype="timedelta64[s]"), ["timedelta64[s]"], id="timedelta"),
     pytest.param("abc", ["a str"], id="str"),
     pytest.param(10**23, ["beyond int64"], id="huge-int"),
+    pytest.param(2**63, ["beyond int64"], id="int64-max-plus-one"),
     pytest.param(-(2**63) - 1, ["beyond int64"], id="huge-negative-int"),
 ])
 @pytest.mark.parametrize("transform", [
@@ -228,7 +229,7 @@ def test_first_calls_from_many_threads_all_get_the_right_gradient() -> None:
     process they took each other's traces (195 of 200 raised LoweringError)."""
 
     def slow_to_trace(x):
-        time.sleep(0.002)  # every thread is inside tracing at once
+        time.sleep(0.002)  # the threads' first calls all arrive while one is tracing
         y = cg.cond(x > 0, lambda: cnp.sin(x) * x, lambda: x)
         return cg.while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] * x), (0, y))[1]
 
@@ -252,3 +253,68 @@ def test_first_calls_from_many_threads_all_get_the_right_gradient() -> None:
         t.join()
     assert len(results) == 200
     assert all(r == expected for r in results), [r for r in results if r != expected][:3]
+
+
+def test_a_huge_int_is_refused_after_a_small_one_was_cached() -> None:
+    g = cg.grad(lambda x, n: x * n)
+    assert g(1.0, 3) == 3.0
+    assert g(1.0, 2**63 - 1) == float(2**63 - 1)
+    with pytest.raises(cg.ArgumentTypeError, match="beyond int64"):
+        g(1.0, 2**70)
+
+
+def test_eager_control_flow_in_one_thread_while_another_traces() -> None:
+    """cg.while_loop outside any transformation is plain Python; with one trace stack for
+    the process it would be lowered into the trace another thread was building."""
+    tracing_started, eager_done = threading.Event(), threading.Event()
+
+    def slow(x):
+        tracing_started.set()
+        eager_done.wait(5.0)  # the eager loop runs while this function is being traced
+        return cg.while_loop(lambda c: c < 3.0, lambda c: c + x, x)
+
+    grads: list[Any] = []
+    tracer_thread = threading.Thread(target=lambda: grads.append(cg.grad(slow)(1.0)))
+    tracer_thread.start()
+    assert tracing_started.wait(5.0)
+    try:
+        eager = cg.while_loop(lambda c: c < 10, lambda c: c + 4, 1)
+        branch = cg.cond(True, lambda: "taken", lambda: "not taken")
+    finally:
+        eager_done.set()
+        tracer_thread.join()
+    assert (eager, branch) == (13, "taken")
+    assert grads == [3.0]  # x -> 2x -> 3x: three times x
+
+
+def test_custom_rules_hold_while_other_threads_lower() -> None:
+    """A thread tracing a custom_vjp's rule marks the function as "inside its own rule";
+    another thread tracing a call of it meanwhile must still use the rule (the flag is
+    only set under the lowering lock)."""
+
+    @cg.custom_vjp
+    def scaled_sin(x):
+        return cnp.sin(x)
+
+    def slow_forward(x):
+        time.sleep(0.001)  # a wide window while the rule is being traced
+        return cnp.sin(x), x
+
+    scaled_sin.defvjp(slow_forward, lambda x, ct: (100.0 * ct,))
+    start = threading.Barrier(8)
+    results: list[Any] = []
+
+    def worker(i: int) -> None:
+        start.wait()
+        for j in range(10):
+            if i % 2:  # a new shape each time: the rule is traced again
+                cg.lower(lambda x: cnp.sum(scaled_sin(x)), np.ones(10 * i + j + 1))
+            else:
+                results.append(cg.grad(lambda x, j=j: scaled_sin(x) * 1.0)(0.5))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [100.0] * 40
