@@ -41,7 +41,6 @@ from .ir import (
     RegionNest,
     Return,
     Value,
-    enclosing_loop,
     innermost_regions,
     loop_owners,
 )
@@ -674,9 +673,10 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
     carry, the trip bound), so those count as read by the adjoint too."""
     program = forward.program
     owner = loop_owners(program)
+    nest = RegionNest(program.regions)
     needed = set(needed)
-    for r, free in _free_values(program).items():
-        if enclosing_loop(r) is not None:
+    for r, free in _free_values(program, nest).items():
+        if nest.loop_of[r.parent] is not None:  # the loop sits inside another loop
             needed |= free
     per_loop: dict[int, list[int]] = {li.index: [] for li in forward.loops}
     nbytes = dict.fromkeys(per_loop, 0)
@@ -687,7 +687,7 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
             nbytes[forward.loop_index[r]] += v.type.size * v.type.dtype.itemsize
     nested: dict[int, list[tuple[int, int]]] = {i: [] for i in per_loop}
     for li in forward.loops:
-        parent = enclosing_loop(li.region)
+        parent = nest.loop_of[li.region.parent]
         if parent is not None:
             p = forward.loop_index[parent]
             nested[p].append((len(per_loop[p]), li.index))
@@ -700,7 +700,7 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
         li.read_saved, li.write_saved = _slot_access(li.saved_slots)
 
 
-def _free_values(program: Program) -> dict[LoopRegion, set[Value]]:
+def _free_values(program: Program, nest: RegionNest) -> dict[LoopRegion, set[Value]]:
     """For each loop, the values defined outside it that running its iterations reads
     (the initial carries excepted: the strategies keep iteration 0's carry themselves).
 
@@ -709,7 +709,6 @@ def _free_values(program: Program) -> dict[LoopRegion, set[Value]]:
     defined outside it are free. That costs about the program's size times what stays
     free, where collecting each loop's blocks cost size x depth."""
     owners = innermost_regions(program)
-    nest = RegionNest(program.regions)
     own: dict[Region | None, list[Block]] = {}
     home: dict[Value, Region | None] = {}  # the innermost region defining each value
     for b in program.blocks:

@@ -474,23 +474,6 @@ def program_lines(program: Program) -> list[str]:
     return lines
 
 
-def within(region: Region | None, outer: Region) -> bool:
-    """Whether `region` is `outer` or nested in it, at any depth."""
-    while region is not None:
-        if region is outer:
-            return True
-        region = region.parent
-    return False
-
-
-def enclosing_loop(region: Region) -> LoopRegion | None:
-    """The innermost loop strictly around `region` (None at the top level)."""
-    parent = region.parent
-    while parent is not None and not isinstance(parent, LoopRegion):
-        parent = parent.parent
-    return parent
-
-
 def region_blocks(r: Region) -> set[Block]:
     """The blocks inside a region: for an if, those reachable from its cases before the
     merge; for a loop, the header and those reachable from it before the exit."""
