@@ -334,7 +334,7 @@ class Online(_Checkpointing):
     Iteration t's carry is held back until the next back edge: only once iteration t+1 has
     started is it known that x_t is not the input of the last iteration (whose tape the
     sweep keeps, so storing x_t would waste a slot). Deciding one step late is what makes
-    the placement optimal for every T <= (s+1)(s+2)/2; the carry held meanwhile counts in
+    the placement optimal for every T <= (s+1)(s+2)/2 + 1; the carry held meanwhile counts in
     `peak_bytes`, like the one tape the sweep keeps."""
 
     def __init__(self, snapshots: int, *, trace: bool = False):

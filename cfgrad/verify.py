@@ -221,7 +221,8 @@ class _Checker:
         if count < least or (most is not None and count > most):
             wanted = (f"{least}" if most == least else f"at least {least}" if most is None
                       else f"{least} to {most}")
-            self.fail("operand-count", b, f"{n.op} takes {wanted} inputs, got {count}", n)
+            plural = "" if most == least == 1 else "s"
+            self.fail("operand-count", b, f"{n.op} takes {wanted} input{plural}, got {count}", n)
         if signature is None and n.params:
             self.fail("operand-count", b, f"{n.op} takes no parameters, got "
                                           f"{', '.join(sorted(n.params))}", n)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 import re
 import signal
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +26,9 @@ from cfgrad.ir import Program
 
 GOLDEN = Path(__file__).parent / "golden"
 MUTANTS_PER_SOURCE = 60
-TIME_LIMIT = 1.0  # seconds per mutant
+# A guard against hangs (a Jmp self-loop once made adjoint() loop forever), not a timing:
+# a mutant takes milliseconds, and the guard is generous so a loaded machine never trips it.
+HANG_GUARD = 30.0  # seconds per mutant
 
 
 def nested(x, n):
@@ -120,9 +121,8 @@ def test_mutated_text_is_accepted_or_a_cfgrad_error(name):
     accepted = 0
     for _ in range(MUTANTS_PER_SOURCE):
         mutant = mutate(text, rng)
-        start = time.perf_counter()
         try:
-            with time_limit(TIME_LIMIT), np.errstate(all="ignore"):
+            with time_limit(HANG_GUARD), np.errstate(all="ignore"):
                 toolchain(mutant)
             accepted += 1
         except CfgradError:
@@ -130,6 +130,5 @@ def test_mutated_text_is_accepted_or_a_cfgrad_error(name):
         except Exception as e:  # noqa: BLE001 - the failure report shows the mutant
             pytest.fail(f"{type(e).__name__}: {e}\n--- mutant of {name} ---\n{mutant}")
         except Hang:
-            pytest.fail(f"no answer within {TIME_LIMIT} s\n--- mutant of {name} ---\n{mutant}")
-        assert time.perf_counter() - start < TIME_LIMIT
+            pytest.fail(f"no answer within {HANG_GUARD} s\n--- mutant of {name} ---\n{mutant}")
     assert accepted < MUTANTS_PER_SOURCE  # the mutations do break programs

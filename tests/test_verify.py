@@ -320,7 +320,7 @@ CASES: list[tuple[str, Callable, str, str, str]] = [
      "operand-count", "b0", "mul takes 2 inputs, got 3"),
     ("a unary op given two operands (text)",
      lambda: edit(text_of("switch"), "sin %x", "sin %x, %x"),
-     "operand-count", "b2", "sin takes 1 inputs, got 2"),
+     "operand-count", "b2", "sin takes 1 input, got 2"),
     ("too few operands for where (text)",
      lambda: edit(text_of("tree"), "%0: f64[] = mul 2.0, %z", "%0: f64[] = where True, %z"),
      "operand-count", "b0", "where takes 3 inputs, got 2"),
