@@ -34,10 +34,12 @@ from .ir import Program
 from .reverse import build_adjoint, primal_reads
 from .trace import (
     LOWERING_LOCK,
-    TRACEABLE_KINDS,
+    TRACEABLE_DTYPES,
+    Tracer,
     argument_problem,
     check_arguments,
     lowering_epoch,
+    nested_transformation_error,
     trace_program,
 )
 
@@ -107,7 +109,7 @@ def _leaf_key(x: Any) -> Any:
     kind = _SCALAR_KINDS.get(type(x))
     if kind is not None:
         return kind if kind != "i" or -2**63 <= x < 2**63 else None
-    if type(x) is np.ndarray and x.dtype.kind in TRACEABLE_KINDS:
+    if type(x) is np.ndarray and x.dtype.name in TRACEABLE_DTYPES:
         return (x.shape, x.dtype.char)
     if argument_problem(x) is not None:
         return None
@@ -175,6 +177,21 @@ def resolve_argnums(nums: tuple[int, ...], nargs: int, caller: str, name: str) -
     return tuple(i % nargs for i in nums)
 
 
+def _refuse_traced(leaves: list[Any]) -> None:
+    """Cotangents and tangents computed by a function being traced are nested
+    differentiation, which the pullback's or jvp's numpy run cannot take."""
+    if any(isinstance(x, Tracer) for x in leaves):
+        raise nested_transformation_error()
+
+
+def _check_aux_pair(program: Program, caller: str, name: str) -> None:
+    """With has_aux, `fun` returns a pair (value, aux), as in JAX."""
+    td = program.out_tree
+    if td.kind != "tuple" or len(td.children) != 2:
+        raise ArgumentTypeError(f"{caller} of {name} with has_aux=True: the function must "
+                                f"return a pair (value, aux), got {td.describe()}")
+
+
 class Pullback:
     """Maps output cotangents to input cotangents; `stats` describes the last run."""
 
@@ -192,6 +209,7 @@ class Pullback:
         entry = self._entry
         program = entry.program
         ct_leaves, ct_tree = treelib.flatten(cotangent)
+        _refuse_traced(ct_leaves)
         if ct_tree != program.out_tree:
             raise ArgumentTypeError(
                 f"pullback: the cotangent's structure {ct_tree.describe()} differs from the "
@@ -235,6 +253,8 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     the strategy of every loop that did not choose its own."""
     check_strategy(checkpoint, "cfgrad.vjp")
     entry, leaves = lowered(fun, primals)
+    if has_aux:
+        _check_aux_pair(entry.program, "vjp", getattr(fun, "__name__", "f"))
     # the pullback reads the primals later (the adjoint, recomputation, a second call): a
     # caller's array modified in place meanwhile must not change them, as JAX's immutable
     # arrays guarantee and PyTorch checks with version counters
@@ -326,9 +346,7 @@ def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux
                    name: str) -> None:
     td = program.out_tree
     if has_aux:
-        if td.kind != "tuple" or len(td.children) != 2:
-            raise ArgumentTypeError(f"grad of {name} with has_aux=True: the function must return a "
-                                    f"pair (value, aux), got {td.describe()}")
+        _check_aux_pair(program, "grad", name)
         td = td.children[0]
     if td.kind != "leaf":
         # as in JAX: a tuple, list or dict output is not differentiated leaf by leaf
@@ -369,6 +387,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple
     primals, tangents = tuple(primals), tuple(tangents)
     entry, leaves = lowered(fun, primals)
     t_leaves, t_tree = treelib.flatten(tangents)
+    _refuse_traced(t_leaves)
     if t_tree != treelib.flatten(primals)[1]:
         raise ArgumentTypeError("jvp: tangents must have the same structure as primals")
     program = entry.program

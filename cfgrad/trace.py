@@ -32,6 +32,7 @@ from .errors import (
 )
 from .interpret import check_strategy
 from .ir import (
+    DTYPE_BY_SHORT_NAME,
     Block,
     Cond,
     Edge,
@@ -351,7 +352,18 @@ class Trace:
         """A constant, deduplicated and hoisted into the entry block (it dominates all)."""
         # a copy: the Program keeps the value it was traced with, whatever the caller later
         # does to its array (closed-over arrays are constants, as under jax.jit)
-        a = np.array(value, dtype=dtype, copy=True)
+        try:
+            a = np.array(value, dtype=dtype, copy=True)
+        except OverflowError:
+            a = np.array(value, dtype=object)  # a Python int beyond int64: refused below
+        problem = untraceable_dtype(a.dtype)
+        if problem is not None:
+            loc = self.loc()
+            where = f" at {loc}" if loc else ""
+            if a.dtype == object and isinstance(value, int):
+                raise LoweringError(f"the Python int {value}{where} is beyond int64, cfgrad's "
+                                    "integers; use a float or a smaller int")
+            raise LoweringError(f"a constant{where} is {problem}")
         key = _const_key(a)
         v = self.consts.get(key)
         if v is None:
@@ -417,6 +429,8 @@ class Trace:
                 f"{prim.name} was applied to a traced value from the finished trace of "
                 f"{self.name}; tracers must not escape the function being transformed "
                 "(return values instead of storing them)")
+        if dtype is not None:  # the operands' common dtype (x * 1j: complex)
+            self._check_made_dtype(prim, dtype)
         values = [self.value_of(a, dtype if i >= prim.promote_from else None)
                   for i, a in enumerate(args)]
         try:
@@ -424,6 +438,8 @@ class Trace:
         except LoweringError as e:
             loc = self.loc()
             raise LoweringError(f"{e}{' at ' + str(loc) if loc else ''}") from None
+        if not prim.multi_output:
+            self._check_made_dtype(prim, out_type.dtype)
         if prim.multi_output:
             outs = [Value(t) for t in out_type]
             self.current.nodes.append(Node(prim.name, values, params, outs, self.loc(),
@@ -433,6 +449,13 @@ class Trace:
         self.current.nodes.append(Node(prim.name, values, params, [out], self.loc(),
                                                 self.origin))
         return self.tracer(out)
+
+    def _check_made_dtype(self, prim: Primitive, dtype: np.dtype) -> None:
+        problem = untraceable_dtype(dtype)
+        if problem is not None:
+            loc = self.loc()
+            raise LoweringError(f"{prim.name}{' at ' + str(loc) if loc else ''} would make a "
+                                f"value {problem}")
 
     def emit_special(self, op: str, inputs: list[Value], params: dict[str, Any],
                      out_types: list[TensorType]) -> list[Value]:
@@ -707,7 +730,21 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
 # ---------------------------------------------------------------------------------
 
 
-TRACEABLE_KINDS = "biuf"  # numpy dtype kinds a traced argument may have: bool, int, float
+# What a traced value may be: the dtypes the IR names, complex excepted (not supported yet:
+# the derivative rules are those of real functions, so a complex gradient would be wrong).
+TRACEABLE_DTYPES = frozenset(d.name for d in DTYPE_BY_SHORT_NAME.values() if d.kind in "biuf")
+COMPLEX_UNSUPPORTED = ("complex numbers are not supported yet: use the real and imaginary "
+                       "parts as two float arrays")
+
+
+def untraceable_dtype(dtype: np.dtype) -> str | None:
+    """Why values of `dtype` cannot be traced, or None when they can."""
+    if dtype.kind == "c":
+        return f"complex ({dtype}); {COMPLEX_UNSUPPORTED}"
+    if dtype.name not in TRACEABLE_DTYPES:
+        return (f"of dtype {dtype}; cfgrad traces bool, integer and float values of at most "
+                "64 bits only")
+    return None
 
 
 def argument_problem(x: Any) -> str | None:
@@ -730,14 +767,11 @@ def argument_problem(x: Any) -> str | None:
         return ("a masked array, whose mask cfgrad would ignore; pass x.filled(value) or "
                 "the data and the mask as two arrays")
     if isinstance(x, np.ndarray | np.generic | complex):
-        dtype = np.asarray(x).dtype
-        if dtype.kind == "c":
-            return (f"complex ({dtype}); complex numbers are not supported yet: pass the real "
-                    "and imaginary parts as two float arrays")
-        if dtype.kind not in TRACEABLE_KINDS:
-            return (f"an array of dtype {dtype}; cfgrad traces bool, integer and float arrays "
-                    "only: convert it, or pass it through static_argnums or a closure")
-        return None
+        problem = untraceable_dtype(np.asarray(x).dtype)
+        if problem is None or problem.startswith("complex"):
+            return problem
+        return (f"an array {problem}: convert it, or pass it through static_argnums or a "
+                "closure")
     return (f"a {type(x).__name__}; cfgrad traces arrays and Python scalars only (mark "
             "other arguments static, or close over them)")
 

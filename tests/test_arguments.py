@@ -48,6 +48,7 @@ def square_sum(x):
                  id="datetime"),
     pytest.param(np.array([1], dtype="timedelta64[s]"), ["timedelta64[s]"], id="timedelta"),
     pytest.param("abc", ["a str"], id="str"),
+    pytest.param(np.longdouble(2.0), ["float128", "at most 64 bits"], id="longdouble"),
     pytest.param(10**23, ["beyond int64"], id="huge-int"),
     pytest.param(2**63, ["beyond int64"], id="int64-max-plus-one"),
     pytest.param(-(2**63) - 1, ["beyond int64"], id="huge-negative-int"),
@@ -92,6 +93,29 @@ def test_complex_gradient_is_never_silently_zero() -> None:
         cg.grad(lambda z: cnp.sum(cnp.abs(z)))(np.array([3 + 4j]))
 
 
+@pytest.mark.parametrize(("fun", "parts"), [
+    pytest.param(lambda x: cnp.exp(x * 1j).astype(np.float64), ["mul", "complex128"],
+                 id="complex-literal"),
+    pytest.param(lambda x: cnp.sum(cnp.abs(x * np.array([1j, 2.0]))), ["mul", "complex128"],
+                 id="closed-over-complex-array"),
+    pytest.param(lambda x: cnp.astype(x, np.complex64).astype(np.float64),
+                 ["astype", "complex64"], id="astype-complex"),
+    pytest.param(lambda x: cg.fori_loop(0, 2, lambda i, c: (c[0], c[1] * x), (2**70, x))[1],
+                 ["Python int 1180591620717411303424", "beyond int64"], id="huge-int-carry"),
+    pytest.param(lambda x: x * np.array(["a"]), ["mul", "of dtype <U"], id="string-constant"),
+])
+def test_complex_or_unsupported_values_made_inside_are_lowering_errors(
+        fun: Callable, parts: list[str]) -> None:
+    """Not only arguments: a complex value made while tracing gave zero gradients and
+    zero tangents without a word."""
+    for transform in (lambda: cg.grad(fun)(0.5), lambda: cg.jvp(fun, (0.5,), (1.0,)),
+                      lambda: cg.vjp(fun, 0.5)):
+        with pytest.raises(cg.LoweringError) as info:
+            transform()
+        for part in parts:
+            assert part in str(info.value), str(info.value)
+
+
 # ---------------------------------------------------------------------------------
 # Outputs: grad differentiates one scalar, as in JAX
 # ---------------------------------------------------------------------------------
@@ -118,6 +142,14 @@ def test_has_aux_value_must_be_a_scalar_too() -> None:
     with pytest.raises(cg.ArgumentTypeError, match=r"output leaf 1 of \(\*, \*\) is a str"):
         cg.grad(lambda x: (x * x, "aux"), has_aux=True)(2.0)
     assert cg.grad(lambda x: (x * x, {"y": x}), has_aux=True)(3.0) == (6.0, {"y": 3.0})
+
+
+@pytest.mark.parametrize("fun", [lambda x: (x, x, x), lambda x: [x, x], lambda x: x,
+                                 lambda x: {"value": x, "aux": x}],
+                         ids=["triple", "list", "scalar", "dict"])
+def test_vjp_has_aux_needs_a_pair(fun: Callable) -> None:
+    with pytest.raises(cg.ArgumentTypeError, match="must return a pair"):
+        cg.vjp(fun, 2.0, has_aux=True)
 
 
 # ---------------------------------------------------------------------------------
@@ -201,6 +233,8 @@ def test_keyword_array_arguments_and_bad_keyword_leaves() -> None:
     pytest.param(lambda x: cg.grad(lambda y: y * x)(1.0), id="closure"),
     pytest.param(lambda x: cg.vjp(lambda y: y * x, 1.0)[0], id="vjp-inside"),
     pytest.param(lambda x: cg.jvp(lambda y: y * x, (1.0,), (1.0,))[1], id="jvp-inside"),
+    pytest.param(lambda x: cg.vjp(lambda y: y * 3.0, 1.0)[1](x)[0], id="traced-cotangent"),
+    pytest.param(lambda x: cg.jvp(lambda y: y * 3.0, (1.0,), (x,))[1], id="traced-tangent"),
     pytest.param(lambda x: cg.while_loop(lambda c: c < 3.0,
                                          lambda c: c + cg.grad(lambda y: y * y)(c), x),
                  id="grad-in-a-loop-body"),
