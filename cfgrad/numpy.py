@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as _np
 
-from .errors import LoweringError, TracerBoolError
+from .errors import ArgumentValueError, LoweringError, TracerBoolError
 from .primitives import bind, shifted_by_max, softmax_of
 from .trace import Tracer, current_loc, current_trace, register_numpy_namespace
 
@@ -194,6 +194,10 @@ def power(x: Any, y: Any) -> Any:
             x, int | float):
         if y == 1:
             return x
+        if y < 0 and _np.dtype(getattr(x, "dtype", _np.float64)).kind in "biu":
+            raise ArgumentValueError(
+                f"power: an integer base to the negative power {int(y)}; integers to "
+                "negative integer powers are not allowed (as in numpy): use a float base")
         return bind("integer_pow", x, n=int(y))
     return bind("pow", x, y)
 

@@ -935,3 +935,13 @@ def test_small_and_unsigned_integer_division_keeps_numpy_dtypes(dtype: Any) -> N
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("base", [np.int64(2), np.array([2, 4], np.int32), np.int8(3)])
+def test_integer_to_a_negative_integer_power_is_refused_as_in_numpy(base: Any) -> None:
+    """numpy raises ValueError; a traced int ** -1 gave the float 0.5."""
+    with pytest.raises(ValueError, match="negative integer powers are not allowed"):
+        evaluate(lambda x: x ** -1, base)
+    with pytest.raises(ValueError, match="negative integer powers"):
+        np.asarray(base) ** -1
+    assert evaluate(lambda x: x ** 2, base)[0].dtype == np.asarray(base).dtype
