@@ -8,21 +8,27 @@ flipped, instead of reporting a bogus mismatch.
 
 The derivatives under test are computed in the function's own precision, so the
 tolerances follow the least precise float dtype the program computes in. The finite
-differences are taken in float64 whenever the function traces at float64 inputs: a
-float16 difference quotient is mostly rounding noise (a step of 1e-3 does not even move
-an input near 1.0), so it could not judge a float16 derivative.
+differences are taken in float64 whenever the function traces at float64 inputs and
+takes the same path there as at its own dtypes: a float16 difference quotient is mostly
+rounding noise (a step of 1e-3 does not even move an input near 1.0), so it could not
+judge a float16 derivative. But rounding can change a branch or a trip count (a float16
+loop adding 0.1 until 1.0 runs 10 times, the same loop in float64 11 times), and then
+the float64 differences measure another piece of the function than the derivatives
+under test: they are taken at the function's own dtypes instead.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from numbers import Real
 from typing import Any
 
 import numpy as np
 
 from . import tree as treelib
 from .api import evaluate, jvp, vjp
-from .errors import ArgumentValueError, CfgradError, PathInstabilityError
+from .errors import ArgumentTypeError, ArgumentValueError, CfgradError, PathInstabilityError
 from .ir import Program
 
 # Per float size in bytes: the default atol = rtol for derivatives computed at that
@@ -36,13 +42,38 @@ _STEP = {2: 5e-2, 4: 5e-3, 8: 1e-6}
 _FLOAT16_DIFFERENCE_TOLERANCE = 5e-2
 
 
-def _describe_event(machine: Any, event: tuple) -> str:
-    region_index, value = event
-    if region_index < 0:
-        r = machine.c.loops[-1 - region_index].region
-        return f"{r.id} (at {r.loc}) ran {value} iterations"
-    r = list(machine.c.if_index)[region_index]
-    return f"{r.id} (at {r.loc}) took case {value}"
+def _path(machine: Any) -> list[tuple[str, str, Any, Any]]:
+    """The branch decisions and trip counts of `machine`'s run, as (kind, region id, source
+    location, value): by region rather than by index into the machine's tables, so runs
+    of programs traced at different dtypes compare too."""
+    events = []
+    ifs = list(machine.c.if_index)
+    for region_index, value in machine.sinks[0]:
+        if region_index < 0:
+            r = machine.c.loops[-1 - region_index].region
+            events.append(("loop", r.id, r.loc, value))
+        else:
+            r = ifs[region_index]
+            events.append(("if", r.id, r.loc, value))
+    return events
+
+
+def _first_difference(path: list, other: list) -> tuple | None:
+    """The first events where two paths part, as (event of `path`, event of `other`);
+    either is None where its path has ended. None when the paths are equal."""
+    for a, b in zip(path + [None] * len(other), other + [None] * len(path)):
+        if a != b:
+            return a, b
+    return None
+
+
+def _describe(event: tuple | None) -> str:
+    if event is None:
+        return "nothing more"
+    kind, rid, loc, value = event
+    if kind == "loop":
+        return f"{rid} (at {loc}) ran {value} iterations"
+    return f"{rid} (at {loc}) took case {value}"
 
 
 def _precision(program: Program) -> int:
@@ -56,6 +87,23 @@ def _precision(program: Program) -> int:
     return min(min(sizes, default=8), 8)
 
 
+def _parameter(name: str, value: Any, allowed: str, ok: Callable[[float], bool]
+               ) -> float | None:
+    """`value` as a float, or None (the default); a bool, a non-number or a value `ok`
+    refuses is an error naming the parameter and what it may be, rather than a
+    ZeroDivisionError (eps=0) or a check that always fails (a negative or NaN tolerance)
+    or always passes (an infinite one)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ArgumentTypeError(f"check_grads: {name} must be {allowed} (or None for the "
+                                f"default), got {type(value).__name__} {value!r:.60}")
+    if not (math.isfinite(value) and ok(float(value))):
+        raise ArgumentValueError(f"check_grads: {name}={value!r}; it must be {allowed} (or "
+                                 "None for the default)")
+    return float(value)
+
+
 def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
                 modes: Sequence[str] = ("fwd", "rev"), eps: float | None = None,
                 atol: float | None = None, rtol: float | None = None, seed: int = 0) -> None:
@@ -63,11 +111,16 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
     direction, contracted with a random output cotangent (the JAX/autograd scheme).
 
     Raises AssertionError on a mismatch, PathInstabilityError when the perturbed points
-    take another path through the program's control flow, and ArgumentValueError for an
-    order other than 1 or modes that are empty or not a subset of ("fwd", "rev")."""
-    if order != 1:
-        raise ArgumentValueError("check_grads: only order=1 is supported; cfgrad does not "
-                                 "differentiate adjoint programs (higher order) yet")
+    take another path through the program's control flow, ArgumentTypeError for `args`
+    that are not a tuple or list of arguments or a parameter that is not a number, and
+    ArgumentValueError for an order other than 1, modes that are empty or not a subset of
+    ("fwd", "rev"), an `eps` that is not positive and finite, or an `atol` or `rtol` that
+    is negative or not finite."""
+    # bool is an int: order=True would pass `order != 1`, and 1.0 would too
+    if isinstance(order, bool) or not isinstance(order, int | np.integer) or order != 1:
+        raise ArgumentValueError(f"check_grads: order={order!r}; only order=1 (the int) is "
+                                 "supported: cfgrad does not differentiate adjoint programs "
+                                 "(higher order) yet")
     if isinstance(modes, str):
         raise ArgumentValueError(f"check_grads: modes={modes!r} is a string; pass a tuple of "
                                  f"modes: modes=({modes!r},)")
@@ -78,6 +131,13 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
     if unknown:
         raise ArgumentValueError(f"check_grads: unknown modes {sorted(unknown)}; use 'fwd' "
                                  "and/or 'rev'")
+    if not isinstance(args, tuple | list):
+        raise ArgumentTypeError(f"check_grads: args must be a tuple of f's arguments, got "
+                                f"{type(args).__name__} {args!r:.60}; for one argument x pass "
+                                "args=(x,)")
+    eps = _parameter("eps", eps, "a positive finite float", lambda v: v > 0)
+    atol = _parameter("atol", atol, "a non-negative finite float", lambda v: v >= 0)
+    rtol = _parameter("rtol", rtol, "a non-negative finite float", lambda v: v >= 0)
     args = tuple(args)
     rng = np.random.default_rng(seed)
     leaves, td = treelib.flatten(args)
@@ -97,9 +157,20 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
         return treelib.unflatten(td, moved)
 
     fd_dtypes = [np.dtype(np.float64) if d.kind == "f" else d for d in dtypes]
+    own_dtypes = ""  # why the differences run at the function's own dtypes, if they do
     try:
         _, centre = evaluate(f, *point(0.0, fd_dtypes))
     except CfgradError:  # f traces only at its own dtypes (a loop carry of fixed dtype, …)
+        fd_dtypes, centre = dtypes, machine
+    parted = _first_difference(_path(machine), _path(centre))
+    if parted is not None:  # rounding at the own dtypes took another branch or trip count
+        own, promoted = parted
+        if own is not None and promoted is not None and own[:3] == promoted[:3]:
+            contrast = f"{_describe(promoted)} there but {own[3]} at its own dtypes"
+        else:
+            contrast = f"{_describe(promoted)} there, {_describe(own)} at its own dtypes"
+        own_dtypes = ("; the differences ran at the function's own dtypes, because promoted "
+                      f"to float64 the input takes another path: {contrast}")
         fd_dtypes, centre = dtypes, machine
     fd_precision = _precision(centre.c.program)
     eps = _STEP[fd_precision] if eps is None else eps
@@ -107,18 +178,17 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
                  else _TOLERANCE[_precision(machine.c.program)])
     rtol = tolerance if rtol is None else rtol
     atol = tolerance if atol is None else atol
-    path = centre.sinks[0]
+    path = _path(centre)
     out_plus, plus = evaluate(f, *point(eps, fd_dtypes))
     out_minus, minus = evaluate(f, *point(-eps, fd_dtypes))
-    for other in (plus.sinks[0], minus.sinks[0]):
-        if other != path:
-            for a, b in zip(path + [None] * len(other), other + [None] * len(path)):
-                if a != b:
-                    where = _describe_event(centre, a if a is not None else b)
-                    raise PathInstabilityError(
-                        f"check_grads: the control path changes within eps={eps} of the input: "
-                        f"{where} at x, but not at x ± eps·v; finite differences are not "
-                        "meaningful here (move the point away from the branch boundary)")
+    for other in (plus, minus):
+        parted = _first_difference(path, _path(other))
+        if parted is not None:
+            where = _describe(parted[0] if parted[0] is not None else parted[1])
+            raise PathInstabilityError(
+                f"check_grads: the control path changes within eps={eps} of the input: "
+                f"{where} at x, but not at x ± eps·v; finite differences are not "
+                f"meaningful here (move the point away from the branch boundary){own_dtypes}")
     fd = sum(float(np.sum(np.asarray(w, np.float64) * (
         np.asarray(p, np.float64) - np.asarray(m, np.float64))))
         for w, p, m in zip(u, treelib.flatten(out_plus)[0], treelib.flatten(out_minus)[0])
