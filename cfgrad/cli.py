@@ -11,9 +11,11 @@ Every failure is one line on stderr, never a raw traceback: mistakes on the comm
 (a missing file, function or arguments, unparsable `--args`, an output file that cannot
 be written) exit with status 2; a cfgrad error, or an exception raised by the user's code
 (while its module is imported, by `example_args()`, or while the function is traced or
-run), exits with status 1; a module that calls `sys.exit(n)` while it is imported exits
-with status n (1 when n is 0 or not a status: nothing was inspected). `--traceback` adds
-the full traceback of the exception, with its own type, before that line.
+run), exits with status 1, as does a bug of cfgrad that shows while it runs the user's
+code (reported as an internal error, not as the user's); a module that calls
+`sys.exit(n)` while it is imported exits with status n (1 when n is 0 or not a status:
+nothing was inspected); Ctrl-C exits with status 130. `--traceback` adds the full
+traceback of the exception, with its own type, before that line.
 """
 
 from __future__ import annotations
@@ -49,14 +51,24 @@ class UsageError(Exception):
 class UserCodeError(Exception):
     """The user's code raised (or called sys.exit): reported in one line, and with the
     original exception's traceback under --traceback; exit status `status`. `advice` ends
-    the line when the traceback is not shown (it is how to see it)."""
+    the line when the traceback is not shown (it is how to see it). `bug`: the exception
+    is cfgrad's own bug, raised while running the user's code, and the line asks for a
+    report."""
 
     def __init__(self, message: str, original: BaseException, status: int = 1,
-                 advice: str = ""):
+                 advice: str = "", bug: bool = False):
         super().__init__(message)
         self.original = original
         self.status = status
         self.advice = advice
+        self.bug = bug
+
+    def ending(self, traceback_shown: bool) -> str:
+        """What follows the message on its line."""
+        advice = self.advice if self.advice and not traceback_shown else ""
+        if self.bug:
+            return f" (please report it{'; ' + advice if advice else ''})"
+        return f"; {advice}" if advice else ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,8 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserCodeError as exc:
         if show_traceback:
             traceback.print_exception(exc.original, file=sys.stderr)
-        advice = f"; {exc.advice}" if exc.advice and not show_traceback else ""
-        print(f"cfgrad: error: {exc}{advice}", file=sys.stderr)
+        print(f"cfgrad: error: {exc}{exc.ending(show_traceback)}", file=sys.stderr)
         return exc.status
     except CfgradError as exc:
         if show_traceback:
@@ -283,10 +294,13 @@ def load_module(path: Path) -> ModuleType:
 def _user_code(what: str, passthrough: type[Exception] | tuple = ()) -> Iterator[None]:
     """Run the user's code (`what` says which: "importing FILE", …): an exception it raises
     (other than `passthrough`, which main reports itself) or a sys.exit it calls becomes
-    one UserCodeError saying what went wrong, where, and what to do."""
+    one UserCodeError saying what went wrong, where, and what to do. Any BaseException
+    counts (a GeneratorExit escaping the function is the user's too), except a
+    KeyboardInterrupt, which main reports as an interruption. An exception that is a bug
+    of cfgrad itself is reported as one, so the user's code is not blamed for it."""
     try:
         yield
-    except (UsageError, UserCodeError):
+    except (UsageError, UserCodeError, KeyboardInterrupt):
         raise
     except SystemExit as exc:
         code = exc.code
@@ -295,17 +309,49 @@ def _user_code(what: str, passthrough: type[Exception] | tuple = ()) -> Iterator
                             f"(exit status {status}); cfgrad inspect imports the file and calls "
                             "the function, so code that exits belongs under `if __name__ == "
                             "'__main__':`", exc, status) from exc
-    except Exception as exc:
+    except BaseException as exc:
         if isinstance(exc, passthrough):
             raise
         lines = str(exc).strip().splitlines()
-        message = f"{what} raised {type(exc).__name__}"
+        summary = type(exc).__name__
         if lines:
-            message += f": {lines[0]}{' …' if len(lines) > 1 else ''}"
-        last = traceback.extract_tb(exc.__traceback__)[-1]
-        message += f" (at {last.filename}:{last.lineno} in {last.name})"
-        raise UserCodeError(message, exc,
+            summary += f": {lines[0]}{' …' if len(lines) > 1 else ''}"
+        frames = traceback.extract_tb(exc.__traceback__)
+        if frames:
+            last = frames[-1]
+            summary += f" (at {last.filename}:{last.lineno} in {last.name})"
+        if _cfgrad_bug(exc, frames):
+            raise UserCodeError(f"internal error in cfgrad while {what}: {summary}", exc,
+                                advice="rerun with --traceback", bug=True) from exc
+        raise UserCodeError(f"{what} raised {summary}", exc,
                             advice="rerun with --traceback for the full traceback") from exc
+
+
+_PACKAGE = Path(__file__).resolve().parent
+# How Python words a call of a function with arguments it does not take, or of something
+# that is not a function: the frame that raises is the caller's, so when cfgrad calls the
+# user's loop body or branch that way, the innermost frame is cfgrad's but the mistake is
+# the user's.
+_BAD_CALL = re.compile(r"^\S+\(\) (missing|takes|got) |object is not callable$")
+
+
+def _cfgrad_bug(exc: BaseException, frames: traceback.StackSummary) -> bool:
+    """Whether `exc` is a bug of cfgrad rather than of the user's code: not a CfgradError,
+    raised in cfgrad's own code, and not raised there on purpose. cfgrad raises some
+    builtin exceptions deliberately, for the user's mistakes (AttributeError for an
+    attribute traced arrays lack, ValueError for an axis out of bounds): those are `raise`
+    statements, while a bug fails on another line (a KeyError of a lookup, an
+    AttributeError of None) or is an AssertionError of a broken invariant."""
+    if isinstance(exc, CfgradError) or not frames:
+        return False
+    last = frames[-1]
+    if not Path(last.filename).resolve().is_relative_to(_PACKAGE):
+        return False
+    if isinstance(exc, AssertionError):
+        return True
+    if (last.line or "").startswith("raise "):
+        return False
+    return not (isinstance(exc, TypeError) and _BAD_CALL.search(str(exc)))
 
 
 def parse_args(text: str) -> tuple:

@@ -333,16 +333,66 @@ def test_traceback_shows_the_users_exception_in_full(tmp_path):
 
 
 def test_a_failure_inside_cfgrad_is_one_line_too(tmp_path, monkeypatch, capsys):
-    """An exception that is not a CfgradError, raised in cfgrad's own code: the line
-    says where, so a bug report can start from it."""
+    """An exception that is not a CfgradError, raised in cfgrad's own code: the line says
+    it is cfgrad's bug, not the user's code (it used to say "tracing f raised"), and
+    where, so a bug report can start from it."""
     from cfgrad.ir import type_of
 
     monkeypatch.setattr(cli, "lowered", lambda fun, args: str(type_of(object())))
     path = write(tmp_path, "def f(x):\n    return x\n")
     assert cli.main(["inspect", f"{path}:f", "--args", "1.0"]) == 1
     err = one_line(capsys.readouterr().err)
-    assert f"tracing {path}:f raised KeyError: 'object' (at " in err
-    assert "cfgrad/ir.py" in err and "rerun with --traceback" in err
+    assert err.startswith(f"cfgrad: error: internal error in cfgrad while tracing {path}:f: "
+                          "KeyError: 'object' (at "), err
+    assert "cfgrad/ir.py" in err and err.endswith(
+        " (please report it; rerun with --traceback)\n"), err
+    assert cli.main(["inspect", f"{path}:f", "--args", "1.0", "--traceback"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and "KeyError" in err
+    assert err.splitlines()[-1].endswith(" (please report it)"), err
+
+
+def test_the_users_mistakes_that_cfgrad_raises_are_not_its_bugs(tmp_path, capsys):
+    """Builtin exceptions cfgrad raises on purpose, and calls of the user's callables with
+    arguments they do not take (raised in cfgrad's calling frame), are the user's."""
+    path = write(tmp_path, "import cfgrad as cg\n\n"
+                 "def attribute(x):\n    return x.foo\n\n"
+                 "def arity(x):\n    return cg.while_loop(lambda c: c < 1.0, lambda c, d: c, x)\n\n"
+                 "def not_callable(x):\n    return cg.cond(x > 1.0, 3.0, lambda: x)\n")
+    for name, message in [("attribute", "AttributeError: traced arrays have no attribute"),
+                          ("arity", "TypeError: "), ("not_callable", "TypeError: ")]:
+        assert cli.main(["inspect", f"{path}:{name}", "--args", "1.0"]) == 1
+        err = one_line(capsys.readouterr().err)
+        assert f"tracing {path}:{name} raised {message}" in err, err
+        assert "internal error" not in err and "please report" not in err, err
+
+
+def test_any_base_exception_of_user_code_is_one_line(tmp_path):
+    """A GeneratorExit (a BaseException, neither SystemExit nor KeyboardInterrupt) escaping
+    the user's code used to end `cfgrad inspect` with a raw traceback."""
+    traced = write(tmp_path, "def f(x):\n    raise GeneratorExit('stop')\n", "traced.py")
+    imported = write(tmp_path, "class Stop(BaseException):\n    pass\n\nraise Stop()\n",
+                     "imported.py")
+    cases = [(["inspect", f"{traced}:f", "--args", "1.0"],
+              f"tracing {traced}:f raised GeneratorExit: stop (at {traced}:2 in f); rerun with "
+              "--traceback for the full traceback"),
+             (["inspect", f"{imported}:f", "--args", "1.0"],
+              f"importing {imported} raised Stop (at {imported}:4 in <module>); rerun with"),
+             (["inspect", f"{traced}:f", "--args", "1.0", "--traceback"],
+              "GeneratorExit: stop\n")]
+    procs = cfgrad_many(*(argv for argv, _ in cases))
+    for proc, (_, message) in zip(procs[:2], cases[:2]):
+        one_line(check_failure(proc, 1, message))
+    err = check_failure(procs[2], 1, cases[2][1])
+    assert err.startswith("Traceback (most recent call last):"), err
+    assert err.splitlines()[-1] == f"cfgrad: error: tracing {traced}:f raised GeneratorExit: " \
+        f"stop (at {traced}:2 in f)", err
+
+
+def test_keyboard_interrupt_in_user_code_is_an_interruption(tmp_path, capsys):
+    path = write(tmp_path, "def f(x):\n    raise KeyboardInterrupt\n")
+    assert cli.main(["inspect", f"{path}:f", "--args", "1.0"]) == 130
+    assert capsys.readouterr().err == "cfgrad: interrupted\n"
 
 
 def test_modules_are_registered_before_they_run(tmp_path):
