@@ -26,6 +26,20 @@ _DTYPE_NAMES = {
     "bool": "bool", "complex64": "c64", "complex128": "c128",
 }
 DTYPE_BY_SHORT_NAME = {short: np.dtype(long) for long, short in _DTYPE_NAMES.items()}
+#: What an error message lists as the allowed dtypes.
+DTYPE_CHOICES = ", ".join(f"{short} ({long})" for long, short in _DTYPE_NAMES.items())
+
+
+def ir_dtype(x: Any) -> np.dtype | None:
+    """The dtype `x` is (a numpy dtype, or a scalar type such as `np.float32`) when the IR
+    has a name for it, else None. The one test of "a dtype the IR supports", used by the
+    parser (`dtype(…)`, `array(…)` literals) and by the shape rules (`astype`, `const`):
+    any other dtype would make a value whose type cannot be printed, parsed or traced."""
+    if isinstance(x, type) and issubclass(x, np.generic):
+        x = np.dtype(x)
+    if isinstance(x, np.dtype) and x.name in _DTYPE_NAMES and x.isnative:
+        return x
+    return None
 
 
 @dataclass(frozen=True)
@@ -369,8 +383,14 @@ def format_param(value: Any) -> str:
 
 
 def is_inline_const(n: Node) -> bool:
-    """Scalar constants print inline as literals (`mul %3, 2.0`), not as their own lines."""
-    return n.op == "const" and n.outputs[0].type.shape == ()
+    """Scalar constants print inline as literals (`mul %3, 2.0`), not as their own lines.
+    A broken `const` (no value, or a value that is no scalar of an IR dtype) prints as a
+    line of its own, so the verifier's message shows what is wrong with it."""
+    if n.op != "const" or n.inputs or len(n.outputs) != 1 or len(n.params) != 1:
+        return False
+    value, out = n.params.get("value"), n.outputs[0].type
+    return (isinstance(value, np.ndarray) and value.shape == out.shape == ()
+            and value.dtype == out.dtype and ir_dtype(value.dtype) is not None)
 
 
 def const_literal(value: np.ndarray) -> str:

@@ -35,6 +35,7 @@ import numpy as np
 from .errors import ParseError
 from .ir import (
     DTYPE_BY_SHORT_NAME,
+    DTYPE_CHOICES,
     Block,
     Cond,
     Edge,
@@ -50,6 +51,7 @@ from .ir import (
     TensorType,
     Value,
     const_literal,
+    ir_dtype,
     key_text,
 )
 from .nodespec import RUNTIME_NODES
@@ -93,16 +95,30 @@ class _LineError(ParseError):
 # Safe evaluation of parameter literals
 # ---------------------------------------------------------------------------------
 
+def _dtype(name: Any) -> np.dtype:
+    """`dtype('float32')`: only the dtypes the IR names (`f16` … `c128`), so a parsed
+    parameter never carries a dtype no type, printer or interpreter handles (`float128`,
+    `object`, strings)."""
+    try:
+        dtype = ir_dtype(np.dtype(name)) if isinstance(name, str) else None
+    except TypeError:
+        dtype = None
+    if dtype is None:
+        raise _LineError(f"dtype({name!r}) is not a dtype of the IR; the IR's dtypes are "
+                         f"{DTYPE_CHOICES}")
+    return dtype
+
+
 def _array(data: Any, dtype: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
-    a = np.asarray(data, dtype=np.dtype(dtype))
+    a = np.asarray(data, dtype=_dtype(dtype))
     return a.reshape(shape) if shape is not None else a
 
 
 def _full(shape: tuple[int, ...], value: Any, dtype: str) -> np.ndarray:
-    return np.full(shape, value, dtype=np.dtype(dtype))
+    return np.full(shape, value, dtype=_dtype(dtype))
 
 
-_CONSTRUCTORS = {"array": _array, "full": _full, "dtype": np.dtype, "slice": slice}
+_CONSTRUCTORS = {"array": _array, "full": _full, "dtype": _dtype, "slice": slice}
 _NAMES = {"nan": float("nan"), "inf": float("inf")}
 
 
@@ -143,7 +159,9 @@ def _eval(node: ast.AST, constructors: dict[str, Any]) -> Any:
             raise _LineError(f"`**` is not allowed in {ast.unparse(node)!r}")
         try:
             return constructors[node.func.id](*args, **kwargs)
-        except (TypeError, ValueError, OverflowError) as e:
+        except _LineError:
+            raise
+        except (TypeError, ValueError, OverflowError, MemoryError) as e:
             raise _LineError(f"cannot evaluate {ast.unparse(node)!r}: {e}") from None
     raise _LineError(f"{ast.unparse(node)!r} is not a literal the IR text allows")
 

@@ -17,6 +17,9 @@ integer and boolean inputs, so rules need not handle either.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .errors import LoweringError
-from .ir import TensorType
+from .ir import DTYPE_CHOICES, TensorType, format_param, ir_dtype
 
 # ---------------------------------------------------------------------------------
 # The table entry and binding
@@ -52,13 +55,48 @@ class Primitive:
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
 
+    @functools.cached_property
+    def params(self) -> tuple[str, ...]:
+        """The static parameters the primitive takes, every one required: those its shape
+        rule names after the input types (`sum`: axes, keepdims; `sin`: none). The shape
+        rule is the declaration the implementation and the derivative rules agree with
+        (tests/test_primitives.py holds the table to it); an implementation that accepts
+        more (`np.clip`'s `out`, `**kwargs`) must not let a mistyped parameter reach it."""
+        return tuple(list(inspect.signature(self.abstract).parameters)[1:])
+
+    def parameter_problem(self, params: dict[str, Any]) -> str | None:
+        """What is wrong with the names of a node's `params`, or None: `clip takes no
+        parameters, got foo`, `mean takes parameters axes, keepdims; keepdims is missing`."""
+        unknown = sorted(set(params) - set(self.params))
+        missing = [name for name in self.params if name not in params]
+        if not unknown and not missing:
+            return None
+        plural = "s" if len(self.params) > 1 else ""
+        takes = (f"takes parameter{plural} {', '.join(self.params)}" if self.params
+                 else "takes no parameters")
+        if unknown:
+            return f"{self.name} {takes}, got {', '.join(unknown)}"
+        verb = "is" if len(missing) == 1 else "are"
+        return f"{self.name} {takes}; {', '.join(missing)} {verb} missing"
+
 
 PRIMITIVES: dict[str, Primitive] = {}
 
 
 def _register(p: Primitive) -> Primitive:
+    """Enter `p` in the table, its shape rule checking the parameters' names first: a
+    traced `bind` with a wrong one is then a LoweringError, as a wrong value is."""
     assert p.name not in PRIMITIVES, p.name
-    PRIMITIVES[p.name] = p
+    rule = p.abstract
+
+    @functools.wraps(rule)  # keeps the rule's signature, which names the parameters
+    def abstract(types: list[TensorType], **params: Any) -> Any:
+        problem = p.parameter_problem(params)
+        if problem is not None:
+            raise LoweringError(problem)
+        return rule(types, **params)
+
+    p = PRIMITIVES[p.name] = dataclasses.replace(p, abstract=abstract)
     return p
 
 
@@ -117,8 +155,67 @@ def _broadcast(types: list[TensorType], op: str) -> tuple[int, ...]:
         raise LoweringError(f"{op}: cannot broadcast {shapes} together") from None
 
 
+# -- Static parameters. A rule's signature names the parameters its primitive takes (the
+# verifier holds nodes to it), and the rule checks their values: everything the
+# implementation and the derivative rules will do with them must be decided here, so a
+# bad parameter is a LoweringError when traced and a VerifyError when parsed, never a
+# TypeError or numpy AxisError from a run or a derivative rule.
+
+
+def _int_param(op: str, name: str, value: Any) -> int:
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise LoweringError(f"{op}: parameter {name} must be an int, got {value!r}")
+    return int(value)
+
+
+def _bool_param(op: str, name: str, value: Any) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise LoweringError(f"{op}: parameter {name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _axis_param(op: str, name: str, value: Any, t: TensorType, whole: Any = None) -> int:
+    """One axis of `t` (an item of the parameter `whole`, if given), as lowering normalizes
+    it: 0 <= axis < ndim. No negative axes: the shape rules count from the front, so -1
+    would give a different type than numpy's run does."""
+    shown = f"{name}={format_param(value if whole is None else whole)}"
+    is_int = isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+    if not is_int or not 0 <= value < t.ndim:
+        allowed = f"0 to {t.ndim - 1}" if t.ndim else "none, it is a scalar"
+        raise LoweringError(f"{op}: parameter {shown}: {format_param(value)} is not an axis "
+                            f"of {t} (its axes: {allowed})")
+    return int(value)
+
+
+def _axes_param(op: str, value: Any, t: TensorType) -> tuple[int, ...]:
+    if not isinstance(value, tuple):
+        raise LoweringError(f"{op}: parameter axes must be a tuple of axes of {t}, got "
+                            f"{value!r}")
+    axes = tuple(_axis_param(op, "axes", a, t, value) for a in value)
+    if len(set(axes)) != len(axes):
+        raise LoweringError(f"{op}: parameter axes={format_param(value)} repeats an axis")
+    return axes
+
+
+def _shape_param(op: str, value: Any) -> tuple[int, ...]:
+    if not isinstance(value, tuple) or any(
+            isinstance(d, bool | np.bool_) or not isinstance(d, int | np.integer) or d < 0
+            for d in value):
+        raise LoweringError(f"{op}: parameter shape must be a tuple of sizes (ints >= 0), got "
+                            f"{value!r}")
+    return tuple(int(d) for d in value)
+
+
+def _dtype_param(op: str, value: Any) -> np.dtype:
+    dtype = ir_dtype(value)
+    if dtype is None:
+        raise LoweringError(f"{op}: parameter dtype must be one of the IR's dtypes "
+                            f"({DTYPE_CHOICES}), got {value!r}")
+    return dtype
+
+
 def _elementwise_type(op: str, out_dtype: Any = None) -> Callable[..., TensorType]:
-    def rule(types: list[TensorType], **_: Any) -> TensorType:
+    def rule(types: list[TensorType]) -> TensorType:
         dtype = np.dtype(out_dtype) if out_dtype is not None else types[-1].dtype
         return TensorType(_broadcast(types, op), dtype)
 
@@ -333,10 +430,15 @@ def _integer_pow_slope(x, n):
     return float(n) * bind("integer_pow", x, n=n - 1) if n != 1 else 1.0 + 0.0 * x
 
 
+def _integer_pow_type(types: list[TensorType], n: int) -> TensorType:
+    """x ** n keeps x's type, except that a negative power of an integer is a float64."""
+    n = _int_param("integer_pow", "n", n)
+    return types[0] if types[0].dtype.kind == "f" or n >= 0 else TensorType(
+        types[0].shape, np.dtype(np.float64))
+
+
 _register(Primitive(
-    "integer_pow", _integer_pow_impl,
-    lambda types, n: types[0] if types[0].dtype.kind == "f" or n >= 0 else
-    TensorType(types[0].shape, np.dtype(np.float64)),
+    "integer_pow", _integer_pow_impl, _integer_pow_type,
     lambda ct, xs, out, n: (ct * _integer_pow_slope(xs[0], n),),
     lambda ts, xs, out, n: None if ts[0] is None else ts[0] * _integer_pow_slope(xs[0], n),
     "elementwise", promote="none",
@@ -366,7 +468,7 @@ for _name, _fn in [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or
 
 def _integer_division_type(op: str) -> Callable[..., TensorType]:
     """x // y and x % y keep the operands' dtype; numpy computes them for bools in int8."""
-    def rule(types: list[TensorType], **_: Any) -> TensorType:
+    def rule(types: list[TensorType]) -> TensorType:
         dtype = types[-1].dtype
         return TensorType(_broadcast(types, op),
                           np.dtype(np.int8) if dtype == np.bool_ else dtype)
@@ -400,7 +502,7 @@ _register(Primitive(
 # ---------------------------------------------------------------------------------
 
 
-def _where_type(types: list[TensorType], **_: Any) -> TensorType:
+def _where_type(types: list[TensorType]) -> TensorType:
     if types[0].dtype != np.bool_:
         raise LoweringError(f"where: the condition must be bool, got {types[0]}")
     if types[1].dtype != types[2].dtype:
@@ -435,7 +537,7 @@ _register(Primitive("where", _where_impl, _where_type, _where_vjp, _where_jvp, "
                           "untaken branch"))
 
 
-def _clip_type(types: list[TensorType], **_: Any) -> TensorType:
+def _clip_type(types: list[TensorType]) -> TensorType:
     return TensorType(_broadcast(types, "clip"), types[0].dtype)
 
 
@@ -464,9 +566,23 @@ _register(Primitive("clip", np.clip, _clip_type, _clip_vjp, _clip_jvp, "selectio
 # ---------------------------------------------------------------------------------
 
 
-def _reduction_type(out_dtype: Callable[[np.dtype], np.dtype]) -> Callable[..., TensorType]:
+def _nonempty_reduction(op: str, t: TensorType, axes: tuple[int, ...]) -> None:
+    """Reductions without an identity (max, min, their arg- forms, logsumexp's shift by the
+    max) have no value over an empty axis: numpy raises at run time, so the rule refuses."""
+    empty = [a for a in axes if t.shape[a] == 0]
+    if empty:
+        raise LoweringError(f"{op}: cannot reduce {t} over its empty axis {empty[0]} "
+                            "(the reduction has no identity)")
+
+
+def _reduction_type(op: str, out_dtype: Callable[[np.dtype], np.dtype],
+                    identity: bool = True) -> Callable[..., TensorType]:
     def rule(types: list[TensorType], axes: tuple[int, ...], keepdims: bool) -> TensorType:
         t = types[0]
+        axes = _axes_param(op, axes, t)
+        keepdims = _bool_param(op, "keepdims", keepdims)
+        if not identity:
+            _nonempty_reduction(op, t, axes)
         return TensorType(_reduced_shape(t.shape, axes, keepdims), np.dtype(out_dtype(t.dtype)))
 
     return rule
@@ -503,19 +619,20 @@ def _extreme(name: str, impl: Callable) -> None:
         return bind("sum", ts[0] * weights(x, out, axes, keepdims), axes=axes, keepdims=keepdims)
 
     _register(Primitive(name, lambda x, axes, keepdims: impl(x, axis=axes, keepdims=keepdims),
-                        _reduction_type(lambda d: d), vjp, jvp, "reduction", promote="none",
+                        _reduction_type(name, lambda d: d, identity=False), vjp, jvp,
+                        "reduction", promote="none",
                         notes="ties share the gradient equally among the extreme entries"))
 
 
 _register(Primitive(
     "sum", lambda x, axes, keepdims: x.sum(axis=axes, keepdims=keepdims),
-    _reduction_type(_sum_dtype),
+    _reduction_type("sum", _sum_dtype),
     lambda ct, xs, out, axes, keepdims: (_spread(ct, xs[0], axes, keepdims),),
     lambda ts, xs, out, axes, keepdims: bind("sum", ts[0], axes=axes, keepdims=keepdims),
     "reduction", promote="none"))
 _register(Primitive(
     "mean", lambda x, axes, keepdims: np.mean(x, axis=axes, keepdims=keepdims),
-    _reduction_type(_mean_dtype),
+    _reduction_type("mean", _mean_dtype),
     lambda ct, xs, out, axes, keepdims: (
         _spread(ct, xs[0], axes, keepdims) / float(_count(xs[0].shape, axes)),),
     lambda ts, xs, out, axes, keepdims: bind("mean", ts[0], axes=axes, keepdims=keepdims),
@@ -537,7 +654,7 @@ def _prod_partials(x, out, axes, keepdims):
 
 _register(Primitive(
     "prod", lambda x, axes, keepdims: np.prod(x, axis=axes, keepdims=keepdims),
-    _reduction_type(_sum_dtype),
+    _reduction_type("prod", _sum_dtype),
     lambda ct, xs, out, axes, keepdims: (
         _spread(ct, xs[0], axes, keepdims) * _prod_partials(xs[0], out, axes, keepdims),),
     lambda ts, xs, out, axes, keepdims: bind(
@@ -571,7 +688,7 @@ def softmax_of(x: Any, axes: tuple[int, ...]) -> Any:
 
 
 _register(Primitive(
-    "logsumexp", _logsumexp_impl, _reduction_type(lambda d: d),
+    "logsumexp", _logsumexp_impl, _reduction_type("logsumexp", lambda d: d, identity=False),
     lambda ct, xs, out, axes, keepdims: (
         _spread(ct, xs[0], axes, keepdims) * softmax_of(xs[0], axes),),
     lambda ts, xs, out, axes, keepdims: bind(
@@ -579,13 +696,22 @@ _register(Primitive(
     "reduction", promote="float", notes="shifted by the maximum: finite for inputs of any size"))
 
 
-def _arg_type(types: list[TensorType], axis: int | None) -> TensorType:
-    shape = () if axis is None else tuple(d for i, d in enumerate(types[0].shape) if i != axis)
-    return TensorType(shape, np.dtype(np.int64))
+def _arg_type(op: str) -> Callable[..., TensorType]:
+    def rule(types: list[TensorType], axis: int | None) -> TensorType:
+        t = types[0]
+        if axis is None:  # over the flattened array
+            _nonempty_reduction(op, TensorType((t.size,), t.dtype), (0,))
+            return TensorType((), np.dtype(np.int64))
+        axis = _axis_param(op, "axis", axis, t)
+        _nonempty_reduction(op, t, (axis,))
+        return TensorType(tuple(d for i, d in enumerate(t.shape) if i != axis),
+                          np.dtype(np.int64))
+
+    return rule
 
 
 for _name, _fn in [("argmax", np.argmax), ("argmin", np.argmin)]:
-    _register(Primitive(_name, (lambda f: lambda x, axis: f(x, axis=axis))(_fn), _arg_type,
+    _register(Primitive(_name, (lambda f: lambda x, axis: f(x, axis=axis))(_fn), _arg_type(_name),
                         None, None, "reduction", promote="none", nondiff=True,
                         notes="integer result: no derivative"))
 
@@ -594,7 +720,7 @@ for _name, _fn in [("argmax", np.argmax), ("argmin", np.argmin)]:
 # ---------------------------------------------------------------------------------
 
 
-def _matmul_type(types: list[TensorType], **_: Any) -> TensorType:
+def _matmul_type(types: list[TensorType]) -> TensorType:
     a, b = types
     if a.ndim == 0 or b.ndim == 0:
         raise LoweringError(f"matmul: operands must be at least 1-D, got {a} and {b}")
@@ -649,6 +775,7 @@ _register(Primitive(
 
 
 def _reshape_type(types: list[TensorType], shape: tuple[int, ...]) -> TensorType:
+    shape = _shape_param("reshape", shape)
     if int(np.prod(shape, dtype=np.int64)) != types[0].size:
         raise LoweringError(f"reshape: cannot reshape {types[0]} to {list(shape)}")
     return TensorType(tuple(shape), types[0].dtype)
@@ -663,8 +790,9 @@ _register(Primitive(
 
 def _transpose_type(types: list[TensorType], axes: tuple[int, ...]) -> TensorType:
     t = types[0]
-    if sorted(axes) != list(range(t.ndim)):
-        raise LoweringError(f"transpose: axes {axes} are not a permutation for {t}")
+    if len(_axes_param("transpose", axes, t)) != t.ndim:
+        raise LoweringError(f"transpose: parameter axes={format_param(axes)} is not a "
+                            f"permutation of the axes of {t}")
     return TensorType(tuple(t.shape[a] for a in axes), t.dtype)
 
 
@@ -677,6 +805,7 @@ _register(Primitive(
 
 def _broadcast_to_type(types: list[TensorType], shape: tuple[int, ...]) -> TensorType:
     t = types[0]
+    shape = _shape_param("broadcast_to", shape)
     try:
         np.broadcast_shapes(t.shape, shape)
         if tuple(np.broadcast_shapes(t.shape, shape)) != tuple(shape):
@@ -696,6 +825,7 @@ _register(Primitive(
 
 def _concat_type(types: list[TensorType], axis: int) -> TensorType:
     first = types[0]
+    axis = _axis_param("concatenate", "axis", axis, first)
     for t in types[1:]:
         if t.ndim != first.ndim or any(
                 a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis):
@@ -738,7 +868,19 @@ def _index_impl(x, *dynamic, spec):
 
 
 def _index_type(types: list[TensorType], spec: tuple) -> TensorType:
+    """The result of numpy indexing `x[spec]`, found by indexing a zero-size-strided view
+    of x's shape, with zeros standing in for the traced indices (`'$'` in spec, one per
+    index input)."""
     x = types[0]
+    if not isinstance(spec, tuple) or any(isinstance(s, str) and s != "$" for s in spec):
+        raise LoweringError(f"indexing: parameter spec must be a tuple of index items "
+                            f"('$' marking each traced index), got {spec!r}")
+    marks = sum(1 for s in spec if isinstance(s, str))
+    if marks != len(types) - 1:
+        raise LoweringError(f"indexing: spec {spec!r} marks {marks} traced indices with '$', "
+                            f"but the node has {len(types) - 1} index inputs")
+    if any(isinstance(s, bool | np.bool_) for s in spec):
+        raise LoweringError(f"indexing with a boolean scalar is not supported: {spec!r}")
     probes = tuple(np.zeros(t.shape, np.int64) for t in types[1:])
     for t in types[1:]:
         if t.dtype.kind not in "iu":
@@ -746,7 +888,7 @@ def _index_type(types: list[TensorType], spec: tuple) -> TensorType:
     try:
         view = np.broadcast_to(np.zeros((), x.dtype), x.shape)
         shape = view[_index_tuple(spec, probes)].shape
-    except IndexError as e:
+    except (IndexError, TypeError, ValueError) as e:
         raise LoweringError(f"indexing {x} with {spec!r}: {e}") from None
     return TensorType(tuple(shape), x.dtype)
 
@@ -780,7 +922,15 @@ _register(Primitive(
 
 
 def _scatter_type(types: list[TensorType], spec: tuple, shape: tuple) -> TensorType:
-    return TensorType(tuple(shape), types[0].dtype)
+    """Zeros of `shape` with the input added at `spec`: the input has the shape indexing
+    `shape` with `spec` gives (scatter_add is the transpose of index)."""
+    ct = types[0]
+    shape = _shape_param("scatter_add", shape)
+    target = _index_type([TensorType(shape, ct.dtype), *types[1:]], spec)
+    if target.shape != ct.shape:
+        raise LoweringError(f"scatter_add: spec {spec!r} selects {target} from shape "
+                            f"{list(shape)}, but the input is {ct}")
+    return TensorType(shape, ct.dtype)
 
 
 _register(Primitive(
@@ -796,6 +946,8 @@ _register(Primitive(
 def _roll_type(types: list[TensorType], axis: int | None) -> TensorType:
     if types[1].dtype.kind not in "iu" or types[1].ndim != 0:
         raise LoweringError(f"roll: the shift must be an integer scalar, got {types[1]}")
+    if axis is not None:  # None: roll the flattened array
+        _axis_param("roll", "axis", axis, types[0])
     return types[0]
 
 
@@ -813,14 +965,21 @@ def _astype_vjp(ct, xs, out, dtype):
 
 _register(Primitive(
     "astype", lambda x, dtype: np.asarray(x).astype(dtype),
-    lambda types, dtype: TensorType(types[0].shape, np.dtype(dtype)),
+    lambda types, dtype: TensorType(types[0].shape, _dtype_param("astype", dtype)),
     _astype_vjp,
     lambda ts, xs, out, dtype: bind("astype", ts[0], dtype=dtype) if out.dtype.kind == "f"
     else None,
     "shape", promote="none", notes="a cast to an integer or bool type has no derivative"))
 
+def _const_type(types: list[TensorType], value: np.ndarray) -> TensorType:
+    if not isinstance(value, np.ndarray):
+        raise LoweringError(f"const: parameter value must be an array (array([…], 'float64')), "
+                            f"got {value!r}")
+    return TensorType(tuple(value.shape), _dtype_param("const", value.dtype))
+
+
 _register(Primitive(
-    "const", lambda value: value, lambda types, value: TensorType(value.shape, value.dtype),
+    "const", lambda value: value, _const_type,
     None, None, "constant", promote="none", nondiff=True,
     notes="a constant, materialized once when the program is compiled"))
 
@@ -828,7 +987,7 @@ _register(Primitive(
 # -- Reverse-builder internals: in-place accumulation of a loop's gradient accumulators --
 
 
-def _same_type(types: list[TensorType], **_: Any) -> TensorType:
+def _same_type(types: list[TensorType]) -> TensorType:
     if any(t != types[0] for t in types[1:]):
         raise LoweringError(f"accumulate: operands differ in type: {types}")
     return types[0]
@@ -892,7 +1051,7 @@ def _accumulate_outer_impl(acc: Any, a: np.ndarray, b: np.ndarray) -> RankOneSum
     return acc
 
 
-def _accumulate_outer_type(types: list[TensorType], **_: Any) -> TensorType:
+def _accumulate_outer_type(types: list[TensorType]) -> TensorType:
     acc, a, b = types
     if acc.shape != (a.size, b.size) or a.ndim != 1 or b.ndim != 1 or not (
             acc.dtype == a.dtype == b.dtype):

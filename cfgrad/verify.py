@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import VerifyError
+from .errors import LoweringError, VerifyError
 from .ir import (
     Block,
     Cond,
@@ -24,6 +24,7 @@ from .ir import (
     RegionNest,
     Return,
     Value,
+    format_param,
     innermost_regions,
     region_join,
     region_start,
@@ -49,12 +50,16 @@ INVARIANTS: dict[str, str] = {
     "known-op": "every node names a primitive of the derivative table (or a runtime node of "
                 "an adjoint program)",
     "operand-count": "a primitive node has as many inputs as its implementation takes (`sin` "
-                     "one, `add` two, `where` three, …) and only parameters it accepts",
+                     "one, `add` two, `where` three, …) and exactly the parameters its shape "
+                     "rule names (`sum`: axes and keepdims; `sin`, `clip`: none)",
     "operand-types": "a primitive node's inputs have the dtypes lowering gives them: one "
                      "common dtype from the first promoted input on (a float or complex one "
                      "for primitives that compute in floating point)",
     "node-types": "a primitive node has one output, whose declared type is what the "
-                  "primitive's shape rule gives for its inputs and parameters",
+                  "primitive's shape rule gives for its inputs and parameters; the rule also "
+                  "checks the parameters' values (axes in range and distinct, keepdims a "
+                  "bool, integer_pow's n an int, shapes tuples of sizes, a dtype or const "
+                  "value of an IR dtype), so any parameter the verifier accepts runs",
     "single-definition": "every value is defined once (as a parameter, Phi or node output)",
     "use-dominated": "every use of a value is dominated by its definition (a Phi input by the "
                      "end of the predecessor it comes from, a loop's bounds by the end of its "
@@ -198,11 +203,13 @@ class _Checker:
         self.check_operands(b, n, prim)
         if len(n.outputs) != 1 and not prim.multi_output:
             self.fail("node-types", b, "a primitive node has exactly one output", n)
-        try:
+        try:  # the rule checks the parameters' values (an axis in range, n an int, …)
             expected = prim.abstract([v.type for v in n.inputs], **n.params)
+        except LoweringError as e:  # the rule's own message names the parameter
+            self.fail("node-types", b, f"{e}", n)
         except Exception as e:  # noqa: BLE001 - any failure of the rule is a typing error
-            self.fail("node-types", b, f"its inputs and params do not type-check: "
-                                       f"{type(e).__name__}: {e}", n)
+            self.fail("node-types", b, f"its inputs and parameters {_shown(n.params)} do not "
+                                       f"fit {n.op}'s shape rule: {type(e).__name__}: {e}", n)
         declared = [o.type for o in n.outputs]
         if (list(expected) if prim.multi_output else [expected]) != declared:
             shown = ", ".join(map(str, declared))
@@ -210,11 +217,16 @@ class _Checker:
                                        f"{expected}", n)
 
     def check_operands(self, b: Block, n: Node, prim: Primitive) -> None:
-        """What the interpreter's call `impl(*inputs, **params)` needs, checked before any
-        run: the operand count and parameter names, and the dtypes lowering's promotion
-        gives the operands (numpy would otherwise promote silently, or cast a bool `sin`
-        to f16, and the result would not have the declared type)."""
-        operands, variadic, signature = _operands(n.op)
+        """What the interpreter's call `impl(*inputs, **params)` and the derivative rules'
+        `vjp(ct, xs, out, **params)` need, checked before any run: the parameter names
+        (those the shape rule's signature names, every one of them), the operand count, and
+        the dtypes lowering's promotion gives the operands (numpy would otherwise promote
+        silently, or cast a bool `sin` to f16, and the result would not have the declared
+        type)."""
+        problem = prim.parameter_problem(n.params)
+        if problem is not None:
+            self.fail("operand-count", b, problem, n)
+        operands, variadic = _operands(n.op)
         least = sum(1 for name in operands if name not in n.params)
         most = None if variadic else least
         count = len(n.inputs)
@@ -223,14 +235,6 @@ class _Checker:
                       else f"{least} to {most}")
             plural = "" if most == least == 1 else "s"
             self.fail("operand-count", b, f"{n.op} takes {wanted} input{plural}, got {count}", n)
-        if signature is None and n.params:
-            self.fail("operand-count", b, f"{n.op} takes no parameters, got "
-                                          f"{', '.join(sorted(n.params))}", n)
-        if signature is not None:
-            try:
-                signature.bind(*n.inputs, **n.params)
-            except TypeError as e:
-                self.fail("operand-count", b, f"its parameters do not fit {n.op}: {e}", n)
         dtypes = [v.type.dtype for v in n.inputs[prim.promote_from:]]
         if prim.promote == "none" or not dtypes:
             return
@@ -464,24 +468,27 @@ class _Checker:
 
 
 @functools.cache
-def _operands(op: str) -> tuple[tuple[str, ...], bool, inspect.Signature | None]:
-    """The positional parameters of a primitive's implementation that its inputs fill,
-    whether it takes any number more (`*xs`), and the signature its parameters must fit
-    (None: a numpy ufunc, which takes `nin` inputs and no parameters). The interpreter
-    calls `impl(*inputs, **params)`: inputs fill the positional parameters that have no
-    default and are not given as parameters (numpy's `_NoValue` default marks one that is
-    required unless given by keyword, like `np.clip`'s bounds), so an input can never land
-    in an optional one such as `out`."""
+def _operands(op: str) -> tuple[tuple[str, ...], bool]:
+    """The positional parameters of a primitive's implementation that its inputs fill, and
+    whether it takes any number more (`*xs`). The interpreter calls `impl(*inputs,
+    **params)`: inputs fill the positional parameters that have no default and are not
+    given as parameters (numpy's `_NoValue` default marks one that is required unless given
+    by keyword, like `np.clip`'s bounds), so an input can never land in an optional one such
+    as `out`. A numpy ufunc takes `nin` inputs."""
     impl = PRIMITIVES[op].impl
     if isinstance(impl, np.ufunc):
-        return tuple(f"x{i}" for i in range(impl.nin)), False, None
+        return tuple(f"x{i}" for i in range(impl.nin)), False
     signature = inspect.signature(impl)
     required = getattr(np, "_NoValue", inspect.Parameter.empty)
     operands = tuple(p.name for p in signature.parameters.values()
                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
                      and p.default in (p.empty, required))
     variadic = any(p.kind is p.VAR_POSITIONAL for p in signature.parameters.values())
-    return operands, variadic, signature
+    return operands, variadic
+
+
+def _shown(params: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}={format_param(params[k])}" for k in sorted(params)) + "}"
 
 
 def _anchor(r: Region) -> Block | None:

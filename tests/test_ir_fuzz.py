@@ -1,15 +1,20 @@
 """Malformed IR text never crashes the toolchain: mutants of valid programs (lines and
 tokens deleted, duplicated, swapped or replaced) either parse, verify, differentiate and
 compile, or stop with a `CfgradError` (`ParseError`, `VerifyError`) — never another
-exception, and each within a second (a self-loop once made the reverse builder spin).
+exception, and never a hang (a self-loop once made the reverse builder spin).
 
-The mutants come from a fixed seed, so every run tries the same texts."""
+The mutants come from a fixed seed, so every run tries the same texts. A second,
+exhaustive test edits every static parameter of every node (`{axes=(0,), …}`): each
+value replaced by None, a string, a float, an out-of-range axis, a bad dtype, …, each
+parameter dropped, an unknown one added; those mutants also run, forward and adjoint,
+since a parameter the verifier let through would fail only there (numpy's AxisError)."""
 
 from __future__ import annotations
 
 import random
 import re
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,10 +24,17 @@ import pytest
 
 import cfgrad as cg
 import cfgrad.numpy as cnp
+from cfgrad.checkpoint import StoreAll
 from cfgrad.errors import CfgradError
 from cfgrad.forward_mode import build_jvp
-from cfgrad.interpret import Compiled
+from cfgrad.interpret import Compiled, Machine, plan_saved_slots, run_adjoint
 from cfgrad.ir import Program
+from cfgrad.irparse import split_comment, split_top
+from cfgrad.primitives import bind
+from cfgrad.reverse import primal_reads
+
+sys.path.insert(0, str(Path(__file__).parent))
+import seed_programs as seeds  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"
 MUTANTS_PER_SOURCE = 60
@@ -42,10 +54,25 @@ def nested(x, n):
     return cg.while_loop(lambda c: c[0] < n, body, (0, x), max_iters=20)[1]
 
 
+def params_example(x, m, i):
+    """Every primitive that takes static parameters, once."""
+    a = cnp.sum(m, axis=1) + cnp.mean(m, axis=0, keepdims=True)[0]
+    b = cnp.max(m, axis=0) * cnp.min(m, axis=1) + cnp.prod(m, axis=1)
+    c = cnp.logsumexp(m, axis=0) + x ** 3 + cnp.astype(cnp.argmax(m, axis=1), np.float64)
+    d = cnp.transpose(m)[0] + cnp.reshape(m, (9,))[3:6]
+    e = cnp.concatenate([a, b], axis=0)[1:4] + cnp.roll(c, i, axis=0)
+    f = cnp.broadcast_to(x, (3,)) * d + m[i] + bind("scatter_add", x, spec=(1,), shape=(3,))
+    return cnp.sum(cnp.clip(e * f, -1.0, 1.0) + cnp.where(e > 0, e, f))
+
+
+PARAMS_ARGS = (0.5, np.arange(9.0).reshape(3, 3) / 10, 1)
+
+
 def sources() -> dict[str, str]:
     texts = {p.stem: p.read_text() for p in sorted(GOLDEN.glob("*.txt"))
              if not p.stem.endswith(".adjoint")}
     texts["nested"] = cg.lower(nested, 1.0, 3).text()
+    texts["params"] = cg.lower(params_example, *PARAMS_ARGS).text()
     return texts
 
 
@@ -132,3 +159,68 @@ def test_mutated_text_is_accepted_or_a_cfgrad_error(name):
         except Hang:
             pytest.fail(f"no answer within {HANG_GUARD} s\n--- mutant of {name} ---\n{mutant}")
     assert accepted < MUTANTS_PER_SOURCE  # the mutations do break programs
+
+
+#: What a parameter's value is replaced by: wrong kinds (None, a string, a float, a bool,
+#: a list, a bare int for a tuple), axes out of range, repeated or negative, and dtypes
+#: the IR lacks or that are merely wrong.
+BAD_PARAMS = ["None", "'x'", "2.5", "True", "[0]", "0", "-1", "99", "(99,)", "(-1,)", "(0, 0)",
+              "()", "(1, 1, 1)", "(0.0,)", "dtype('float128')", "dtype('int8')", "dtype('bool')",
+              "array([1.0], 'float64')", "slice(0, 9, 0)", "('$', '$')", "..."]
+
+
+def parameter_mutants(text: str) -> Iterator[str]:
+    """Every node line with parameters, edited one way at a time: each parameter's value
+    replaced by each of BAD_PARAMS, each parameter dropped, and an unknown one added."""
+    lines = text.splitlines()
+    for k, line in enumerate(lines):
+        code, comment = split_comment(line)
+        if not code.endswith("}") or "{" not in code:
+            continue
+        head, _, inner = code[:-1].partition("{")
+        params = split_top(inner)
+        edits = [params + ["foo=1"]]
+        for j, param in enumerate(params):
+            name = param.partition("=")[0]
+            edits.append(params[:j] + params[j + 1:])
+            edits += [params[:j] + [f"{name}={value}"] + params[j + 1:] for value in BAD_PARAMS]
+        for edited in edits:
+            braces = " {" + ", ".join(edited) + "}" if edited else ""
+            new = head.rstrip() + braces + (f" ; {comment}" if comment else "")
+            yield "\n".join(lines[:k] + [new] + lines[k + 1:]) + "\n"
+
+
+def run_both_ways(text: str, args: tuple) -> None:
+    """The toolchain, then a forward run and the adjoint run that reverses it."""
+    program = Program.parse(text)
+    forward, adjoint_program = Compiled(program), program.adjoint()
+    plan_saved_slots(forward, primal_reads(adjoint_program))  # as cfgrad.api compiles them
+    adjoint = Compiled(adjoint_program, forward=forward)
+    build_jvp(program)
+    machine = Machine(forward, [StoreAll() for _ in forward.loops], record=True)
+    outs = machine.run([np.asarray(a, p.type.dtype) for a, p in zip(args, program.params)])
+    run_adjoint(adjoint, machine, [np.ones_like(o) for o in outs])
+
+
+#: Arguments the parameter mutants run on: the seed programs' own.
+RUN_ARGS = {"params": PARAMS_ARGS, "nested": (1.0, 3),
+            **{name: args for name, (_, args) in seeds.SEEDS.items()}}
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(SOURCES)
+                                  if next(parameter_mutants(SOURCES[n]), None) is not None])
+def test_bad_parameters_are_accepted_or_a_cfgrad_error(name):
+    text = SOURCES[name]
+    with np.errstate(all="ignore"):
+        run_both_ways(text, RUN_ARGS[name])  # the unmutated source runs whole
+    mutants = list(parameter_mutants(text))
+    rejected = 0
+    for mutant in mutants:
+        try:
+            with np.errstate(all="ignore"):
+                run_both_ways(mutant, RUN_ARGS[name])
+        except CfgradError:
+            rejected += 1
+        except Exception as e:  # noqa: BLE001 - the failure report shows the mutant
+            pytest.fail(f"{type(e).__name__}: {e}\n--- mutant of {name} ---\n{mutant}")
+    assert rejected > len(mutants) // 2  # nearly every edit breaks the program

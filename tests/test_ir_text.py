@@ -220,6 +220,21 @@ def test_format_param_reads_back(value):
     ("program f(%x: f64[]) -> (f64[])\nb0:\n"
      "  %0: i64[1] = const {value=array([99999999999999999999], 'int64')}\n  Return %x",
      "cannot evaluate"),
+    # only the dtypes the IR names, in types and in parameters alike
+    ("program f(%x: f128[]) -> (f64[])\nb0:\n  Return %x", "'f128[]' is not a type"),
+    ("program f(%x: float64[]) -> (f64[])\nb0:\n  Return %x", "'float64[]' is not a type"),
+    ("program f(%x: f64[]) -> (f64[])\nb0:\n  %0: f64[] = add %x, 1.0:f128\n  Return %0",
+     "cannot read parameter '1.0:f128'"),
+    *[(f"program f(%x: f64[]) -> (f64[])\nb0:\n  %0: f64[] = astype %x {{dtype={d}}}\n"
+       "  Return %0", f"{d} is not a dtype of the IR; the IR's dtypes are f16 (float16), ")
+      for d in ("dtype('O')", "dtype('float128')", "dtype('U3')", "dtype('datetime64')",
+                "dtype('>f8')", "dtype(3)", "dtype(None)")],
+    ("program f(%x: f64[]) -> (f64[])\nb0:\n"
+     "  %0: f64[1] = const {value=array([1.0], 'float128')}\n  Return %x",
+     "dtype('float128') is not a dtype of the IR"),
+    ("program f(%x: f64[]) -> (f64[])\nb0:\n"
+     "  %0: f64[2] = const {value=full((2,), 0, 'object')}\n  Return %x",
+     "dtype('object') is not a dtype of the IR"),
 ])
 def test_parse_errors_name_the_line(text, message):
     with pytest.raises(ParseError, match=re.escape(message)) as info:

@@ -17,7 +17,9 @@ on plain numpy arrays, and float32 programs staying float32.
 
 from __future__ import annotations
 
+import inspect
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -945,3 +947,55 @@ def test_integer_to_a_negative_integer_power_is_refused_as_in_numpy(base: Any) -
     with pytest.raises(ValueError, match="negative integer powers"):
         np.asarray(base) ** -1
     assert evaluate(lambda x: x ** 2, base)[0].dtype == np.asarray(base).dtype
+
+
+# ---------------------------------------------------------------------------------
+# Static parameters: the shape rule names them and checks their values
+# ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(PRIMITIVES))
+def test_rules_and_implementation_take_the_shape_rules_parameters(name):
+    """The verifier holds a node's parameters to its shape rule's signature
+    (`Primitive.params`), so the implementation and the derivative rules must take
+    exactly those: a name one of them lacked would pass the verifier and fail in a run or
+    in `.adjoint()`."""
+    prim = PRIMITIVES[name]
+    if not isinstance(prim.impl, np.ufunc) and prim.impl is not np.clip:
+        named = [p for p in inspect.signature(prim.impl).parameters.values()
+                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        assert set(prim.params) <= {p.name for p in named}
+        # whatever else the implementation names is an input, never an optional parameter
+        assert all(p.default is p.empty for p in named if p.name not in prim.params)
+    elif prim.impl is np.clip:
+        assert prim.params == ()
+    for rule in (prim.vjp, prim.jvp):
+        if rule is not None:
+            assert tuple(inspect.signature(rule).parameters)[3:] == prim.params, rule
+
+
+def _traced(f: Callable) -> Any:
+    return cg.lower(f, np.arange(6.0).reshape(2, 3), 2.0)
+
+
+@pytest.mark.parametrize("f, message", [
+    (lambda m, x: bind("sum", m, axes=(5,), keepdims=False),
+     "sum: parameter axes=(5,): 5 is not an axis of f64[2,3] (its axes: 0 to 1)"),
+    (lambda m, x: cnp.sum(m, axis=(0, 0)), "sum: parameter axes=(0, 0) repeats an axis"),
+    (lambda m, x: bind("mean", m, axes=(0,), keepdims="no"),
+     "mean: parameter keepdims must be True or False, got 'no'"),
+    (lambda m, x: bind("integer_pow", x, n=2.5), "integer_pow: parameter n must be an int"),
+    (lambda m, x: bind("astype", x, dtype=np.dtype(np.longdouble)),
+     "astype: parameter dtype must be one of the IR's dtypes"),
+    (lambda m, x: bind("clip", x, 0.0, 1.0, foo=1), "clip takes no parameters, got foo"),
+    (lambda m, x: bind("sum", m, axes=(0,)), "sum takes parameters axes, keepdims; keepdims "
+                                             "is missing"),
+    (lambda m, x: bind("reshape", m, shape=(6.0,)), "reshape: parameter shape must be a tuple"),
+    (lambda m, x: cnp.max(m[:, 3:], axis=1), "amax: cannot reduce f64[2,0] over its empty "
+                                             "axis 1"),
+])
+def test_tracing_a_bad_parameter_is_a_lowering_error(f, message):
+    """The shape rules check parameters for tracing as for parsed text: the same mistake is
+    a LoweringError at the call that made it, not an error when the program runs."""
+    with pytest.raises(cg.LoweringError, match=re.escape(message)):
+        _traced(f)

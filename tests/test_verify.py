@@ -314,7 +314,7 @@ CASES: list[tuple[str, Callable, str, str, str]] = [
      "node-types", "b0", "declared f32[]"),
     ("params do not type-check (text)",
      lambda: edit(text_of("log_sin"), "{spec=(0,)}", "{spec=(5,)}"),
-     "node-types", "b0", "do not type-check"),
+     "node-types", "b0", "index 5 is out of bounds for axis 0 with size 2"),
     ("too many operands (text)",
      lambda: edit(text_of("tree"), "mul 2.0, %z", "mul 2.0, %z, %x"),
      "operand-count", "b0", "mul takes 2 inputs, got 3"),
@@ -386,6 +386,75 @@ def verify_case(make: Callable) -> str:
 def test_rejects_broken_program(name, make, tag, block, detail):
     message = verify_case(make)
     assert re.match(rf"\[{re.escape(tag)}\] block {block}\b", message), message
+    assert detail in message, message
+
+
+def tiny(node: str, x: str = "f64[]", out: str = "f64[]") -> str:
+    """A one-node program: `%y: OUT = NODE` of a parameter `%x: X`."""
+    return f"program f(%x: {x}) -> ({out})\nb0:\n  %y: {out} = {node}\n  Return %y\n"
+
+
+# Parameters that once passed the verifier (or crashed it), then failed as raw TypeErrors,
+# KeyErrors or numpy AxisErrors in .adjoint(), compiling or running: (node, input type,
+# output type, tag, the message's detail). Each shape rule checks its parameters' values,
+# and the verifier holds a node's parameter names to its shape rule's signature.
+BAD_PARAMETERS = [
+    ("clip %x, 0.0, 1.0 {foo=1}", "f64[]", "f64[]", "operand-count",
+     "clip takes no parameters, got foo"),
+    ("sum %x {axes=(0,), foo=1, keepdims=False}", "f64[3]", "f64[]", "operand-count",
+     "sum takes parameters axes, keepdims, got foo"),
+    ("mean %x {axes=(0,)}", "f64[3]", "f64[]", "operand-count",
+     "mean takes parameters axes, keepdims; keepdims is missing"),
+    ("const", "f64[]", "f64[]", "operand-count", "const takes parameter value; value is missing"),
+    ("const {value=3}", "f64[]", "f64[]", "node-types",
+     "const: parameter value must be an array"),
+    ("mean %x {axes=None, keepdims=False}", "f64[]", "f64[]", "node-types",
+     "mean: parameter axes must be a tuple of axes of f64[], got None"),
+    ("sum %x {axes=(5,), keepdims=False}", "f64[]", "f64[]", "node-types",
+     "sum: parameter axes=(5,): 5 is not an axis of f64[] (its axes: none, it is a scalar)"),
+    ("sum %x {axes=(-1,), keepdims=False}", "f64[3]", "f64[]", "node-types",
+     "-1 is not an axis of f64[3] (its axes: 0 to 0)"),
+    ("sum %x {axes=(0, 0), keepdims=False}", "f64[3]", "f64[]", "node-types",
+     "sum: parameter axes=(0, 0) repeats an axis"),
+    ("sum %x {axes=(0,), keepdims='no'}", "f64[3]", "f64[]", "node-types",
+     "sum: parameter keepdims must be True or False, got 'no'"),
+    ("logsumexp %x {axes=(3,), keepdims=False}", "f64[3]", "f64[]", "node-types",
+     "logsumexp: parameter axes=(3,): 3 is not an axis of f64[3]"),
+    ("amax %x {axes=(0,), keepdims=False}", "f64[0]", "f64[]", "node-types",
+     "amax: cannot reduce f64[0] over its empty axis 0"),
+    ("argmax %x {axis='a'}", "f64[3]", "i64[]", "node-types",
+     "argmax: parameter axis='a': 'a' is not an axis of f64[3] (its axes: 0 to 0)"),
+    ("argmax %x {axis=1}", "f64[3]", "i64[]", "node-types",
+     "argmax: parameter axis=1: 1 is not an axis of f64[3]"),
+    ("integer_pow %x {n=2.5}", "f64[]", "f64[]", "node-types",
+     "integer_pow: parameter n must be an int, got 2.5"),
+    ("integer_pow %x {n='2'}", "f64[]", "f64[]", "node-types", "must be an int, got '2'"),
+    ("integer_pow %x {n=None}", "f64[]", "f64[]", "node-types", "must be an int, got None"),
+    ("astype %x {dtype='float32'}", "f64[]", "f32[]", "node-types",
+     "astype: parameter dtype must be one of the IR's dtypes"),
+    ("reshape %x {shape=(3.0,)}", "f64[3]", "f64[3]", "node-types",
+     "reshape: parameter shape must be a tuple of sizes (ints >= 0), got (3.0,)"),
+    ("transpose %x {axes=(0.0, 1)}", "f64[2,2]", "f64[2,2]", "node-types",
+     "transpose: parameter axes=(0.0, 1): 0.0 is not an axis of f64[2,2]"),
+    ("transpose %x {axes=(0,)}", "f64[2,2]", "f64[2,2]", "node-types",
+     "transpose: parameter axes=(0,) is not a permutation of the axes of f64[2,2]"),
+    ("concatenate %x, %x {axis=1}", "f64[3]", "f64[6]", "node-types",
+     "concatenate: parameter axis=1: 1 is not an axis of f64[3]"),
+    ("roll %x, 1 {axis=7}", "f64[3]", "f64[3]", "node-types", "roll: parameter axis=7"),
+    ("index %x {spec=('$',)}", "f64[3]", "f64[]", "node-types",
+     "spec ('$',) marks 1 traced indices with '$', but the node has 0 index inputs"),
+    ("scatter_add %x {shape=(3,), spec=(5,)}", "f64[]", "f64[3]", "node-types",
+     "index 5 is out of bounds for axis 0 with size 3"),
+    ("scatter_add %x {shape=(3,), spec=(0,)}", "f64[2]", "f64[3]", "node-types",
+     "scatter_add: spec (0,) selects f64[] from shape [3], but the input is f64[2]"),
+]
+
+
+@pytest.mark.parametrize("node, x, out, tag, detail", BAD_PARAMETERS,
+                         ids=[c[0] for c in BAD_PARAMETERS])
+def test_bad_parameters_are_verify_errors(node, x, out, tag, detail):
+    message = verify_case(lambda: tiny(node, x, out))
+    assert message.startswith(f"[{tag}] block b0, node `%0 = {node.split()[0]}`: "), message
     assert detail in message, message
 
 
