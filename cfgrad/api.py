@@ -33,7 +33,6 @@ from .interpret import (
 from .ir import Program
 from .reverse import build_adjoint, primal_reads
 from .trace import (
-    LOWERING_LOCK,
     TRACEABLE_DTYPES,
     Tracer,
     argument_problem,
@@ -42,6 +41,7 @@ from .trace import (
     nested_transformation_error,
     trace_program,
 )
+from .trace_context import LOWERING_LOCK
 
 _SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
 

@@ -37,14 +37,8 @@ from .interpret import Compiled, Machine, as_runtime_value, plan_saved_slots, ru
 from .ir import Program, TensorType, type_of
 from .primitives import bind
 from .reverse import build_adjoint, primal_reads
-from .trace import (
-    LOWERING_LOCK,
-    Tracer,
-    invalidate_lowerings,
-    lowering_epoch,
-    trace_program,
-    tracing,
-)
+from .trace import Tracer, invalidate_lowerings, lowering_epoch, trace_program
+from .trace_context import LOWERING_LOCK, tracing
 
 
 def stop_gradient(x: Any) -> Any:

@@ -16,7 +16,7 @@ import numpy as _np
 
 from .errors import ArgumentValueError, LoweringError, TracerBoolError
 from .primitives import bind, shifted_by_max, softmax_of
-from .trace import Tracer, current_loc, current_trace, register_numpy_namespace
+from .trace_context import current_loc, current_trace, is_traced
 
 pi = _np.pi
 e = _np.e
@@ -29,16 +29,16 @@ ndarray = _np.ndarray
 
 
 def _ndim(x: Any) -> int:
-    return x.ndim if isinstance(x, Tracer) else _np.ndim(x)
+    return x.ndim if is_traced(x) else _np.ndim(x)
 
 
 def _shape(x: Any) -> tuple[int, ...]:
-    return tuple(x.shape) if isinstance(x, Tracer) else _np.shape(x)
+    return tuple(x.shape) if is_traced(x) else _np.shape(x)
 
 
 def _dtype(x: Any) -> _np.dtype:
     """The dtype numpy gives `x`: Python scalars and lists have none of their own."""
-    return x.dtype if isinstance(x, Tracer) else _np.asarray(x).dtype
+    return x.dtype if is_traced(x) else _np.asarray(x).dtype
 
 
 def _axes(x: Any, axis: Any) -> tuple[int, ...]:
@@ -60,7 +60,7 @@ def _axes(x: Any, axis: Any) -> tuple[int, ...]:
 def asarray(x: Any, dtype: Any = None) -> Any:
     """Inside a trace, a concrete array becomes a traced constant (so it can be indexed by
     a traced integer); a traced value passes through (cast if `dtype` is given)."""
-    if isinstance(x, Tracer):
+    if is_traced(x):
         return x if dtype is None or _np.dtype(dtype) == x.dtype else astype(x, dtype)
     trace = current_trace()
     if trace is not None:
@@ -80,7 +80,7 @@ def ones(shape: Any, dtype: Any = float) -> _np.ndarray:
 
 
 def full(shape: Any, fill_value: Any, dtype: Any = None) -> Any:
-    if isinstance(fill_value, Tracer):
+    if is_traced(fill_value):
         value = fill_value if dtype is None else astype(fill_value, dtype)
         return broadcast_to(value, shape)
     return _np.full(shape, fill_value, dtype)
@@ -101,7 +101,7 @@ def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Any:
 def _concrete_length(function: str, what: str, value: Any) -> None:
     """Refuse a traced value that would set the length of an array: shapes are fixed when
     a function is traced, so they cannot depend on values known only when it runs."""
-    if isinstance(value, Tracer):
+    if is_traced(value):
         loc = current_loc()
         raise TracerBoolError(
             f"cnp.{function}: {what} is a traced value ({value.value.type})"
@@ -126,12 +126,12 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
     results agree) and the last element exactly `stop`: differentiable in both ends.
     `num` must be concrete: it is the length of the result."""
     _concrete_length("linspace", "num", num)
-    if not isinstance(start, Tracer) and not isinstance(stop, Tracer):
+    if not is_traced(start) and not is_traced(stop):
         return _np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype)
     num = operator.index(num)
     if num < 0:
         raise ValueError(f"cnp.linspace: num={num} must be non-negative")
-    computed = _np.result_type(*(x.dtype if isinstance(x, Tracer) else x for x in (start, stop)),
+    computed = _np.result_type(*(x.dtype if is_traced(x) else x for x in (start, stop)),
                                float(num))
     shape = _np.broadcast_shapes(_shape(start), _shape(stop))
     index = _np.arange(num, dtype=computed).reshape((num,) + (1,) * len(shape))
@@ -223,7 +223,7 @@ def round(a: Any, decimals: int = 0) -> Any:
     """numpy's round: halves go to the even neighbour, at `decimals` digits (negative:
     tens, hundreds, …), computed as numpy does (scale, round, unscale). Its derivative is
     0, like floor's. Python's `round(x)` and `round(x, n)` on a traced value call this."""
-    if not isinstance(a, Tracer):
+    if not is_traced(a):
         return _np.round(a, decimals)
     decimals = operator.index(decimals)
     if a.dtype == _np.bool_:  # as numpy does
@@ -249,7 +249,7 @@ def reciprocal(x: Any) -> Any:
 
 
 def where(condition: Any, x: Any, y: Any) -> Any:
-    if not isinstance(condition, Tracer):
+    if not is_traced(condition):
         condition = _np.asarray(condition, dtype=bool)
     elif condition.dtype != _np.bool_:
         condition = condition != 0
@@ -408,7 +408,7 @@ def stack(arrays: Sequence[Any], axis: int = 0) -> Any:
 
 
 def roll(a: Any, shift: Any, axis: int | None = None) -> Any:
-    if not isinstance(shift, Tracer):
+    if not is_traced(shift):
         shift = _np.asarray(shift, dtype=_np.int64)
     return bind("roll", a, shift, axis=None if axis is None else _axes(a, axis)[0])
 
@@ -422,7 +422,7 @@ def take(a: Any, indices: Any, axis: int = 0) -> Any:
 
 
 def _normalize_index_item(item: Any, dynamic: list[Any]) -> Any:
-    if isinstance(item, Tracer):
+    if is_traced(item):
         if item.dtype.kind not in "iu":
             raise LoweringError(f"indexing with a traced {item.value.type} value: only integer "
                                 "indices can be traced; select with cnp.where instead of a mask")
@@ -430,7 +430,7 @@ def _normalize_index_item(item: Any, dynamic: list[Any]) -> Any:
         return "$"
     if isinstance(item, slice):
         for bound in (item.start, item.stop, item.step):
-            if isinstance(bound, Tracer):
+            if is_traced(bound):
                 raise LoweringError("slice bounds must be Python integers; for a window at a "
                                     "traced offset, index with cnp.arange(n) + offset")
         return item
@@ -456,13 +456,14 @@ def _getitem(x: Any, index: Any) -> Any:
     return bind("index", x, *dynamic, spec=spec)
 
 
-_exported = {name: obj for name, obj in dict(globals()).items()
+# The functions numpy's dispatch (`np.sin(tracer)`) and the array methods of traced values
+# (`x.sum()`, `x[i]`, `x.T`) resolve to, by numpy name: read by trace.py's Tracer.
+NAMESPACE = {name: obj for name, obj in dict(globals()).items()
              if callable(obj) and not name.startswith("__") and getattr(
                  obj, "__module__", None) == __name__}
-_exported.update({"true_divide": divide, "absolute": abs, "max": amax, "min": amin,
+NAMESPACE.update({"true_divide": divide, "absolute": abs, "max": amax, "min": amin,
                   "negative": negative, "less": less, "greater": greater, "equal": equal,
                   "not_equal": not_equal, "less_equal": less_equal,
                   "greater_equal": greater_equal, "_getitem": _getitem,
                   "arctan": arctan, "sinh": sinh, "cosh": cosh})
-register_numpy_namespace(_exported)
 del builtins

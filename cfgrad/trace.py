@@ -13,15 +13,12 @@ control flow on concrete values (like JAX with jit disabled).
 from __future__ import annotations
 
 import inspect
-import os
-import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from . import numpy as cfgrad_numpy
 from . import tree as treelib
 from .errors import (
     ArgumentTypeError,
@@ -51,19 +48,13 @@ from .ir import (
     type_of,
 )
 from .primitives import PRIMITIVES, Primitive, bind
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def current_loc() -> SourceLoc | None:
-    """The innermost stack frame outside cfgrad itself: the user's line."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep):
-            return SourceLoc(filename, frame.f_lineno, frame.f_code.co_name)
-        frame = frame.f_back
-    return None
+from .trace_context import (
+    LOWERING_LOCK,
+    current_loc,
+    current_trace,
+    is_being_built,
+    tracing,
+)
 
 
 class Scope:
@@ -88,15 +79,6 @@ class Scope:
 # ---------------------------------------------------------------------------------
 # Tracers
 # ---------------------------------------------------------------------------------
-
-_NUMPY_NAMESPACE: dict[str, Callable] = {}
-
-
-def register_numpy_namespace(functions: dict[str, Callable]) -> None:
-    """cfgrad.numpy hands its functions down here so `np.sin(tracer)` can dispatch to them
-    without this module importing the layer above it."""
-    _NUMPY_NAMESPACE.update(functions)
-
 
 class Tracer:
     """A traced array: shape and dtype are known, the value is not."""
@@ -168,7 +150,8 @@ class Tracer:
 
     # -- numpy interop -------------------------------------------------------------------
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        fn = _NUMPY_NAMESPACE.get(ufunc.__name__) if method == "__call__" and not kwargs else None
+        fn = None if method != "__call__" or kwargs else cfgrad_numpy.NAMESPACE.get(
+            ufunc.__name__)
         if fn is None:
             raise ArgumentTypeError(
                 f"np.{ufunc.__name__} cannot trace a cfgrad value; use the cfgrad.numpy "
@@ -176,7 +159,7 @@ class Tracer:
         return fn(*inputs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        fn = _NUMPY_NAMESPACE.get(func.__name__)
+        fn = cfgrad_numpy.NAMESPACE.get(func.__name__)
         if fn is None:
             raise ArgumentTypeError(
                 f"{getattr(func, '__module__', 'numpy')}.{func.__name__} cannot trace a cfgrad "
@@ -193,12 +176,12 @@ class Tracer:
     def __rmul__(self, o: Any) -> Any: return bind("mul", o, self)
     def __truediv__(self, o: Any) -> Any: return bind("div", self, o)
     def __rtruediv__(self, o: Any) -> Any: return bind("div", o, self)
-    def __pow__(self, o: Any) -> Any: return _NUMPY_NAMESPACE["power"](self, o)
-    def __rpow__(self, o: Any) -> Any: return _NUMPY_NAMESPACE["power"](o, self)
+    def __pow__(self, o: Any) -> Any: return cfgrad_numpy.NAMESPACE["power"](self, o)
+    def __rpow__(self, o: Any) -> Any: return cfgrad_numpy.NAMESPACE["power"](o, self)
     def __mod__(self, o: Any) -> Any: return bind("mod", self, o)
     def __rmod__(self, o: Any) -> Any: return bind("mod", o, self)
-    def __floordiv__(self, o: Any) -> Any: return _NUMPY_NAMESPACE["floor_divide"](self, o)
-    def __rfloordiv__(self, o: Any) -> Any: return _NUMPY_NAMESPACE["floor_divide"](o, self)
+    def __floordiv__(self, o: Any) -> Any: return cfgrad_numpy.NAMESPACE["floor_divide"](self, o)
+    def __rfloordiv__(self, o: Any) -> Any: return cfgrad_numpy.NAMESPACE["floor_divide"](o, self)
     def __matmul__(self, o: Any) -> Any: return bind("matmul", self, o)
     def __rmatmul__(self, o: Any) -> Any: return bind("matmul", o, self)
     def __neg__(self) -> Any: return bind("neg", self)
@@ -208,7 +191,7 @@ class Tracer:
     def __round__(self, ndigits: int | None = None) -> Any:
         # round(x) and round(x, n) are cnp.round: numpy's halves-to-even, and a traced
         # float rather than a Python int, whose value is not known while tracing
-        return _NUMPY_NAMESPACE["round"](self, 0 if ndigits is None else ndigits)
+        return cfgrad_numpy.NAMESPACE["round"](self, 0 if ndigits is None else ndigits)
 
     def __lt__(self, o: Any) -> Any: return bind("lt", self, o)
     def __le__(self, o: Any) -> Any: return bind("le", self, o)
@@ -226,15 +209,15 @@ class Tracer:
     __hash__ = object.__hash__
 
     def __getitem__(self, index: Any) -> Any:
-        return _NUMPY_NAMESPACE["_getitem"](self, index)
+        return cfgrad_numpy.NAMESPACE["_getitem"](self, index)
 
     @property
     def T(self) -> Any:
-        return _NUMPY_NAMESPACE["transpose"](self)
+        return cfgrad_numpy.NAMESPACE["transpose"](self)
 
     def __getattr__(self, name: str) -> Any:
         # array methods: x.sum(), x.reshape(…), x.astype(…), …
-        fn = _NUMPY_NAMESPACE.get(name)
+        fn = cfgrad_numpy.NAMESPACE.get(name)
         if fn is None or name.startswith("_"):
             raise AttributeError(f"traced arrays have no attribute {name!r}")
         if name == "astype":
@@ -248,42 +231,6 @@ class Tracer:
 # ---------------------------------------------------------------------------------
 # The trace: builds one Program
 # ---------------------------------------------------------------------------------
-
-class _TraceStack(threading.local):
-    """The traces being built, innermost last, one stack per thread: two threads tracing
-    at once (the first calls of one `grad(f)` from a thread pool) must not see each
-    other's traces."""
-
-    def __init__(self) -> None:
-        self.traces: list[Trace] = []
-
-
-_STACK = _TraceStack()
-
-# Held while anything is lowered or built from a lowering: a trace, an adjoint or JVP
-# program, a custom rule (whose "inside my own rule" flag is state shared by all threads).
-# Threads build one at a time and never see a half-built artifact; running programs takes
-# no lock. Re-entrant, because building one artifact builds others (an adjoint lowers
-# custom rules, a trace calls custom functions). User code traced under it must not wait
-# for another thread's first call of a cfgrad transformation, which would wait for it.
-LOWERING_LOCK = threading.RLock()
-
-
-def current_trace() -> Trace | None:
-    traces = _STACK.traces
-    return traces[-1] if traces else None
-
-
-@contextmanager
-def tracing(trace: Trace) -> Iterator[None]:
-    """Make `trace` the current one, so cg.cond and friends called by user code (a custom
-    JVP rule run by the JVP transform, say) lower into it."""
-    _STACK.traces.append(trace)
-    try:
-        yield
-    finally:
-        _STACK.traces.pop()
-
 
 def nested_transformation_error() -> LoweringError:
     """The error for a transformation applied inside a function being transformed."""
@@ -377,7 +324,7 @@ class Trace:
         """The Value of a tracer (checked for scope) or of a concrete input (a constant)."""
         if isinstance(x, Tracer):
             if x._cfgrad_trace is not self:
-                if x._cfgrad_trace in _STACK.traces:  # an enclosing trace's value
+                if is_being_built(x._cfgrad_trace):  # an enclosing trace's value
                     raise nested_transformation_error()
                 raise LoweringError(
                     "a traced value from another (finished) trace was used; tracers must not "
