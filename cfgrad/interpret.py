@@ -44,13 +44,13 @@ from .ir import (
     innermost_regions,
     loop_owners,
 )
+from .nodespec import UNCHECKED
 from .primitives import PRIMITIVES, RankOneSum, dense_value
 
 DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
 
-# nodes whose results are not computed here (constants, reads of forward values) or were
-# checked where they were computed: anomaly detection does not test them again
-_UNCHECKED = frozenset({"const", "Primal", "LogPop", "TripPop", "LoopState", "copy"})
+# nodes whose results anomaly detection does not test (flag `unchecked` in nodespec)
+_UNCHECKED = UNCHECKED
 
 
 def _all_finite(x: Any) -> bool:

@@ -45,6 +45,7 @@ from .ir import (
     key_text,
     loop_owners,
 )
+from .nodespec import SIDE_EFFECTS
 from .primitives import PRIMITIVES
 from .trace import Trace
 from .verify import verify
@@ -351,7 +352,7 @@ def loop_free_values(program: Program) -> dict[LoopRegion, list[Value]]:
     return result
 
 
-_SIDE_EFFECTS = frozenset({"LogPop", "TripPop", "LoopState"})
+_SIDE_EFFECTS = SIDE_EFFECTS  # nodes passes keep in place (flag `side-effect` in nodespec)
 
 
 def eliminate_dead_code(program: Program) -> None:
