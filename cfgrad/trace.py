@@ -584,10 +584,6 @@ def check_predicate(trace: Trace, pred: Any, what: str, loc: Any) -> Value:
 # ---------------------------------------------------------------------------------
 
 
-def _contains_tracer(tree: Any) -> bool:
-    return any(isinstance(x, Tracer) for x in treelib.flatten(tree)[0])
-
-
 def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
     """`true_fun(*operands) if pred else false_fun(*operands)`, differentiably.
 
