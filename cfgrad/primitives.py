@@ -51,6 +51,14 @@ class Primitive:
     # and the rules take and return lists (cotangents of every output, tangents of every
     # output) instead of single values.
     multi_output: bool = False
+    # In-place accumulators (family "internal", emitted by the loop passes): `mutates` marks
+    # a primitive that updates its first input in place, which passes never merge, move or
+    # drop. `factors`, for an accumulator that takes its contribution in a factored form,
+    # recognises that form: factors(contribution, producer) gives the inputs after the
+    # accumulator, or None; producer(v) is the node computing v in every iteration of the
+    # loop, or None (passes.accumulate_in_place).
+    mutates: bool = False
+    factors: Callable[[Any, Callable[[Any], Any]], list | None] | None = None
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
@@ -984,7 +992,7 @@ _register(Primitive(
     notes="a constant, materialized once when the program is compiled"))
 
 
-# -- Reverse-builder internals: in-place accumulation of a loop's gradient accumulators --
+# -- Internals of the loop passes: in-place accumulation of a loop's gradient accumulators --
 
 
 def _same_type(types: list[TensorType]) -> TensorType:
@@ -1051,6 +1059,26 @@ def _accumulate_outer_impl(acc: Any, a: np.ndarray, b: np.ndarray) -> RankOneSum
     return acc
 
 
+def _outer_product_factors(contribution: Any, producer: Callable[[Any], Any]) -> list | None:
+    """`mul(reshape(a, (n, 1)), reshape(b, (1, m)))` of float32/float64 vectors a and b,
+    computed in the loop, is the outer product `accumulate_outer` takes as [a, b]: the
+    weight gradient of a matrix-vector product in a loop body."""
+    t = contribution.type
+    if t.dtype not in (np.float32, np.float64) or t.ndim != 2:
+        return None
+    mul = producer(contribution)
+    if mul is None or mul.op != "mul":
+        return None
+    vectors = []
+    for v, shape in zip(mul.inputs, ((t.shape[0], 1), (1, t.shape[1]))):
+        reshape = producer(v)
+        if reshape is None or reshape.op != "reshape" or reshape.inputs[0].type.ndim != 1 or \
+                v.type.shape != shape or reshape.inputs[0].type.dtype != v.type.dtype:
+            return None
+        vectors.append(reshape.inputs[0])
+    return vectors
+
+
 def _accumulate_outer_type(types: list[TensorType]) -> TensorType:
     acc, a, b = types
     if acc.shape != (a.size, b.size) or a.ndim != 1 or b.ndim != 1 or not (
@@ -1066,14 +1094,14 @@ _register(Primitive(
     notes="a fresh buffer: starts a gradient accumulator that `accumulate` then updates"))
 _register(Primitive(
     "accumulate", _accumulate_impl, _same_type, None, None, "internal", promote="none",
-    nondiff=True,
-    notes="acc += contribution in place; emitted only by the reverse builder, for a reverse "
+    nondiff=True, mutates=True,
+    notes="acc += contribution in place; emitted only by the loop passes, for a reverse "
           "loop's accumulator whose buffer nothing else can see"))
 _register(Primitive(
     "accumulate_outer", _accumulate_outer_impl, _accumulate_outer_type, None, None,
-    "internal", promote="none", nondiff=True,
+    "internal", promote="none", nondiff=True, mutates=True, factors=_outer_product_factors,
     notes="acc += outer(a, b), batched into blocks of one matrix product each (RankOneSum); "
-          "emitted only by the reverse builder, in place of an accumulate of mul(reshape(a, "
+          "emitted only by the loop passes, in place of an accumulate of mul(reshape(a, "
           "(n, 1)), reshape(b, (1, m))) for a reverse loop's float32/float64 accumulator"))
 
 

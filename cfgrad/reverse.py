@@ -40,12 +40,10 @@ from .ir import (
     RegionNest,
     TensorType,
     Value,
-    format_param,
     innermost_regions,
     key_text,
-    loop_owners,
 )
-from .nodespec import SIDE_EFFECTS
+from .passes import ADJOINT_PIPELINE, run_passes
 from .primitives import PRIMITIVES
 from .trace import Trace
 from .verify import verify
@@ -138,11 +136,7 @@ class ReverseBuilder:
         outs = [self.value(self.adj.get(p), p.type) for p in fwd.params]
         program = self.t.finish(params, outs)
         program.forward = fwd
-        eliminate_common_subexpressions(program)
-        eliminate_dead_code(program)
-        hoist_loop_invariants(program)
-        accumulate_in_place(program)
-        return verify(program)
+        return verify(run_passes(program, ADJOINT_PIPELINE))
 
     def reverse_items(self, items: list[Item]) -> None:
         for kind, obj in reversed(items):
@@ -352,90 +346,6 @@ def loop_free_values(program: Program) -> dict[LoopRegion, list[Value]]:
     return result
 
 
-_SIDE_EFFECTS = SIDE_EFFECTS  # nodes passes keep in place (flag `side-effect` in nodespec)
-
-
-def eliminate_dead_code(program: Program) -> None:
-    """Remove nodes and Phis nothing needs (mark from terminators and side effects).
-
-    VJP rules are written for the general case (both partials of a `mul`, say); where a
-    partial is unused, e.g. for a constant operand, this deletes it, so rules stay simple
-    and adjoints stay lean. Log pops are kept: they consume the log."""
-    live: set[Value] = set()
-    defs: dict[Value, Any] = {}
-    for b in program.blocks:
-        for phi in b.phis:
-            defs[phi.out] = phi
-        for n in b.nodes:
-            for o in n.outputs:
-                defs[o] = n
-    work: list[Value] = []
-    for b in program.blocks:
-        term = b.term
-        work.extend(getattr(term, "values", []))
-        if hasattr(term, "selector"):
-            work.append(term.selector)
-        for n in b.nodes:
-            if n.op in _SIDE_EFFECTS:
-                work.extend(n.inputs)
-                live.update(n.outputs)
-    while work:
-        v = work.pop()
-        if v in live:
-            continue
-        live.add(v)
-        d = defs.get(v)
-        if d is None:
-            continue
-        work.extend(d.inputs)
-    for b in program.blocks:
-        b.phis = [phi for phi in b.phis if phi.out in live]
-        b.nodes = [n for n in b.nodes if n.op in _SIDE_EFFECTS or any(o in live for o in n.outputs)]
-
-
-def _param_key(p: Any) -> Any:
-    """Data parameters compare by their printed form; objects (a custom rule, a region)
-    by identity, since two of them may print alike."""
-    if p is None or isinstance(p, bool | int | float | str | tuple | slice | np.ndarray |
-                               np.dtype | np.generic):
-        return format_param(p)
-    return ("object", id(p))
-
-
-def eliminate_common_subexpressions(program: Program) -> None:
-    """Within each block, reuse the first of identical pure nodes (same op, inputs and
-    parameters). Rules share subterms (both partials of a `div` read `ct / y`, say) and
-    this keeps the adjoint from computing them twice."""
-    replace: dict[Value, Value] = {}
-    for b in program.blocks:
-        seen: dict[Any, Value] = {}
-        kept = []
-        for n in b.nodes:
-            n.inputs = [replace.get(v, v) for v in n.inputs]
-            if n.op in _SIDE_EFFECTS or n.op == "Primal" or len(n.outputs) != 1:
-                kept.append(n)
-                continue
-            key = (n.op, tuple(map(id, n.inputs)),
-                   tuple((k, _param_key(p)) for k, p in sorted(n.params.items())))
-            first = seen.get(key)
-            if first is None:
-                seen[key] = n.outputs[0]
-                kept.append(n)
-            else:
-                replace[n.outputs[0]] = first
-        b.nodes = kept
-    for b in program.blocks:  # uses in blocks listed before the replaced definition
-        for n in b.nodes:
-            n.inputs = [replace.get(v, v) for v in n.inputs]
-        for phi in b.phis:
-            phi.inputs = [replace.get(v, v) for v in phi.inputs]
-        term = b.term
-        if isinstance(term, Cond):
-            term.selector = replace.get(term.selector, term.selector)
-        elif hasattr(term, "values"):
-            term.values = [replace.get(v, v) for v in term.values]
-
-
 def active_values(program: Program, wrt: frozenset[int] | None) -> set[Value]:
     """Activity analysis: the float values that depend on the parameters being
     differentiated (all float parameters when `wrt` is None). Only they can carry a
@@ -460,123 +370,6 @@ def active_values(program: Program, wrt: frozenset[int] | None) -> set[Value]:
                     active.update(outs)
                     changed = True
     return active
-
-
-def hoist_loop_invariants(adjoint: Program) -> None:
-    """Move work that is the same in every reverse iteration out of the reverse loop.
-
-    A node of a reverse loop's first body block is invariant when its inputs come from
-    outside the loop or from nodes already hoisted; a `Primal` read is invariant when the
-    forward value is not one the loop restores (not defined in the forward loop or loops
-    inside it). Reading weights and transposing them once per loop instead of once per
-    iteration is the typical gain. Innermost loops go first, so work can move out of
-    several levels."""
-    owners = loop_owners(adjoint.forward)
-    forward_nest = RegionNest(adjoint.forward.regions)
-    forward_of = {r.id: r for r in adjoint.forward.loops()}
-    region_of = innermost_regions(adjoint)
-    nest = RegionNest(adjoint.regions)
-    def_block = {o: b for b in adjoint.blocks for o in
-                 [phi.out for phi in b.phis] + [o for n in b.nodes for o in n.outputs]}
-    for region in reversed(adjoint.loops()):
-        restored = forward_of[region.id]
-        hoisted, kept = [], []
-        for n in region.body.nodes:
-            if n.op == "Primal":
-                owner = owners.get(n.params["of"])
-                movable = owner is None or not forward_nest.encloses(restored, owner)
-            else:
-                movable = n.op not in _SIDE_EFFECTS and not any(
-                    v in def_block and nest.encloses(region, region_of[def_block[v]])
-                    for v in n.inputs)
-            if movable:
-                hoisted.append(n)
-                def_block.update((o, region.preheader) for o in n.outputs)
-            else:
-                kept.append(n)
-        region.body.nodes = kept
-        region.preheader.nodes.extend(hoisted)
-
-
-def accumulate_in_place(adjoint: Program) -> None:
-    """Turn `acc' = add(acc, c)` into an in-place `accumulate` for reverse-loop Phis whose
-    buffer nothing else reads: the add is the Phi's only use inside the loop, and the
-    buffer starts as a `copy` made when the loop is entered (never a shared constant or a
-    value the caller holds). Per iteration this saves allocating an array the size of a
-    weight matrix, which is what the gradient of a recurrent weight costs otherwise."""
-    uses: dict[Value, list[Any]] = {}
-    block_of: dict[int, Block] = {}  # id of a node or Phi -> its block
-    defs: dict[Value, tuple[Block, Node]] = {}
-    for b in adjoint.blocks:
-        for phi in b.phis:
-            block_of[id(phi)] = b
-            for v in phi.inputs:
-                uses.setdefault(v, []).append(phi)
-        for n in b.nodes:
-            block_of[id(n)] = b
-            defs.update((o, (b, n)) for o in n.outputs)
-            for v in n.inputs:
-                uses.setdefault(v, []).append(n)
-    region_of = innermost_regions(adjoint)
-    nest = RegionNest(adjoint.regions)
-    for region in adjoint.loops():
-        def inside(b: Block, region: Region = region) -> bool:
-            return nest.encloses(region, region_of[b])
-
-        for phi in region.header.phis[1:]:  # the first Phi is the iteration counter
-            if phi.out.type.ndim == 0 or len(phi.inputs) != 2:
-                continue
-            users = [u for u in uses.get(phi.out, []) if inside(block_of[id(u)])]
-            nxt = phi.inputs[1]
-            if len(users) != 1 or not isinstance(users[0], Node) or users[0].op != "add" or \
-                    users[0].outputs[0] is not nxt or users[0].inputs.count(phi.out) != 1:
-                continue
-            add = users[0]
-            contribution = add.inputs[1] if add.inputs[0] is phi.out else add.inputs[0]
-            if contribution.type != phi.out.type or len(uses.get(nxt, [])) != 1:
-                continue
-            add.op, add.inputs = "accumulate", [phi.out, contribution]
-            fresh = Value(phi.out.type)
-            region.preheader.nodes.append(Node("copy", [phi.inputs[0]], {}, [fresh], region.loc))
-            phi.inputs[0] = fresh
-            _fuse_outer_product(add, uses, defs, inside)
-
-
-def _fuse_outer_product(acc: Node, uses: dict[Value, list[Any]],
-                        defs: dict[Value, tuple[Block, Node]], inside: Any) -> None:
-    """`accumulate(acc, mul(reshape(a, (n, 1)), reshape(b, (1, m))))` with vectors a and b,
-    whose product nothing else reads, becomes `accumulate_outer(acc, a, b)`: the weight
-    gradient of a matrix-vector product in a loop body, batched by the interpreter into
-    one matrix product per block of iterations (see primitives.RankOneSum). The mul, and
-    the reshapes nothing else reads, are dropped."""
-    def defined_inside(v: Value) -> tuple[Block | None, Node | None]:
-        """The block and node defining `v` when they are inside the loop (`inside`)."""
-        b, n = defs.get(v, (None, None))
-        return (b, n) if b is not None and inside(b) else (None, None)
-
-    contribution = acc.inputs[1]
-    if contribution.type.dtype not in (np.float32, np.float64) or \
-            contribution.type.ndim != 2 or len(uses.get(contribution, [])) != 1:
-        return
-    mul_block, mul = defined_inside(contribution)
-    if mul is None or mul.op != "mul":
-        return
-    vectors = []
-    for v, shape in zip(mul.inputs, ((contribution.type.shape[0], 1),
-                                     (1, contribution.type.shape[1]))):
-        _, reshape = defined_inside(v)
-        if reshape is None or reshape.op != "reshape" or reshape.inputs[0].type.ndim != 1 or \
-                v.type.shape != shape or reshape.inputs[0].type.dtype != v.type.dtype:
-            return
-        vectors.append(reshape.inputs[0])
-    acc.op, acc.inputs = "accumulate_outer", [acc.inputs[0], *vectors]
-    mul_block.nodes.remove(mul)
-    for v in mul.inputs:
-        uses[v].remove(mul)
-        if not uses[v]:
-            block, reshape = defined_inside(v)
-            block.nodes.remove(reshape)
-            uses[reshape.inputs[0]].remove(reshape)
 
 
 def build_adjoint(program: Program, wrt: frozenset[int] | None = None) -> Program:
