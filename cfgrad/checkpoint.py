@@ -1,28 +1,170 @@
 """Loop checkpointing strategies: how the reverse pass gets each iteration's state.
 
 A strategy object is the user's choice (`while_loop(..., checkpoint=Binomial(8))`, or per
-call with `grad(..., checkpoint=...)`; the loop's own choice wins). The interpreter calls
-it through the `LoopStrategy` interface of interpret.py: `begin` when a loop execution
-starts, `after_iteration(t)` at each back edge (the environment then holds iteration t's
-carry and values, and the log holds what iteration t decided), `finish(T)` at exit, and
-`restore(t)` from the adjoint's `LoopState` node, for t = T-1 down to 0, and `release`
-for an execution that will never be reversed (an enclosing loop dropped the iteration that
-ran it). `interpret.check_strategy` refuses anything without these methods.
+call with `grad(..., checkpoint=...)`; the loop's own choice wins). This module sits below
+the interpreter and knows nothing of it: the interpreter calls a strategy through
+`LoopStrategy` (`begin` when a loop execution starts, `after_iteration(t)` at each back
+edge, `finish(T)` at exit, `restore(t)` from the adjoint's `LoopState` node for t = T-1
+down to 0, `release` for an execution that will never be reversed), and hands it a
+`LoopRunner`: the few services a strategy needs (read the carry and the tape of the
+iteration that just ran, put a tape back, re-run iterations from a carry untaped or
+taped) and the two channels its events go out by. Those events (`store`, `advance`,
+`taped`, `reverse`, `restore`, `free`, and the bytes it holds) are what `LoopStats`
+counts and what a `trace=True` schedule lists: a strategy mutates no statistics itself.
 
 Every strategy runs the same floating-point operations in the same order, so gradients
 are bitwise identical whichever is chosen; only memory and recomputation differ.
-Accounting (design §7) goes to the machine's `LoopStats` of the loop.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from .errors import ArgumentValueError
-from .interpret import LoopInfo, Machine
 from .revolve import NEVER, OnlinePlacement, optimal_split
+
+# The events of a schedule, each about one iteration t of one loop execution:
+STORE = "store"  # carry x_t kept as a snapshot
+FREE = "free"  # snapshot x_t dropped
+RESTORE = "restore"  # x_t made the current state again, from its snapshot
+ADVANCE = "advance"  # iteration t run untaped (the sweep's iterations count too)
+TAPED = "taped"  # iteration t run with its tape (the values its adjoint reads) kept
+REVERSE = "reverse"  # iteration t's tape handed to the adjoint
+
+Carry = tuple  # one loop carry, as the interpreter holds it
+Tape = tuple  # what one iteration saves for its adjoint, as the interpreter holds it
+
+
+@dataclass
+class LoopStats:
+    """Per loop region, over one forward + reverse run (design §8): the trip counts and
+    body evaluations the interpreter counts, and what the strategy's events add up to."""
+
+    name: str
+    strategy: str
+    trip_counts: list[int] = field(default_factory=list)
+    forward_steps: int = 0
+    recompute_steps: int = 0
+    peak_snapshots: int = 0
+    peak_bytes: int = 0
+    snapshots: int = 0  # currently held (for the peaks)
+    bytes: int = 0
+    schedule: list[tuple[str, int]] | None = None  # with trace=True: the (event, t) list
+
+    def held(self, snapshots: int, nbytes: int) -> None:
+        """A strategy now holds `snapshots` more carries (or tapes, for StoreAll) and
+        `nbytes` more bytes (fewer when negative)."""
+        self.snapshots += snapshots
+        self.bytes += nbytes
+        if self.snapshots > self.peak_snapshots:
+            self.peak_snapshots = self.snapshots
+        if self.bytes > self.peak_bytes:
+            self.peak_bytes = self.bytes
+
+    def record(self, what: str, t: int) -> None:
+        """A schedule event (listened to when the strategy traces)."""
+        if self.schedule is None:
+            self.schedule = []
+        self.schedule.append((what, t))
+
+
+@dataclass
+class RunStats:
+    loops: list[LoopStats]
+
+    def loop(self, name: str) -> LoopStats:
+        return next(s for s in self.loops if s.name == name)
+
+
+class Sweep(Protocol):
+    """One execution of a loop whose strategy re-runs iterations in reverse. The
+    interpreter keeps each iteration's path (the decisions of the regions inside it),
+    against which every re-run is checked, and of the sweep's tapes and control-log
+    entries only the latest iteration's: the rest are re-derived by re-running."""
+
+    last: Tape | None  # the latest iteration's tape, until the strategy takes it
+
+    def ran(self, t: int) -> None:
+        """Iteration t has run: its tape replaces the previous one as `last` (that one is
+        discarded), its log entries come off the log."""
+
+    def end(self, trips: int) -> None:
+        """The loop has exited: the last iteration's log entries go back on the log."""
+
+    def advance(self, carry: Carry, start: int, steps: int) -> Carry:
+        """Run iterations start … start+steps-1 untaped from `carry`; the carry reached."""
+
+    def tape_steps(self, carry: Carry, start: int, count: int) -> list[Tape]:
+        """Run iterations start … start+count-1 taped from `carry`, logging their control
+        decisions for the adjoint; their tapes (the environment holds the last one's)."""
+
+
+class LoopRunner(Protocol):
+    """What the interpreter offers a strategy for one loop region. Facts: the size of one
+    carry and of one tape, whether schedule events are listened to (a strategy skips the
+    per-iteration ones otherwise). Services: the carry and tape of the iteration that just
+    ran, putting a tape back for the adjoint, discarding one that will never be reversed,
+    and opening a `Sweep`. Events: `emit(what, t)` for the schedule, `held(snapshots,
+    nbytes)` for memory; `LoopStats` listens to both."""
+
+    carry_bytes: int
+    tape_bytes: int
+    tracing: bool
+
+    def trip_bound(self) -> int | None:
+        """The trip count of a fori_loop, known when it is entered (None for while)."""
+
+    def carry(self) -> Carry:
+        """At a back edge: the carry iteration t started from (its input)."""
+
+    def tape(self) -> Tape:
+        """At a back edge: iteration t's tape."""
+
+    def load(self, tape: Tape) -> None:
+        """Put a tape back where the adjoint reads it."""
+
+    def discard(self, tape: Tape) -> None:
+        """A tape that will never be reversed: release the loop executions it holds."""
+
+    def sweep(self) -> Sweep: ...
+
+    def emit(self, what: str, t: int) -> None: ...
+
+    def held(self, snapshots: int, nbytes: int) -> None: ...
+
+
+class LoopStrategy(Protocol):
+    """How one loop's reverse pass gets iteration t's forward values. `begin` returns the
+    execution's record, which the other calls receive; `release` drops a record that will
+    never be reversed (the enclosing loop discarded the iteration that ran it), so what it
+    held stops being counted."""
+
+    def begin(self, run: LoopRunner) -> Any: ...
+    def after_iteration(self, run: LoopRunner, record: Any, t: int) -> None: ...
+    def finish(self, run: LoopRunner, record: Any, trips: int) -> None: ...
+    def restore(self, run: LoopRunner, record: Any, t: int) -> None: ...
+    def release(self, run: LoopRunner, record: Any) -> None: ...
+
+
+_STRATEGY_METHODS = tuple(n for n in vars(LoopStrategy) if not n.startswith("_"))
+
+
+def check_strategy(choice: Any, where: str) -> Any:
+    """Refuse a `checkpoint=` value that is not a strategy object, by name, at the call
+    that received it (instead of an AttributeError deep inside the interpreter)."""
+    if isinstance(choice, type):
+        raise ArgumentValueError(
+            f"{where}: checkpoint= takes a strategy instance, got the class {choice.__name__}; "
+            f"call it, e.g. checkpoint={choice.__name__}(...)")
+    if choice is None or all(callable(getattr(choice, a, None)) for a in _STRATEGY_METHODS):
+        return choice
+    raise ArgumentValueError(
+        f"{where}: checkpoint= takes a strategy object from cfgrad.checkpoint (StoreAll(), "
+        f"Recompute(), EveryK(k), Binomial(snapshots), Online(snapshots)) or None, got "
+        f"{choice!r}")
 
 
 class StoreAll:
@@ -39,71 +181,52 @@ class StoreAll:
     def __hash__(self) -> int:
         return hash(type(self))
 
-    def begin(self, m: Machine, loop: LoopInfo) -> list[tuple]:
+    def begin(self, run: LoopRunner) -> list[Tape]:
         return []
 
-    def after_iteration(self, m: Machine, loop: LoopInfo, record: list[tuple], t: int) -> None:
-        record.append(loop.read_saved(m.env))
+    def after_iteration(self, run: LoopRunner, record: list[Tape], t: int) -> None:
+        record.append(run.tape())
 
-    def finish(self, m: Machine, loop: LoopInfo, record: list[tuple], trips: int) -> None:
-        # frames only accumulate during the sweep, so the accounting can wait until here
-        stats = m.stats.loops[loop.index]
-        stats.snapshots += trips
-        stats.bytes += trips * loop.saved_bytes
-        stats.peak_snapshots = max(stats.peak_snapshots, stats.snapshots)
-        stats.peak_bytes = max(stats.peak_bytes, stats.bytes)
+    def finish(self, run: LoopRunner, record: list[Tape], trips: int) -> None:
+        # tapes only accumulate during the sweep, so the accounting can wait until here
+        run.held(trips, trips * run.tape_bytes)
 
-    def restore(self, m: Machine, loop: LoopInfo, record: list[tuple], t: int) -> None:
-        # iterations are reversed T-1 … 0, so frame t is always the last one held
-        loop.write_saved(m.env, record.pop())
-        self._drop(m, loop, 1)
+    def restore(self, run: LoopRunner, record: list[Tape], t: int) -> None:
+        # iterations are reversed T-1 … 0, so tape t is always the last one held
+        run.load(record.pop())
+        run.held(-1, -run.tape_bytes)
 
-    def release(self, m: Machine, loop: LoopInfo, record: list[tuple]) -> None:
-        for frame in record:
-            m.release_frame(loop, frame)
-        self._drop(m, loop, len(record))
+    def release(self, run: LoopRunner, record: list[Tape]) -> None:
+        for tape in record:
+            run.discard(tape)
+        run.held(-len(record), -len(record) * run.tape_bytes)
         record.clear()
-
-    @staticmethod
-    def _drop(m: Machine, loop: LoopInfo, frames: int) -> None:
-        stats = m.stats.loops[loop.index]
-        stats.snapshots -= frames
-        stats.bytes -= frames * loop.saved_bytes
 
 
 class _Record:
     """One execution of a checkpointed loop."""
 
-    __slots__ = ("marks", "events", "signatures", "last_log", "snaps", "last", "trips", "plan",
-                 "expected_trips", "path", "placement", "pending")
+    __slots__ = ("sweep", "snaps", "trips", "plan", "expected_trips", "path", "placement",
+                 "pending")
 
-    def __init__(self, marks: tuple[int, ...], expected_trips: int | None):
-        self.marks = marks
-        self.events: list[Any] = []  # the control events of the iteration running
-        self.signatures: dict[int, tuple] = {}  # iteration -> its event signature
-        self.last_log: tuple = ()  # the latest iteration's log entries
-        self.snaps: dict[int, tuple] = {}  # iteration -> stored carry
-        self.last: tuple | None = None  # the latest iteration's saved values (its tape)
+    def __init__(self, sweep: Sweep, expected_trips: int | None):
+        self.sweep = sweep
+        self.snaps: dict[int, Carry] = {}  # iteration -> stored carry
         self.trips = 0
         self.plan: Iterator[int] | None = None
         self.expected_trips = expected_trips
         self.path: list[tuple[int, int]] = []  # the sweep's snapshots and their slots
         self.placement: OnlinePlacement | None = None  # Online: where snapshots go
-        self.pending: tuple | None = None  # Online: the latest carry, not yet placed
+        self.pending: Carry | None = None  # Online: the latest carry, not yet placed
 
 
 class _Checkpointing:
     """The sweep and restore machinery shared by the recomputing strategies.
 
-    The sweep runs every iteration taped but keeps only the latest iteration's tape: at
-    each back edge the iteration's log entries are taken back off the log and its saved
-    values replace the previous iteration's (whose nested loop records are released). At
-    exit the last iteration's entries go back on the log, so iteration T-1 is reversed
-    without recomputation (the revolve model). Each iteration's control events (every
-    decision of the regions inside it, including those a nested loop's own strategy takes
-    off the log) are kept as its signature, against which recomputation is checked. The carries a
-    strategy chooses to keep are its snapshots; `_plan` then yields the iterations
-    T-2 … 0 in turn, recomputing each from a snapshot."""
+    The sweep runs every iteration taped but keeps only the latest iteration's tape (the
+    runner's `Sweep`), so iteration T-1 is reversed without recomputation (the revolve
+    model). The carries a strategy chooses to keep are its snapshots; `_plan` then yields
+    the iterations T-2 … 0 in turn, recomputing each from a snapshot."""
 
     trace = False
 
@@ -117,76 +240,62 @@ class _Checkpointing:
         return hash(self._params())
 
     # -- the sweep -------------------------------------------------------------------------
-    def begin(self, m: Machine, loop: LoopInfo) -> _Record:
-        rec = _Record(m.log_marks(loop), m.trip_bound(loop))
-        if loop.event_ids:  # else no iteration decides anything there is to check
-            m.sinks.append(rec.events)
-        return rec
+    def begin(self, run: LoopRunner) -> _Record:
+        return _Record(run.sweep(), run.trip_bound())
 
-    def after_iteration(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
-        # runs once per iteration of every sweep: what a loop without regions inside has
-        # nothing of (log entries, events, nested records) is not even asked for
-        if rec.marks:
-            rec.last_log = m.take_log(loop, rec.marks)
-        if rec.events:
-            rec.signatures[t] = m.event_signature(loop, rec.events)
-            rec.events.clear()
-        if rec.last is None:
-            self._hold(m, loop, loop.saved_bytes)  # one iteration's tape is kept at a time
-        elif loop.nested_records:
-            m.release_frame(loop, rec.last)
-        rec.last = loop.read_saved(m.env)
-        self._sweep(m, loop, rec, t)
+    def after_iteration(self, run: LoopRunner, rec: _Record, t: int) -> None:
+        if t == 0:
+            run.held(0, run.tape_bytes)  # one iteration's tape is kept at a time
+        rec.sweep.ran(t)
+        self._sweep(run, rec, t)
 
-    def _sweep(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
-        """Iteration t has run: keep its carry (its input) if the strategy says so."""
-        if t == 0 or self._keep(rec, t, m, loop):
-            self._store(m, loop, rec, t, m.read(loop.carry_slots))
-        self._event(m, loop, "advance", t)
+    def _sweep(self, run: LoopRunner, rec: _Record, t: int) -> None:
+        """Iteration t has run: keep its carry (its input) if the strategy says so. The
+        `advance` events trail by one iteration, so the last one is reported as `taped`."""
+        if run.tracing and t:
+            run.emit(ADVANCE, t - 1)
+        if t == 0 or self._keep(rec, t):
+            self._store(run, rec, t, run.carry())
 
-    def finish(self, m: Machine, loop: LoopInfo, rec: _Record, trips: int) -> None:
-        if loop.event_ids:
-            m.sinks.pop()
+    def finish(self, run: LoopRunner, rec: _Record, trips: int) -> None:
+        rec.sweep.end(trips)
         rec.trips = trips
         if trips:
-            m.put_log(loop, rec.last_log)
-            self._swept(m, loop, rec, trips)
-        rec.plan = self._plan(m, loop, rec)
+            self._swept(run, rec, trips)
+        rec.plan = self._plan(run, rec)
 
-    def _swept(self, m: Machine, loop: LoopInfo, rec: _Record, trips: int) -> None:
+    def _swept(self, run: LoopRunner, rec: _Record, trips: int) -> None:
         """The sweep has ended after `trips` >= 1 iterations; its last one keeps its tape."""
-        schedule = m.stats.loops[loop.index].schedule
-        if schedule:
-            schedule[-1] = ("taped", trips - 1)
+        run.emit(TAPED, trips - 1)
 
     # -- the reverse ------------------------------------------------------------------------
-    def restore(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
+    def restore(self, run: LoopRunner, rec: _Record, t: int) -> None:
         if t == rec.trips - 1:
-            loop.write_saved(m.env, rec.last)
-            rec.last = None
-            self._hold(m, loop, -loop.saved_bytes)
+            run.load(rec.sweep.last)
+            rec.sweep.last = None
+            run.held(0, -run.tape_bytes)
         else:
             produced = next(rec.plan)
             assert produced == t, (produced, t)
-        self._event(m, loop, "reverse", t)
+        run.emit(REVERSE, t)
         if t == 0:
-            self._free_all(m, loop, rec)
+            self._free_all(run, rec)
 
-    def _taped_from(self, m: Machine, loop: LoopInfo, rec: _Record, a: int, t: int) -> None:
-        """Iteration t's values into the environment, recomputed from snapshot a."""
-        self._event(m, loop, "restore", a)
-        carry = m.advance(loop, rec.snaps[a], a, t - a, rec.signatures)
-        self._events(m, loop, "advance", a, t)
-        m.replay(loop, carry, t, 1, rec.signatures)
-        self._event(m, loop, "taped", t)
+    def _taped_from(self, run: LoopRunner, rec: _Record, a: int, t: int) -> None:
+        """Iteration t's tape where the adjoint reads it, recomputed from snapshot a."""
+        run.emit(RESTORE, a)
+        carry = rec.sweep.advance(rec.snaps[a], a, t - a)
+        self._events(run, ADVANCE, a, t)
+        rec.sweep.tape_steps(carry, t, 1)
+        run.emit(TAPED, t)
 
-    def _store_from(self, m: Machine, loop: LoopInfo, rec: _Record, a: int, pos: int) -> None:
-        self._event(m, loop, "restore", a)
-        carry = m.advance(loop, rec.snaps[a], a, pos - a, rec.signatures)
-        self._events(m, loop, "advance", a, pos)
-        self._store(m, loop, rec, pos, carry)
+    def _store_from(self, run: LoopRunner, rec: _Record, a: int, pos: int) -> None:
+        run.emit(RESTORE, a)
+        carry = rec.sweep.advance(rec.snaps[a], a, pos - a)
+        self._events(run, ADVANCE, a, pos)
+        self._store(run, rec, pos, carry)
 
-    def _revolve(self, m: Machine, loop: LoopInfo, rec: _Record, a: int, b: int,
+    def _revolve(self, run: LoopRunner, rec: _Record, a: int, b: int,
                  slots: int) -> Iterator[int]:
         """Reverse iterations b-1 … a from the snapshot at a with `slots` slots (a's own
         included) by the revolve recursion: advance to the optimal split, store it, reverse
@@ -195,69 +304,50 @@ class _Checkpointing:
             return
         if b - a == 1 or slots == 1:
             for t in range(b - 1, a - 1, -1):
-                self._taped_from(m, loop, rec, a, t)
+                self._taped_from(run, rec, a, t)
                 yield t
             return
         mid = a + optimal_split(b - a, slots)
-        self._store_from(m, loop, rec, a, mid)
-        yield from self._revolve(m, loop, rec, mid, b, slots - 1)
-        self._free(m, loop, rec, mid)
-        yield from self._revolve(m, loop, rec, a, mid, slots)
+        self._store_from(run, rec, a, mid)
+        yield from self._revolve(run, rec, mid, b, slots - 1)
+        self._free(run, rec, mid)
+        yield from self._revolve(run, rec, a, mid, slots)
 
-    def release(self, m: Machine, loop: LoopInfo, rec: _Record) -> None:
-        self._free_all(m, loop, rec)
-        if rec.last is not None:
-            m.release_frame(loop, rec.last)
-            rec.last = None
-            self._hold(m, loop, -loop.saved_bytes)
+    def release(self, run: LoopRunner, rec: _Record) -> None:
+        self._free_all(run, rec)
+        if rec.sweep.last is not None:
+            run.discard(rec.sweep.last)
+            rec.sweep.last = None
+            run.held(0, -run.tape_bytes)
 
-    # -- snapshots and accounting ---------------------------------------------------------------
-    def _store(self, m: Machine, loop: LoopInfo, rec: _Record, t: int, carry: tuple) -> None:
+    # -- snapshots ----------------------------------------------------------------------------
+    def _store(self, run: LoopRunner, rec: _Record, t: int, carry: Carry) -> None:
         rec.snaps[t] = carry
-        stats = m.stats.loops[loop.index]
-        stats.snapshots += 1
-        stats.bytes += loop.carry_bytes
-        stats.peak_snapshots = max(stats.peak_snapshots, stats.snapshots)
-        stats.peak_bytes = max(stats.peak_bytes, stats.bytes)
-        self._event(m, loop, "store", t)
+        run.held(1, run.carry_bytes)
+        run.emit(STORE, t)
 
-    def _free(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
+    def _free(self, run: LoopRunner, rec: _Record, t: int) -> None:
         del rec.snaps[t]
-        stats = m.stats.loops[loop.index]
-        stats.snapshots -= 1
-        stats.bytes -= loop.carry_bytes
-        self._event(m, loop, "free", t)
+        run.held(-1, -run.carry_bytes)
+        run.emit(FREE, t)
 
-    def _free_all(self, m: Machine, loop: LoopInfo, rec: _Record) -> None:
+    def _free_all(self, run: LoopRunner, rec: _Record) -> None:
         for pos in list(rec.snaps):
-            self._free(m, loop, rec, pos)
+            self._free(run, rec, pos)
 
     @staticmethod
-    def _hold(m: Machine, loop: LoopInfo, nbytes: int) -> None:
-        """Account for tapes (saved iteration values) held besides the snapshots."""
-        stats = m.stats.loops[loop.index]
-        stats.bytes += nbytes
-        stats.peak_bytes = max(stats.peak_bytes, stats.bytes)
-
-    def _event(self, m: Machine, loop: LoopInfo, what: str, t: int) -> None:
-        if self.trace:
-            stats = m.stats.loops[loop.index]
-            if stats.schedule is None:
-                stats.schedule = []
-            stats.schedule.append((what, t))
-
-    def _events(self, m: Machine, loop: LoopInfo, what: str, first: int, stop: int) -> None:
-        """`what` for each of the iterations first … stop-1 that advance or replay ran (a
-        loop of no-op calls per recomputed iteration when not tracing, so it is skipped)."""
-        if self.trace:
+    def _events(run: LoopRunner, what: str, first: int, stop: int) -> None:
+        """`what` for each of the iterations first … stop-1 that one re-run covered (a
+        loop of no-op calls per recomputed iteration when no one listens, so skipped)."""
+        if run.tracing:
             for i in range(first, stop):
-                self._event(m, loop, what, i)
+                run.emit(what, i)
 
     # -- what each strategy decides ---------------------------------------------------------------
-    def _keep(self, rec: _Record, t: int, m: Machine, loop: LoopInfo) -> bool:
+    def _keep(self, rec: _Record, t: int) -> bool:
         raise NotImplementedError
 
-    def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
+    def _plan(self, run: LoopRunner, rec: _Record) -> Iterator[int]:
         raise NotImplementedError
 
 
@@ -282,12 +372,12 @@ class Recompute(_Checkpointing):
     def __repr__(self) -> str:
         return "Recompute()"
 
-    def _keep(self, rec: _Record, t: int, m: Machine, loop: LoopInfo) -> bool:
+    def _keep(self, rec: _Record, t: int) -> bool:
         return False
 
-    def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
+    def _plan(self, run: LoopRunner, rec: _Record) -> Iterator[int]:
         for t in range(rec.trips - 2, -1, -1):
-            self._taped_from(m, loop, rec, 0, t)
+            self._taped_from(run, rec, 0, t)
             yield t
 
 
@@ -302,26 +392,26 @@ class EveryK(_Checkpointing):
     def __repr__(self) -> str:
         return f"EveryK({self.k})"
 
-    def _keep(self, rec: _Record, t: int, m: Machine, loop: LoopInfo) -> bool:
+    def _keep(self, rec: _Record, t: int) -> bool:
         # the last iteration keeps its tape, so a fori_loop need not store its carry
         return t % self.k == 0 and t != (rec.expected_trips or 0) - 1
 
-    def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
+    def _plan(self, run: LoopRunner, rec: _Record) -> Iterator[int]:
         end = rec.trips - 1  # iteration T-1 was taped by the sweep
         if end > 0 and end in rec.snaps:  # a while_loop stored it before it knew T
-            self._free(m, loop, rec, end)
+            self._free(run, rec, end)
         while end > 0:
             start = ((end - 1) // self.k) * self.k
-            self._event(m, loop, "restore", start)
-            frames = m.replay(loop, rec.snaps[start], start, end - start, rec.signatures)
-            self._hold(m, loop, loop.saved_bytes * len(frames))
-            self._events(m, loop, "taped", start, end)
+            run.emit(RESTORE, start)
+            tapes = rec.sweep.tape_steps(rec.snaps[start], start, end - start)
+            run.held(0, run.tape_bytes * len(tapes))
+            self._events(run, TAPED, start, end)
             for t in range(end - 1, start - 1, -1):
-                loop.write_saved(m.env, frames.pop())
-                self._hold(m, loop, -loop.saved_bytes)
+                run.load(tapes.pop())
+                run.held(0, -run.tape_bytes)
                 yield t
             if start != 0:
-                self._free(m, loop, rec, start)
+                self._free(run, rec, start)
             end = start
 
 
@@ -344,55 +434,54 @@ class Online(_Checkpointing):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.snapshots})"
 
-    def begin(self, m: Machine, loop: LoopInfo) -> _Record:
-        rec = super().begin(m, loop)
+    def begin(self, run: LoopRunner) -> _Record:
+        rec = super().begin(run)
         rec.placement = OnlinePlacement(self.snapshots)
         return rec
 
-    def _sweep(self, m: Machine, loop: LoopInfo, rec: _Record, t: int) -> None:
+    def _sweep(self, run: LoopRunner, rec: _Record, t: int) -> None:
         placement = rec.placement
         if placement is None:  # Binomial with the trip count known: its own path
-            super()._sweep(m, loop, rec, t)
+            super()._sweep(run, rec, t)
             return
-        carry = m.read(loop.carry_slots)
+        carry = run.carry()
         if t == 0:
-            self._store(m, loop, rec, 0, carry)
+            self._store(run, rec, 0, carry)
             return
         if placement.due != NEVER:  # (with one slot nothing is ever placed)
             if rec.pending is None:  # t = 1: from now on one carry is held back
-                self._hold(m, loop, loop.carry_bytes)
+                run.held(0, run.carry_bytes)
             elif t + 1 == placement.due:  # x_{t-1} is not the last input: store it now
                 stored, evicted = placement.place()
                 if evicted is not None:
-                    self._free(m, loop, rec, evicted)
-                self._store(m, loop, rec, stored, rec.pending)
+                    self._free(run, rec, evicted)
+                self._store(run, rec, stored, rec.pending)
             rec.pending = carry
-        if self.trace:  # events trail the sweep by one iteration
-            self._event(m, loop, "advance", t - 1)
+        if run.tracing:  # after the store of x_{t-1}, the advance from it
+            run.emit(ADVANCE, t - 1)
 
-    def _swept(self, m: Machine, loop: LoopInfo, rec: _Record, trips: int) -> None:
-        if rec.placement is None:
-            super()._swept(m, loop, rec, trips)
-            return
-        self._event(m, loop, "taped", trips - 1)
-        self._drop_pending(m, loop, rec)
-        rec.path = [(pos, self.snapshots - i) for i, pos in enumerate(rec.placement.positions)]
+    def _swept(self, run: LoopRunner, rec: _Record, trips: int) -> None:
+        super()._swept(run, rec, trips)
+        if rec.placement is not None:
+            self._drop_pending(run, rec)
+            rec.path = [(pos, self.snapshots - i)
+                        for i, pos in enumerate(rec.placement.positions)]
 
-    def _drop_pending(self, m: Machine, loop: LoopInfo, rec: _Record) -> None:
+    def _drop_pending(self, run: LoopRunner, rec: _Record) -> None:
         if rec.pending is not None:
             rec.pending = None
-            self._hold(m, loop, -loop.carry_bytes)
+            run.held(0, -run.carry_bytes)
 
-    def release(self, m: Machine, loop: LoopInfo, rec: _Record) -> None:
-        self._drop_pending(m, loop, rec)
-        super().release(m, loop, rec)
+    def release(self, run: LoopRunner, rec: _Record) -> None:
+        self._drop_pending(run, rec)
+        super().release(run, rec)
 
-    def _plan(self, m: Machine, loop: LoopInfo, rec: _Record) -> Iterator[int]:
+    def _plan(self, run: LoopRunner, rec: _Record) -> Iterator[int]:
         b = rec.trips - 1  # iteration T-1 was taped by the sweep
         for a, slots in reversed(rec.path):
-            yield from self._revolve(m, loop, rec, a, b, slots)
+            yield from self._revolve(run, rec, a, b, slots)
             if a != 0:
-                self._free(m, loop, rec, a)
+                self._free(run, rec, a)
             b = a
 
 
@@ -402,14 +491,14 @@ class Binomial(Online):
     Walther, when the trip count is known on entry (fori_loop). On a while_loop, whose trip
     count is unknown until it exits, it places its snapshots online, as `Online`."""
 
-    def begin(self, m: Machine, loop: LoopInfo) -> _Record:
-        rec = super().begin(m, loop)
+    def begin(self, run: LoopRunner) -> _Record:
+        rec = super().begin(run)
         if rec.expected_trips is not None:
             rec.placement = None
             rec.path = first_path(rec.expected_trips, self.snapshots)
         return rec
 
-    def _keep(self, rec: _Record, t: int, m: Machine, loop: LoopInfo) -> bool:
+    def _keep(self, rec: _Record, t: int) -> bool:
         return any(pos == t for pos, _ in rec.path)
 
 

@@ -15,21 +15,30 @@ are method calls per control event, never per node.
 
 The forward run's `ControlLog` holds one stack per Cond region (decisions) and per loop
 (trip counts); the adjoint program pops them (`LogPop`, `TripPop`), so after a reverse pass
-every stack is empty. The checkpoint strategy of each loop is handed in at run time
-through the small `LoopStrategy` interface below.
+every stack is empty. The checkpoint strategy of each loop is handed in at run time; it
+is called through checkpoint.LoopStrategy and served through checkpoint.LoopRunner
+(`_Runner` and `_Sweep` below), and the events it emits go to the loop's `LoopStats`.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .anomaly import anomaly_detection_enabled
+from .checkpoint import (  # check_strategy: api, trace and the inspector import it from here
+    Carry,
+    LoopStats,
+    LoopStrategy,
+    RunStats,
+    Tape,
+    check_strategy,  # noqa: F401
+)
 from .diagnostics import anomaly_message, bad_argument_message
-from .errors import AnomalyError, ArgumentValueError, LoopLimitError, ReplayMismatchError
+from .errors import AnomalyError, LoopLimitError, ReplayMismatchError
 from .ir import (
     Block,
     Cond,
@@ -295,64 +304,6 @@ class ControlLog:
         return not any(self.decisions) and not any(self.trips)
 
 
-class LoopStrategy(Protocol):
-    """How one loop's reverse pass gets iteration t's forward values (see checkpoint.py).
-
-    The forward sweep always runs the body taped; a strategy that does not keep every
-    iteration takes each iteration's log entries back off the log at `after_iteration`
-    (`Machine.take_log`) and re-derives them in reverse with `Machine.advance` and
-    `Machine.replay`. `release` drops a record that will never be reversed (the enclosing
-    loop discarded the iteration that ran it), so what it held stops being counted."""
-
-    def begin(self, m: Machine, loop: LoopInfo) -> Any: ...
-    def after_iteration(self, m: Machine, loop: LoopInfo, record: Any, t: int) -> None: ...
-    def finish(self, m: Machine, loop: LoopInfo, record: Any, trips: int) -> None: ...
-    def restore(self, m: Machine, loop: LoopInfo, record: Any, t: int) -> None: ...
-    def release(self, m: Machine, loop: LoopInfo, record: Any) -> None: ...
-
-
-_STRATEGY_METHODS = tuple(n for n in vars(LoopStrategy) if not n.startswith("_"))
-
-
-def check_strategy(choice: Any, where: str) -> Any:
-    """Refuse a `checkpoint=` value that is not a strategy object, by name, at the call
-    that received it (instead of an AttributeError deep inside the interpreter)."""
-    if isinstance(choice, type):
-        raise ArgumentValueError(
-            f"{where}: checkpoint= takes a strategy instance, got the class {choice.__name__}; "
-            f"call it, e.g. checkpoint={choice.__name__}(...)")
-    if choice is None or all(callable(getattr(choice, a, None)) for a in _STRATEGY_METHODS):
-        return choice
-    raise ArgumentValueError(
-        f"{where}: checkpoint= takes a strategy object from cfgrad.checkpoint (StoreAll(), "
-        f"Recompute(), EveryK(k), Binomial(snapshots), Online(snapshots)) or None, got "
-        f"{choice!r}")
-
-
-@dataclass
-class LoopStats:
-    """Per loop region, over one forward + reverse run (design §8)."""
-
-    name: str
-    strategy: str
-    trip_counts: list[int] = field(default_factory=list)
-    forward_steps: int = 0
-    recompute_steps: int = 0
-    peak_snapshots: int = 0
-    peak_bytes: int = 0
-    snapshots: int = 0  # currently held (for the peaks)
-    bytes: int = 0
-    schedule: list[tuple[str, int]] | None = None  # optional record of advance/store/… events
-
-
-@dataclass
-class RunStats:
-    loops: list[LoopStats]
-
-    def loop(self, name: str) -> LoopStats:
-        return next(s for s in self.loops if s.name == name)
-
-
 # ---------------------------------------------------------------------------------
 # The machine
 # ---------------------------------------------------------------------------------
@@ -378,6 +329,8 @@ class Machine:
         self.block_hook = block_hook
         self.stats = RunStats([LoopStats(li.region.id, repr(strategies[li.index]) if strategies
                                          else "none") for li in compiled.loops])
+        self.runners = [_Runner(self, li, s, self.stats.loops[li.index])
+                        for li, s in zip(compiled.loops, strategies or ())]
 
     # -- walking -------------------------------------------------------------------
     def run(self, args: list[Any]) -> list[Any]:
@@ -427,7 +380,7 @@ class Machine:
         if action == LOOP_ENTER:
             self.counters[arg] = 0
             if self.taped:
-                self.env[loop.record_slot] = self.strategies[arg].begin(self, loop)
+                self.env[loop.record_slot] = self.strategies[arg].begin(self.runners[arg])
             return
         if action == LOOP_LATCH:
             t = self.counters[arg]
@@ -444,7 +397,8 @@ class Machine:
             else:
                 stats.forward_steps += 1
             if self.taped:
-                self.strategies[arg].after_iteration(self, loop, self.env[loop.record_slot], t)
+                self.strategies[arg].after_iteration(self.runners[arg],
+                                                     self.env[loop.record_slot], t)
                 for slot in loop.nested_record_slots:  # the iteration's frame holds them now
                     self.env[slot] = None
             return
@@ -457,9 +411,9 @@ class Machine:
             self.stats.loops[arg].trip_counts.append(trips)
         if self.taped:
             self.log.trips[arg].append(trips)
-            self.strategies[arg].finish(self, loop, self.env[loop.record_slot], trips)
+            self.strategies[arg].finish(self.runners[arg], self.env[loop.record_slot], trips)
 
-    # -- services for strategies ------------------------------------------------------
+    # -- what _Runner and _Sweep serve strategies with ----------------------------------
     def read(self, slots: tuple[int, ...]) -> tuple:
         env = self.env
         return tuple(env[s] for s in slots)
@@ -518,7 +472,7 @@ class Machine:
         for pos, j in loop.nested_records:
             record = frame[pos]
             if record is not None:
-                self.strategies[j].release(self, self.c.loops[j], record)
+                self.strategies[j].release(self.runners[j], record)
 
     def _run_iteration(self, loop: LoopInfo, t: int, expected: tuple, taped: bool) -> int:
         """Run iteration t from the carry in the header slots; returns the latch edge.
@@ -599,7 +553,7 @@ class Machine:
     def loop_state(self, i: int, t: Any) -> None:
         loop = self.c.loops[i]
         self.reverse_iterations[i] = int(t)
-        self.strategies[i].restore(self, loop, self.env[loop.record_slot], int(t))
+        self.strategies[i].restore(self.runners[i], self.env[loop.record_slot], int(t))
 
     def anomaly(self, compiled: Compiled, block: int, k: int, env: list[Any]) -> None:
         """A NaN or Inf came out of node k of `block` (of the forward program, or of the
@@ -614,6 +568,84 @@ class Machine:
                                            [dense_value(env[compiled.slot[o]])
                                             for o in node.outputs],
                                            loops))
+
+
+class _Runner:
+    """The interpreter's services to one loop's strategy (checkpoint.LoopRunner), made
+    once per Machine: the loop's saved-value plan is final by then, so reading and writing
+    a tape are bound to the generated slot accessors, no extra call per iteration. Events
+    go straight to the loop's LoopStats; schedule events only when the strategy traces."""
+
+    def __init__(self, m: Machine, loop: LoopInfo, strategy: LoopStrategy, stats: LoopStats):
+        self.m, self.loop = m, loop
+        self.carry_bytes, self.tape_bytes = loop.carry_bytes, loop.saved_bytes
+        self.tracing = bool(getattr(strategy, "trace", False))
+        self.tape = functools.partial(loop.read_saved, m.env)
+        self.load = functools.partial(loop.write_saved, m.env)
+        self.held = stats.held
+        self.emit = stats.record if self.tracing else _ignore
+
+    def trip_bound(self) -> int | None:
+        return self.m.trip_bound(self.loop)
+
+    def carry(self) -> Carry:
+        return self.m.read(self.loop.carry_slots)
+
+    def discard(self, tape: Tape) -> None:
+        self.m.release_frame(self.loop, tape)
+
+    def sweep(self) -> _Sweep:
+        return _Sweep(self.m, self.loop)
+
+
+def _ignore(what: str, t: int) -> None:
+    """Where schedule events go when no one listens."""
+
+
+class _Sweep:
+    """One execution of a loop under a recomputing strategy (checkpoint.Sweep).
+
+    At each back edge the iteration's log entries are taken back off the log and its tape
+    replaces the previous iteration's (whose nested loop records are released); at exit
+    the last iteration's entries go back on the log. Each iteration's control events
+    (every decision of the regions inside it, including those a nested loop's own strategy
+    takes off the log) are kept as its signature, against which re-runs are checked. What
+    a loop without regions inside has nothing of is not even asked for."""
+
+    __slots__ = ("m", "loop", "marks", "events", "signatures", "last_log", "last")
+
+    def __init__(self, m: Machine, loop: LoopInfo):
+        self.m, self.loop = m, loop
+        self.marks = m.log_marks(loop)
+        self.events: list[Any] = []  # the control events of the iteration running
+        self.signatures: dict[int, tuple] = {}  # iteration -> its event signature
+        self.last_log: tuple = ()  # the latest iteration's log entries
+        self.last: Tape | None = None
+        if loop.event_ids:  # else no iteration decides anything there is to check
+            m.sinks.append(self.events)
+
+    def ran(self, t: int) -> None:
+        m, loop = self.m, self.loop
+        if self.marks:
+            self.last_log = m.take_log(loop, self.marks)
+        if self.events:
+            self.signatures[t] = m.event_signature(loop, self.events)
+            self.events.clear()
+        if self.last is not None and loop.nested_records:
+            m.release_frame(loop, self.last)
+        self.last = loop.read_saved(m.env)
+
+    def end(self, trips: int) -> None:
+        if self.loop.event_ids:
+            self.m.sinks.pop()
+        if trips:
+            self.m.put_log(self.loop, self.last_log)
+
+    def advance(self, carry: Carry, start: int, steps: int) -> Carry:
+        return self.m.advance(self.loop, carry, start, steps, self.signatures)
+
+    def tape_steps(self, carry: Carry, start: int, count: int) -> list[Tape]:
+        return self.m.replay(self.loop, carry, start, count, self.signatures)
 
 
 def _annotate(exc: Exception, compiled: Compiled, b: int, fns: list[Any]) -> None:

@@ -36,8 +36,7 @@ from hypothesis import strategies as st
 import cfgrad as cg
 import cfgrad.numpy as cnp
 import cfgrad.primitives
-from cfgrad.checkpoint import Binomial, EveryK, Online, Recompute, StoreAll, first_path
-from cfgrad.interpret import LoopStats
+from cfgrad.checkpoint import Binomial, EveryK, LoopStats, Online, Recompute, StoreAll, first_path
 from cfgrad.revolve import optimal_cost, repetition_number, reversal_cost
 from cfgrad.testing import check_grads
 

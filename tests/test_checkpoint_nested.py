@@ -34,8 +34,7 @@ from hypothesis import strategies as st
 
 import cfgrad as cg
 import cfgrad.numpy as cnp
-from cfgrad.checkpoint import Binomial, EveryK, Online, Recompute, StoreAll
-from cfgrad.interpret import LoopStats, RunStats
+from cfgrad.checkpoint import Binomial, EveryK, LoopStats, Online, Recompute, RunStats, StoreAll
 from cfgrad.revolve import optimal_cost
 from cfgrad.testing import check_grads
 
