@@ -1,4 +1,4 @@
-"""Optimisation passes over Programs: CSE, DCE, hoisting, in-place accumulation.
+"""Optimisation passes over Programs: simplification, CSE, DCE, hoisting, accumulation.
 
 Each pass is a function `pass(program) -> None` that rewrites `program` in place and
 leaves it a valid Program of the same meaning. In place, because the passes run on a
@@ -19,7 +19,7 @@ a precondition on what may read the program from outside:
   snapshots an adjoint's reverse-loop Phis.
 
 No pass changes a result's bits: every rewrite computes the same floating-point
-operations on the same operands.
+operations on the same operands, or provably the same value (`x * 1` is `x`).
 """
 
 from __future__ import annotations
@@ -90,6 +90,114 @@ def _replace_uses(program: Program, replace: dict[Value, Value]) -> None:
     for r in program.loops():
         if r.trip_bounds is not None:
             r.trip_bounds = tuple(replace.get(v, v) for v in r.trip_bounds)
+
+
+# ---------------------------------------------------------------------------------
+# Algebraic simplification
+# ---------------------------------------------------------------------------------
+
+
+def _constant(n: Node | None) -> np.ndarray | None:
+    return n.params["value"] if n is not None and n.op == "const" else None
+
+
+def _is_one(c: np.ndarray | None) -> bool:
+    return c is not None and c.dtype.kind in "biuf" and bool(np.all(c == 1))
+
+
+def _is_minus_one(c: np.ndarray | None) -> bool:
+    return c is not None and c.dtype.kind in "if" and bool(np.all(c == -1))
+
+
+def _is_neutral_zero(c: np.ndarray | None, subtracted: bool) -> bool:
+    """Whether `x + c` (`x - c` when `subtracted`) is `x` bit for bit, for every x: c is
+    all zeros and, in floating point, zeros of the one sign that keeps x = -0.0 as it is
+    (-0.0 + -0.0 = -0.0, but -0.0 + 0.0 = +0.0). The zeros the reverse builder
+    materializes are +0.0, so a float `add x, 0.0` stays."""
+    if c is None or c.dtype.kind not in "biuf" or not bool(np.all(c == 0)):
+        return False
+    if c.dtype.kind != "f":
+        return True
+    return bool(np.all(np.signbit(c) != subtracted))
+
+
+def _simplified(n: Node, producer: Callable[[Value], Node | None]) -> Value | Node | None:
+    """What node `n` simplifies to: a value equal to its result bit for bit, a node to
+    compute it with instead (same output), or None. Every rule keeps the result's type,
+    so no shape grows by broadcasting and no dtype changes."""
+    out = n.outputs[0]
+
+    def same(v: Value) -> Value | None:
+        return v if v.type == out.type else None
+
+    op, xs = n.op, n.inputs
+    if op == "integer_pow":
+        power = n.params["n"]
+        if power == 1:
+            return same(xs[0])
+        if power == 0:  # x ** 0 is 1 everywhere, as numpy's (and _integer_pow_impl's)
+            ones = np.ones(out.type.shape, out.type.dtype)
+            return Node("const", [], {"value": ones}, [out], n.loc, n.origin)
+    elif op == "neg":
+        inner = producer(xs[0])
+        if inner is not None and inner.op == "neg":
+            return same(inner.inputs[0])
+    elif op in ("mul", "div"):
+        operands = [(xs[0], xs[1])] + ([(xs[1], xs[0])] if op == "mul" else [])
+        for x, c in operands:
+            value = _constant(producer(c))
+            if _is_one(value) and same(x) is not None:
+                return x
+            # x * -1 is -x (for a NaN, numpy's negative flips the sign bit a product
+            # keeps; a NaN's sign carries no meaning)
+            if op == "mul" and _is_minus_one(value) and same(x) is not None:
+                return Node("neg", [x], {}, [out], n.loc, n.origin)
+    elif op in ("add", "sub"):
+        operands = [(xs[0], xs[1])] + ([(xs[1], xs[0])] if op == "add" else [])
+        for x, c in operands:
+            if _is_neutral_zero(_constant(producer(c)), op == "sub") and same(x) is not None:
+                return x
+    return None
+
+
+def simplify(program: Program) -> None:
+    """Algebraic simplification: `integer_pow x {n=1}` is x and `{n=0}` ones; `x * 1`,
+    `x / 1`, `x + 0`/`x - 0` (integers, or the sign of zero that provably keeps x) are
+    x; `neg(neg x)` is x; `x * -1` is `neg x`. Only where the result keeps x's type.
+
+    Derivative rules are written for the general case (the slope of `x ** n` is
+    `n * x ** (n - 1)`, a cotangent times a constant factor) and emit these forms for
+    particular parameters; simplifying afterwards keeps rules general and programs lean.
+    A node replaced by a value is dropped (it is pure, and nothing reads it any more);
+    chains fold in one pass, since each rule looks through replacements already made."""
+    replace: dict[Value, Value] = {}
+    defs: dict[Value, Node] = {}
+
+    def resolve(v: Value) -> Value:
+        while v in replace:
+            v = replace[v]
+        return v
+
+    def producer(v: Value) -> Node | None:
+        return defs.get(resolve(v))
+
+    for b in program.blocks:
+        for n in b.nodes:
+            defs.update((o, n) for o in n.outputs)
+    for b in program.blocks:
+        kept = []
+        for n in b.nodes:
+            n.inputs = [resolve(v) for v in n.inputs]
+            result = None if _fixed(n) or len(n.outputs) != 1 else _simplified(n, producer)
+            if isinstance(result, Value):
+                replace[n.outputs[0]] = resolve(result)
+                continue
+            if isinstance(result, Node):
+                n = result
+                defs[n.outputs[0]] = n
+            kept.append(n)
+        b.nodes = kept
+    _replace_uses(program, {v: resolve(v) for v in replace})
 
 
 # ---------------------------------------------------------------------------------
@@ -274,9 +382,11 @@ def accumulate_in_place(program: Program) -> None:
                         break
 
 
-#: The passes an adjoint goes through, in order: share subterms, drop what no result
-#: needs, then the loop passes, and drop what the accumulators' factored forms left dead.
+#: The passes an adjoint goes through, in order: simplify what the rules emitted, share
+#: subterms, drop what no result needs, then the loop passes, and drop what the
+#: accumulators' factored forms left dead.
 ADJOINT_PIPELINE: tuple[Pass, ...] = (
+    simplify,
     eliminate_common_subexpressions,
     eliminate_dead_code,
     hoist_loop_invariants,

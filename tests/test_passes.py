@@ -1,0 +1,232 @@
+"""The optimisation passes (cfgrad/passes.py), the algebraic simplifier above all: what it
+folds in adjoints and in hand-written programs, what it must leave (a float `x + 0.0`, a
+constant that broadcasts), and that simplifying never changes a result's bits."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import cfgrad as cg
+import cfgrad.numpy as cnp
+import cfgrad.reverse
+from cfgrad.interpret import Compiled, Machine
+from cfgrad.ir import Program
+from cfgrad.passes import (
+    ADJOINT_PIPELINE,
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+    run_passes,
+    simplify,
+)
+from cfgrad.verify import verify
+
+
+def lines(program: Program) -> list[str]:
+    """The program's text without its header, block labels and source comments."""
+    body = [re.sub(r"\s*;.*$", "", line).strip() for line in program.text().splitlines()[1:]]
+    return [line for line in body if line and not re.fullmatch(r"r\d+:", line)]
+
+
+# ---------------------------------------------------------------------------------
+# Adjoints: what the derivative rules emit, simplified
+# ---------------------------------------------------------------------------------
+
+
+def test_adjoint_of_a_square_has_no_first_power():
+    """The rule of x ** n is ct * (n * x ** (n - 1)): for n = 2 that was `integer_pow x
+    {n=1}`, the inspector's complaint in issue 11."""
+    assert lines(cg.lower(lambda x: x ** 2, 2.0).adjoint()) == [
+        "%0: f64[] = Primal ^%x",
+        "%1: f64[] = mul 2.0, %0",
+        "%2: f64[] = mul %ct, %1",
+        "Return %2",
+    ]
+
+
+def test_adjoint_of_a_polynomial_reads_each_power_once():
+    adjoint = cg.lower(lambda x: cnp.sum(x ** 3 + x ** 2), np.ones(3)).adjoint()
+    assert lines(adjoint) == [
+        "%0: f64[1] = reshape %ct {shape=(1,)}",
+        "%1: f64[3] = broadcast_to %0 {shape=(3,)}",
+        "%2: f64[3] = Primal ^%x",
+        "%3: f64[3] = mul 2.0, %2",
+        "%4: f64[3] = mul %1, %3",
+        "%5: f64[3] = integer_pow %2 {n=2}",
+        "%6: f64[3] = mul 3.0, %5",
+        "%7: f64[3] = mul %1, %6",
+        "%8: f64[3] = add %4, %7",
+        "Return %8",
+    ]
+
+
+def test_adjoint_of_double_negation_and_unit_factor_is_the_cotangent():
+    assert lines(cg.lower(lambda x: cnp.negative(-x) * 1.0, 2.0).adjoint()) == ["Return %ct"]
+
+
+def test_adjoint_of_a_negative_unit_factor_is_a_negation():
+    assert lines(cg.lower(lambda x: x * -1.0, 2.0).adjoint()) == [
+        "%0: f64[] = neg %ct", "Return %0"]
+
+
+def test_adjoint_of_a_division_by_one_is_the_cotangent():
+    assert lines(cg.lower(lambda x: x / 1.0, 2.0).adjoint()) == ["Return %ct"]
+
+
+# ---------------------------------------------------------------------------------
+# The rules one by one, on hand-written programs
+# ---------------------------------------------------------------------------------
+
+HEADER = "program p(%x: f64[3], %s: f64[], %i: i64[3]) -> ({})\nb0:\n"
+
+
+def simplified(body: str, result_type: str) -> list[str]:
+    program = Program.parse(HEADER.format(result_type) + body)
+    simplify(program)
+    return lines(verify(program))[1:]  # the entry block's label is b0, not r0
+
+
+@pytest.mark.parametrize("op, result", [
+    ("mul %x, 1.0", "%x"), ("mul 1.0, %x", "%x"), ("div %x, 1.0", "%x"),
+    ("add %x, -0.0", "%x"), ("add -0.0, %x", "%x"), ("sub %x, 0.0", "%x"),
+    ("integer_pow %x {n=1}", "%x"),
+])
+def test_folded_to_the_operand(op, result):
+    assert simplified(f"  %0: f64[3] = {op}\n  Return %0\n", "f64[3]") == [f"Return {result}"]
+
+
+@pytest.mark.parametrize("op", [
+    "add %x, 0.0",  # -0.0 + 0.0 is +0.0: not x bit for bit
+    "sub %x, -0.0",  # likewise
+    "sub 0.0, %x",  # that is a negation (and not one for x = 0)
+    "div 1.0, %x",
+    "mul %x, 2.0",
+    "integer_pow %x {n=2}",
+])
+def test_kept(op):
+    assert simplified(f"  %0: f64[3] = {op}\n  Return %0\n", "f64[3]") == [
+        f"%0: f64[3] = {op}", "Return %0"]
+
+
+def test_a_constant_that_broadcasts_is_kept():
+    """s * ones(3) is s broadcast to (3,): folding it to s would change the type."""
+    body = ("  %0: f64[3] = const {value=full((3,), 1.0, 'float64')}\n"
+            "  %1: f64[3] = mul %s, %0\n  Return %1\n")
+    assert simplified(body, "f64[3]")[-2:] == ["%1: f64[3] = mul %s, %0", "Return %1"]
+
+
+def test_integers_fold_any_zero():
+    assert simplified("  %0: i64[3] = add %i, 0\n  %1: i64[3] = sub %0, 0\n  Return %1\n",
+                      "i64[3]") == ["Return %i"]
+
+
+def test_zeroth_power_is_a_constant_and_negative_unit_a_negation():
+    """-(-(-x)) folds to a second `neg x`, which CSE then merges with the first."""
+    body = ("  %0: f64[3] = integer_pow %x {n=0}\n  %1: f64[3] = mul %x, -1.0\n"
+            "  %2: f64[3] = neg %1\n  %3: f64[3] = neg %2\n  %4: f64[3] = add %0, %3\n"
+            "  Return %4\n")
+    assert simplified(body, "f64[3]") == [
+        "%0: f64[3] = const {value=full((3,), 1.0, 'float64')}",
+        "%1: f64[3] = neg %x",
+        "%2: f64[3] = neg %x",
+        "%3: f64[3] = add %0, %2",
+        "Return %3",
+    ]
+    program = Program.parse(HEADER.format("f64[3]") + body)
+    run_passes(program, [simplify, eliminate_common_subexpressions, eliminate_dead_code])
+    assert lines(verify(program))[1:] == [
+        "%0: f64[3] = const {value=full((3,), 1.0, 'float64')}",
+        "%1: f64[3] = neg %x",
+        "%2: f64[3] = add %0, %1",
+        "Return %2",
+    ]
+
+
+# ---------------------------------------------------------------------------------
+# Simplifying never changes a result's bits
+# ---------------------------------------------------------------------------------
+
+CONSTANTS = [1.0, -1.0, 0.0, -0.0, 2.0]
+
+
+def expressions(depth: int) -> st.SearchStrategy:
+    """Trees over x (a vector) and y (a scalar) rich in what the simplifier folds: powers
+    0 to 3, constants 1, -1, +0, -0 on either side of + - * /, negations."""
+    leaf = st.sampled_from(["x", "y"])
+    if depth == 0:
+        return leaf
+    sub = expressions(depth - 1)
+    return st.one_of(
+        leaf,
+        st.tuples(st.sampled_from(["neg", "sin"]), sub),
+        st.tuples(st.just("pow"), sub, st.integers(0, 3)),
+        st.tuples(st.sampled_from(["add", "sub", "mul", "div"]), sub,
+                  st.sampled_from(CONSTANTS), st.booleans()),
+        st.tuples(st.sampled_from(["add", "mul"]), sub, sub),
+    )
+
+
+BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+          "div": lambda a, b: a / b}
+
+
+def evaluate(e, x, y):
+    if isinstance(e, str):
+        return x if e == "x" else y
+    op = e[0]
+    if op == "neg":
+        return -evaluate(e[1], x, y)
+    if op == "sin":
+        return cnp.sin(evaluate(e[1], x, y))
+    if op == "pow":
+        return evaluate(e[1], x, y) ** e[2]
+    a = evaluate(e[1], x, y)
+    if isinstance(e[2], float):
+        b, constant_first = e[2], e[3]
+        return BINARY[op](b, a) if constant_first else BINARY[op](a, b)
+    return BINARY[op](a, evaluate(e[2], x, y))
+
+
+def bits(values) -> list[bytes]:
+    """The results' bytes, every NaN made the same one: `x * -1` becomes `neg x`, and
+    numpy's negative flips a NaN's sign bit where a product keeps it."""
+    return [np.where(np.isnan(v), np.nan, v).tobytes() for v in map(np.asarray, values)]
+
+
+ARGS = (np.array([-0.0, 0.0, 1.5, -2.0, np.inf, np.nan]), -0.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(expr=expressions(4))
+def test_simplifying_a_random_program_keeps_its_outputs_bit_for_bit(expr):
+    def f(x, y):
+        return evaluate(expr, x, y) + 0.0 * x, evaluate(expr, x, y) * y
+
+    program = cg.lower(f, *ARGS)
+    simpler = Program.parse(program.text())
+    simplify(simpler)
+    verify(simpler)
+    with np.errstate(all="ignore"):
+        expected = Machine(Compiled(program)).run(list(ARGS))
+        got = Machine(Compiled(simpler)).run(list(ARGS))
+    assert bits(got) == bits(expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(expr=expressions(3))
+def test_gradients_with_and_without_the_simplifier_are_bitwise_equal(expr):
+    def f(x, y):
+        return cnp.sum(evaluate(expr, x, y) * x) + y
+
+    args = (np.array([-0.0, 0.5, 1.5, -2.0]), 0.75)
+    with np.errstate(all="ignore"):
+        simplified_grads = cg.grad(f, argnums=(0, 1))(*args)
+        without = tuple(p for p in ADJOINT_PIPELINE if p is not simplify)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(cfgrad.reverse, "ADJOINT_PIPELINE", without)
+            plain_grads = cg.grad(lambda x, y: f(x, y), argnums=(0, 1))(*args)
+    assert bits(simplified_grads) == bits(plain_grads)
