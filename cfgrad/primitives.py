@@ -34,14 +34,18 @@ from .ir import DTYPE_CHOICES, TensorType, format_param, ir_dtype
 # ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Primitive:
+    """One entry of the table. Fields are named at every declaration (keyword-only), so a
+    reader sees which function is the implementation, which the shape rule and which the
+    derivative rules."""
+
     name: str
     impl: Callable[..., Any]
-    abstract: Callable[..., TensorType]  # (input types, **params) -> output type
-    vjp: Callable[..., tuple] | None
-    jvp: Callable[..., Any] | None
+    abstract: Callable[..., TensorType]  # the shape rule: (input types, **params) -> type
     family: str
+    vjp: Callable[..., tuple] | None = None  # None: no derivative (or a zero one)
+    jvp: Callable[..., Any] | None = None
     promote: str = "same"  # "same": cast inputs to one dtype; "float": …and ints to f64
     promote_from: int = 0  # inputs before this index keep their own dtype (where's condition)
     nondiff: bool = False  # derivative is zero everywhere it exists (comparisons, sign, …)
@@ -294,7 +298,8 @@ def _unary(name: str, impl: Callable, deriv: Callable[[Any, Any], Any] | None,
         def jvp(ts, xs, out):
             return None if ts[0] is None else ts[0] * deriv(xs[0], out)
 
-    _register(Primitive(name, impl, _elementwise_type(name, out_dtype), vjp, jvp, "elementwise",
+    _register(Primitive(name=name, impl=impl, abstract=_elementwise_type(name, out_dtype), vjp=vjp,
+                        jvp=jvp, family="elementwise",
                         promote=promote, nondiff=deriv is None, notes=notes))
 
 
@@ -307,8 +312,10 @@ def _relu_impl(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, np.zeros((), x.dtype))
 
 
-_register(Primitive("neg", np.negative, _elementwise_type("neg"), lambda ct, xs, out: (-ct,),
-                    lambda ts, xs, out: None if ts[0] is None else -ts[0], "elementwise"))
+_register(Primitive(name="neg", impl=np.negative, abstract=_elementwise_type("neg"),
+                    vjp=lambda ct, xs, out: (-ct,),
+                    jvp=lambda ts, xs, out: None if ts[0] is None else -ts[0],
+                    family="elementwise"))
 _unary("exp", np.exp, lambda x, y: y)
 _unary("log", np.log, lambda x, y: 1.0 / x, "domain x > 0; log(0) = -inf, gradient inf")
 _unary("log1p", np.log1p, lambda x, y: 1.0 / (1.0 + x), "domain x > -1; accurate near 0")
@@ -334,7 +341,8 @@ _unary("softplus", lambda x: np.logaddexp(np.zeros((), x.dtype), x),
        lambda x, y: bind("sigmoid", x), "log(1 + e^x) via logaddexp: finite for any input")
 _unary("floor", np.floor, None, "derivative 0 (undefined at integers, taken as 0)")
 _register(Primitive(
-    "stop_gradient", lambda x: x[()], _elementwise_type("stop_gradient"), None, None, "elementwise",
+    name="stop_gradient", impl=lambda x: x[()], abstract=_elementwise_type("stop_gradient"),
+    family="elementwise",
     promote="none", nondiff=True,
     notes="the identity whose derivative is taken as 0: no gradient flows through it"))
 _unary("isfinite", np.isfinite, None, promote="none", out_dtype=np.bool_)
@@ -362,7 +370,8 @@ def _binary(name: str, impl: Callable, dx: Callable | None, dy: Callable | None,
             return _add_terms(None if ts[0] is None else ts[0] * dx(x, y, out),
                               None if ts[1] is None else ts[1] * dy(x, y, out))
 
-    _register(Primitive(name, impl, _elementwise_type(name, out_dtype), vjp, jvp, "elementwise",
+    _register(Primitive(name=name, impl=impl, abstract=_elementwise_type(name, out_dtype), vjp=vjp,
+                        jvp=jvp, family="elementwise",
                         promote=promote, nondiff=dx is None, notes=notes))
 
 
@@ -385,21 +394,23 @@ def _div_vjp(ct, xs, out):
     return unbroadcast(gx, x.shape), unbroadcast(-gx * out, y.shape)
 
 
-_register(Primitive("add", np.add, _elementwise_type("add"), _add_vjp,
-                    lambda ts, xs, out: _to_out_shape(_add_terms(*ts), out), "elementwise"))
-_register(Primitive("sub", np.subtract, _elementwise_type("sub"), _sub_vjp,
-                    lambda ts, xs, out: _to_out_shape(
+_register(Primitive(name="add", impl=np.add, abstract=_elementwise_type("add"), vjp=_add_vjp,
+                    jvp=lambda ts, xs, out: _to_out_shape(_add_terms(*ts), out),
+                    family="elementwise"))
+_register(Primitive(name="sub", impl=np.subtract, abstract=_elementwise_type("sub"), vjp=_sub_vjp,
+                    jvp=lambda ts, xs, out: _to_out_shape(
                         _add_terms(ts[0], None if ts[1] is None else -ts[1]), out),
-                    "elementwise"))
-_register(Primitive("mul", np.multiply, _elementwise_type("mul"), _mul_vjp,
-                    lambda ts, xs, out: _add_terms(None if ts[0] is None else ts[0] * xs[1],
+                    family="elementwise"))
+_register(Primitive(name="mul", impl=np.multiply, abstract=_elementwise_type("mul"), vjp=_mul_vjp,
+                    jvp=lambda ts, xs, out: _add_terms(None if ts[0] is None else ts[0] * xs[1],
                                                    None if ts[1] is None else xs[0] * ts[1]),
-                    "elementwise"))
-_register(Primitive("div", np.true_divide, _elementwise_type("div"), _div_vjp,
-                    lambda ts, xs, out: _add_terms(
+                    family="elementwise"))
+_register(Primitive(name="div", impl=np.true_divide, abstract=_elementwise_type("div"),
+                    vjp=_div_vjp,
+                    jvp=lambda ts, xs, out: _add_terms(
                         None if ts[0] is None else ts[0] / xs[1],
                         None if ts[1] is None else -ts[1] * out / xs[1]),
-                    "elementwise", promote="float",
+                    family="elementwise", promote="float",
                     notes="x / 0 gives ±inf or nan, as numpy"))
 
 
@@ -446,10 +457,10 @@ def _integer_pow_type(types: list[TensorType], n: int) -> TensorType:
 
 
 _register(Primitive(
-    "integer_pow", _integer_pow_impl, _integer_pow_type,
-    lambda ct, xs, out, n: (ct * _integer_pow_slope(xs[0], n),),
-    lambda ts, xs, out, n: None if ts[0] is None else ts[0] * _integer_pow_slope(xs[0], n),
-    "elementwise", promote="none",
+    name="integer_pow", impl=_integer_pow_impl, abstract=_integer_pow_type,
+    vjp=lambda ct, xs, out, n: (ct * _integer_pow_slope(xs[0], n),),
+    jvp=lambda ts, xs, out, n: None if ts[0] is None else ts[0] * _integer_pow_slope(xs[0], n),
+    family="elementwise", promote="none",
     notes="x ** n for a Python integer n: repeated multiplication (as JAX's integer_pow), "
           "so negative bases are fine; d/dx = n x^(n-1)"))
 
@@ -491,17 +502,17 @@ def _mod_quotient(x, y):
 # Integer operands stay integers: numpy's int64 // and % are exact (2**60 + 1 // 3) and give
 # 0 for a zero divisor, which a detour through float64 (floor(x / y)) does not.
 _register(Primitive(
-    "floor_divide", np.floor_divide, _integer_division_type("floor_divide"), None, None,
-    "elementwise", nondiff=True,
+    name="floor_divide", impl=np.floor_divide, abstract=_integer_division_type("floor_divide"),
+    family="elementwise", nondiff=True,
     notes="numpy's floor division, exact for integers: derivative 0 (undefined where x/y is "
           "an integer, taken as 0)"))
 _register(Primitive(
-    "mod", np.mod, _integer_division_type("mod"),
-    lambda ct, xs, out: (unbroadcast(ct, xs[0].shape),
+    name="mod", impl=np.mod, abstract=_integer_division_type("mod"),
+    vjp=lambda ct, xs, out: (unbroadcast(ct, xs[0].shape),
                          unbroadcast(-ct * _mod_quotient(*xs), xs[1].shape)),
-    lambda ts, xs, out: _to_out_shape(_add_terms(
+    jvp=lambda ts, xs, out: _to_out_shape(_add_terms(
         ts[0], None if ts[1] is None else -ts[1] * _mod_quotient(*xs)), out),
-    "elementwise",
+    family="elementwise",
     notes="x - floor(x/y)*y (numpy's sign convention): d/dx = 1, d/dy = -floor(x/y); "
           "undefined where x/y is an integer (a jump)"))
 
@@ -537,7 +548,8 @@ def _where_jvp(ts, xs, out):
     return bind("broadcast_to", bind("where", c, tx, ty), shape=out.shape)
 
 
-_register(Primitive("where", _where_impl, _where_type, _where_vjp, _where_jvp, "selection",
+_register(Primitive(name="where", impl=_where_impl, abstract=_where_type, vjp=_where_vjp,
+                    jvp=_where_jvp, family="selection",
                     promote_from=1, dynamic=(0,),
                     notes="only the selected input receives gradient; the other gets exactly 0, "
                           "which its own rule can still turn into nan (0 * inf: where(x > 0, "
@@ -565,7 +577,8 @@ def _clip_jvp(ts, xs, out):
                       None if ts[2] is None else ts[2] * _mask(x > hi, out))
 
 
-_register(Primitive("clip", np.clip, _clip_type, _clip_vjp, _clip_jvp, "selection",
+_register(Primitive(name="clip", impl=np.clip, abstract=_clip_type, vjp=_clip_vjp, jvp=_clip_jvp,
+                    family="selection",
                     notes="at a bound (x == lo or x == hi) the gradient goes to x (1), as "
                           "PyTorch's clamp; lo/hi get it only where x is strictly outside"))
 
@@ -626,25 +639,27 @@ def _extreme(name: str, impl: Callable) -> None:
         x = xs[0]
         return bind("sum", ts[0] * weights(x, out, axes, keepdims), axes=axes, keepdims=keepdims)
 
-    _register(Primitive(name, lambda x, axes, keepdims: impl(x, axis=axes, keepdims=keepdims),
-                        _reduction_type(name, lambda d: d, identity=False), vjp, jvp,
-                        "reduction", promote="none",
+    _register(Primitive(name=name,
+                        impl=lambda x, axes, keepdims: impl(x, axis=axes, keepdims=keepdims),
+                        abstract=_reduction_type(name, lambda d: d, identity=False), vjp=vjp,
+                        jvp=jvp,
+                        family="reduction", promote="none",
                         notes="ties share the gradient equally among the extreme entries"))
 
 
 _register(Primitive(
-    "sum", lambda x, axes, keepdims: x.sum(axis=axes, keepdims=keepdims),
-    _reduction_type("sum", _sum_dtype),
-    lambda ct, xs, out, axes, keepdims: (_spread(ct, xs[0], axes, keepdims),),
-    lambda ts, xs, out, axes, keepdims: bind("sum", ts[0], axes=axes, keepdims=keepdims),
-    "reduction", promote="none"))
+    name="sum", impl=lambda x, axes, keepdims: x.sum(axis=axes, keepdims=keepdims),
+    abstract=_reduction_type("sum", _sum_dtype),
+    vjp=lambda ct, xs, out, axes, keepdims: (_spread(ct, xs[0], axes, keepdims),),
+    jvp=lambda ts, xs, out, axes, keepdims: bind("sum", ts[0], axes=axes, keepdims=keepdims),
+    family="reduction", promote="none"))
 _register(Primitive(
-    "mean", lambda x, axes, keepdims: np.mean(x, axis=axes, keepdims=keepdims),
-    _reduction_type("mean", _mean_dtype),
-    lambda ct, xs, out, axes, keepdims: (
+    name="mean", impl=lambda x, axes, keepdims: np.mean(x, axis=axes, keepdims=keepdims),
+    abstract=_reduction_type("mean", _mean_dtype),
+    vjp=lambda ct, xs, out, axes, keepdims: (
         _spread(ct, xs[0], axes, keepdims) / float(_count(xs[0].shape, axes)),),
-    lambda ts, xs, out, axes, keepdims: bind("mean", ts[0], axes=axes, keepdims=keepdims),
-    "reduction", promote="none"))
+    jvp=lambda ts, xs, out, axes, keepdims: bind("mean", ts[0], axes=axes, keepdims=keepdims),
+    family="reduction", promote="none"))
 _extreme("amax", np.max)
 _extreme("amin", np.min)
 
@@ -661,14 +676,14 @@ def _prod_partials(x, out, axes, keepdims):
 
 
 _register(Primitive(
-    "prod", lambda x, axes, keepdims: np.prod(x, axis=axes, keepdims=keepdims),
-    _reduction_type("prod", _sum_dtype),
-    lambda ct, xs, out, axes, keepdims: (
+    name="prod", impl=lambda x, axes, keepdims: np.prod(x, axis=axes, keepdims=keepdims),
+    abstract=_reduction_type("prod", _sum_dtype),
+    vjp=lambda ct, xs, out, axes, keepdims: (
         _spread(ct, xs[0], axes, keepdims) * _prod_partials(xs[0], out, axes, keepdims),),
-    lambda ts, xs, out, axes, keepdims: bind(
+    jvp=lambda ts, xs, out, axes, keepdims: bind(
         "sum", ts[0] * _prod_partials(xs[0], out, axes, keepdims), axes=axes,
         keepdims=keepdims),
-    "reduction", promote="none", notes="exact with zeros: the product of the other entries"))
+    family="reduction", promote="none", notes="exact with zeros: the product of the other entries"))
 
 
 def _logsumexp_impl(x, axes, keepdims):
@@ -696,12 +711,14 @@ def softmax_of(x: Any, axes: tuple[int, ...]) -> Any:
 
 
 _register(Primitive(
-    "logsumexp", _logsumexp_impl, _reduction_type("logsumexp", lambda d: d, identity=False),
-    lambda ct, xs, out, axes, keepdims: (
+    name="logsumexp", impl=_logsumexp_impl,
+    abstract=_reduction_type("logsumexp", lambda d: d, identity=False),
+    vjp=lambda ct, xs, out, axes, keepdims: (
         _spread(ct, xs[0], axes, keepdims) * softmax_of(xs[0], axes),),
-    lambda ts, xs, out, axes, keepdims: bind(
+    jvp=lambda ts, xs, out, axes, keepdims: bind(
         "sum", ts[0] * softmax_of(xs[0], axes), axes=axes, keepdims=keepdims),
-    "reduction", promote="float", notes="shifted by the maximum: finite for inputs of any size"))
+    family="reduction", promote="float",
+    notes="shifted by the maximum: finite for inputs of any size"))
 
 
 def _arg_type(op: str) -> Callable[..., TensorType]:
@@ -719,8 +736,9 @@ def _arg_type(op: str) -> Callable[..., TensorType]:
 
 
 for _name, _fn in [("argmax", np.argmax), ("argmin", np.argmin)]:
-    _register(Primitive(_name, (lambda f: lambda x, axis: f(x, axis=axis))(_fn), _arg_type(_name),
-                        None, None, "reduction", promote="none", nondiff=True,
+    _register(Primitive(name=_name, impl=(lambda f: lambda x, axis: f(x, axis=axis))(_fn),
+                        abstract=_arg_type(_name),
+                        family="reduction", promote="none", nondiff=True,
                         notes="integer result: no derivative"))
 
 # ---------------------------------------------------------------------------------
@@ -771,11 +789,11 @@ def _matmul_vjp(ct, xs, out):
 
 
 _register(Primitive(
-    "matmul", np.matmul, _matmul_type, _matmul_vjp,
-    lambda ts, xs, out: _add_terms(
+    name="matmul", impl=np.matmul, abstract=_matmul_type, vjp=_matmul_vjp,
+    jvp=lambda ts, xs, out: _add_terms(
         None if ts[0] is None else bind("matmul", ts[0], xs[1]),
         None if ts[1] is None else bind("matmul", xs[0], ts[1])),
-    "linalg", notes="numpy matmul semantics, including 1-D operands and batch broadcasting"))
+    family="linalg", notes="numpy matmul semantics, including 1-D operands and batch broadcasting"))
 
 # ---------------------------------------------------------------------------------
 # Shape and data movement
@@ -790,10 +808,10 @@ def _reshape_type(types: list[TensorType], shape: tuple[int, ...]) -> TensorType
 
 
 _register(Primitive(
-    "reshape", lambda x, shape: x.reshape(shape), _reshape_type,
-    lambda ct, xs, out, shape: (bind("reshape", ct, shape=xs[0].shape),),
-    lambda ts, xs, out, shape: bind("reshape", ts[0], shape=shape),
-    "shape", promote="none"))
+    name="reshape", impl=lambda x, shape: x.reshape(shape), abstract=_reshape_type,
+    vjp=lambda ct, xs, out, shape: (bind("reshape", ct, shape=xs[0].shape),),
+    jvp=lambda ts, xs, out, shape: bind("reshape", ts[0], shape=shape),
+    family="shape", promote="none"))
 
 
 def _transpose_type(types: list[TensorType], axes: tuple[int, ...]) -> TensorType:
@@ -805,10 +823,10 @@ def _transpose_type(types: list[TensorType], axes: tuple[int, ...]) -> TensorTyp
 
 
 _register(Primitive(
-    "transpose", lambda x, axes: x.transpose(axes), _transpose_type,
-    lambda ct, xs, out, axes: (bind("transpose", ct, axes=tuple(np.argsort(axes).tolist())),),
-    lambda ts, xs, out, axes: bind("transpose", ts[0], axes=axes),
-    "shape", promote="none"))
+    name="transpose", impl=lambda x, axes: x.transpose(axes), abstract=_transpose_type,
+    vjp=lambda ct, xs, out, axes: (bind("transpose", ct, axes=tuple(np.argsort(axes).tolist())),),
+    jvp=lambda ts, xs, out, axes: bind("transpose", ts[0], axes=axes),
+    family="shape", promote="none"))
 
 
 def _broadcast_to_type(types: list[TensorType], shape: tuple[int, ...]) -> TensorType:
@@ -824,10 +842,11 @@ def _broadcast_to_type(types: list[TensorType], shape: tuple[int, ...]) -> Tenso
 
 
 _register(Primitive(
-    "broadcast_to", lambda x, shape: np.broadcast_to(x, shape), _broadcast_to_type,
-    lambda ct, xs, out, shape: (unbroadcast(ct, xs[0].shape),),
-    lambda ts, xs, out, shape: bind("broadcast_to", ts[0], shape=shape),
-    "shape", promote="none",
+    name="broadcast_to", impl=lambda x, shape: np.broadcast_to(x, shape),
+    abstract=_broadcast_to_type,
+    vjp=lambda ct, xs, out, shape: (unbroadcast(ct, xs[0].shape),),
+    jvp=lambda ts, xs, out, shape: bind("broadcast_to", ts[0], shape=shape),
+    family="shape", promote="none",
     notes="the result is a read-only view, as numpy's"))
 
 
@@ -862,8 +881,8 @@ def _concat_jvp(ts, xs, out, axis):
 
 
 _register(Primitive(
-    "concatenate", lambda *xs, axis: np.concatenate(xs, axis=axis), _concat_type,
-    _concat_vjp, _concat_jvp, "shape"))
+    name="concatenate", impl=lambda *xs, axis: np.concatenate(xs, axis=axis), abstract=_concat_type,
+    vjp=_concat_vjp, jvp=_concat_jvp, family="shape"))
 
 
 def _index_tuple(spec: tuple, dynamic: tuple) -> tuple:
@@ -921,10 +940,10 @@ def _index_vjp(ct, xs, out, spec):
 
 
 _register(Primitive(
-    "index", _index_impl, _index_type, _index_vjp,
-    lambda ts, xs, out, spec: None if ts[0] is None else bind("index", ts[0], *xs[1:],
+    name="index", impl=_index_impl, abstract=_index_type, vjp=_index_vjp,
+    jvp=lambda ts, xs, out, spec: None if ts[0] is None else bind("index", ts[0], *xs[1:],
                                                                spec=spec),
-    "indexing", promote="none", dynamic=(1, 2, 3, 4, 5, 6, 7, 8),
+    family="indexing", promote="none", dynamic=(1, 2, 3, 4, 5, 6, 7, 8),
     notes="numpy basic and integer-array indexing; '$' in spec marks a traced index input; "
           "the VJP scatter-adds (repeated indices accumulate)"))
 
@@ -942,12 +961,12 @@ def _scatter_type(types: list[TensorType], spec: tuple, shape: tuple) -> TensorT
 
 
 _register(Primitive(
-    "scatter_add", _scatter_add_impl, _scatter_type,
-    lambda ct, xs, out, spec, shape: (bind("index", ct, *xs[1:], spec=spec),) + (None,) * (
+    name="scatter_add", impl=_scatter_add_impl, abstract=_scatter_type,
+    vjp=lambda ct, xs, out, spec, shape: (bind("index", ct, *xs[1:], spec=spec),) + (None,) * (
         len(xs) - 1),
-    lambda ts, xs, out, spec, shape: None if ts[0] is None else bind(
+    jvp=lambda ts, xs, out, spec, shape: None if ts[0] is None else bind(
         "scatter_add", ts[0], *xs[1:], spec=spec, shape=shape),
-    "indexing", promote="none", dynamic=(1, 2, 3, 4, 5, 6, 7, 8),
+    family="indexing", promote="none", dynamic=(1, 2, 3, 4, 5, 6, 7, 8),
     notes="zeros of `shape` with the input added at the indexed positions"))
 
 
@@ -960,10 +979,10 @@ def _roll_type(types: list[TensorType], axis: int | None) -> TensorType:
 
 
 _register(Primitive(
-    "roll", lambda x, shift, axis: np.roll(x, int(shift), axis=axis), _roll_type,
-    lambda ct, xs, out, axis: (bind("roll", ct, -xs[1], axis=axis), None),
-    lambda ts, xs, out, axis: None if ts[0] is None else bind("roll", ts[0], xs[1], axis=axis),
-    "shape", promote="none", dynamic=(1,)))
+    name="roll", impl=lambda x, shift, axis: np.roll(x, int(shift), axis=axis), abstract=_roll_type,
+    vjp=lambda ct, xs, out, axis: (bind("roll", ct, -xs[1], axis=axis), None),
+    jvp=lambda ts, xs, out, axis: None if ts[0] is None else bind("roll", ts[0], xs[1], axis=axis),
+    family="shape", promote="none", dynamic=(1,)))
 
 
 def _astype_vjp(ct, xs, out, dtype):
@@ -972,12 +991,12 @@ def _astype_vjp(ct, xs, out, dtype):
 
 
 _register(Primitive(
-    "astype", lambda x, dtype: np.asarray(x).astype(dtype),
-    lambda types, dtype: TensorType(types[0].shape, _dtype_param("astype", dtype)),
-    _astype_vjp,
-    lambda ts, xs, out, dtype: bind("astype", ts[0], dtype=dtype) if out.dtype.kind == "f"
+    name="astype", impl=lambda x, dtype: np.asarray(x).astype(dtype),
+    abstract=lambda types, dtype: TensorType(types[0].shape, _dtype_param("astype", dtype)),
+    vjp=_astype_vjp,
+    jvp=lambda ts, xs, out, dtype: bind("astype", ts[0], dtype=dtype) if out.dtype.kind == "f"
     else None,
-    "shape", promote="none", notes="a cast to an integer or bool type has no derivative"))
+    family="shape", promote="none", notes="a cast to an integer or bool type has no derivative"))
 
 def _const_type(types: list[TensorType], value: np.ndarray) -> TensorType:
     if not isinstance(value, np.ndarray):
@@ -987,8 +1006,8 @@ def _const_type(types: list[TensorType], value: np.ndarray) -> TensorType:
 
 
 _register(Primitive(
-    "const", lambda value: value, _const_type,
-    None, None, "constant", promote="none", nondiff=True,
+    name="const", impl=lambda value: value, abstract=_const_type,
+    family="constant", promote="none", nondiff=True,
     notes="a constant, materialized once when the program is compiled"))
 
 
@@ -1089,17 +1108,18 @@ def _accumulate_outer_type(types: list[TensorType]) -> TensorType:
 
 
 _register(Primitive(
-    "copy", lambda x: np.array(x, copy=True), _same_type, None, None, "internal",
+    name="copy", impl=lambda x: np.array(x, copy=True), abstract=_same_type, family="internal",
     promote="none", nondiff=True,
     notes="a fresh buffer: starts a gradient accumulator that `accumulate` then updates"))
 _register(Primitive(
-    "accumulate", _accumulate_impl, _same_type, None, None, "internal", promote="none",
+    name="accumulate", impl=_accumulate_impl, abstract=_same_type, family="internal",
+    promote="none",
     nondiff=True, mutates=True,
     notes="acc += contribution in place; emitted only by the loop passes, for a reverse "
           "loop's accumulator whose buffer nothing else can see"))
 _register(Primitive(
-    "accumulate_outer", _accumulate_outer_impl, _accumulate_outer_type, None, None,
-    "internal", promote="none", nondiff=True, mutates=True, factors=_outer_product_factors,
+    name="accumulate_outer", impl=_accumulate_outer_impl, abstract=_accumulate_outer_type,
+    family="internal", promote="none", nondiff=True, mutates=True, factors=_outer_product_factors,
     notes="acc += outer(a, b), batched into blocks of one matrix product each (RankOneSum); "
           "emitted only by the loop passes, in place of an accumulate of mul(reshape(a, "
           "(n, 1)), reshape(b, (1, m))) for a reverse loop's float32/float64 accumulator"))
@@ -1110,25 +1130,28 @@ _register(Primitive(
 # work; these entries only route to it.
 
 _register(Primitive(
-    "custom_vjp", lambda *xs, rule: rule.forward(xs), lambda types, rule: rule.forward_types(),
-    lambda cts, xs, outs, rule: rule.pullback(cts, xs, outs), None, "custom", promote="none",
+    name="custom_vjp", impl=lambda *xs, rule: rule.forward(xs),
+    abstract=lambda types, rule: rule.forward_types(),
+    vjp=lambda cts, xs, outs, rule: rule.pullback(cts, xs, outs), jvp=None, family="custom",
+    promote="none",
     multi_output=True,
     notes="a cg.custom_vjp function: its fwd runs forward (outputs, then residuals), its bwd "
           "gives the cotangents; forward mode through it is refused (define a custom_jvp)"))
 _register(Primitive(
-    "custom_vjp_bwd", lambda *args, rule: rule.backward(args),
-    lambda types, rule: rule.backward_types(), None, None, "custom", promote="none",
+    name="custom_vjp_bwd", impl=lambda *args, rule: rule.backward(args),
+    abstract=lambda types, rule: rule.backward_types(), family="custom", promote="none",
     nondiff=True, multi_output=True,
     notes="the bwd of a cg.custom_vjp function, on its residuals and output cotangents"))
 _register(Primitive(
-    "custom_jvp", lambda *xs, rule: rule.primal(xs), lambda types, rule: rule.primal_types(),
-    lambda cts, xs, outs, rule: rule.transpose(cts, xs),
-    lambda ts, xs, outs, rule: rule.tangents(ts, xs, outs), "custom", promote="none",
+    name="custom_jvp", impl=lambda *xs, rule: rule.primal(xs),
+    abstract=lambda types, rule: rule.primal_types(),
+    vjp=lambda cts, xs, outs, rule: rule.transpose(cts, xs),
+    jvp=lambda ts, xs, outs, rule: rule.tangents(ts, xs, outs), family="custom", promote="none",
     multi_output=True,
     notes="a cg.custom_jvp function: forward mode traces its JVP rule inline; reverse mode "
           "transposes that rule (it must be linear in the tangents, as in JAX)"))
 _register(Primitive(
-    "custom_jvp_transpose", lambda *args, rule: rule.run_transpose(args),
-    lambda types, rule: rule.transpose_types(), None, None, "custom", promote="none",
+    name="custom_jvp_transpose", impl=lambda *args, rule: rule.run_transpose(args),
+    abstract=lambda types, rule: rule.transpose_types(), family="custom", promote="none",
     nondiff=True, multi_output=True,
     notes="the transpose of a cg.custom_jvp rule: input cotangents from output cotangents"))
