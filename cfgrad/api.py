@@ -18,18 +18,10 @@ import numpy as np
 
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
-from .checkpoint import resolve
+from .checkpoint import RunStats, check_strategy, resolve
 from .errors import ArgumentTypeError, ArgumentValueError
 from .forward_mode import build_jvp
-from .interpret import (
-    Compiled,
-    Machine,
-    RunStats,
-    as_runtime_value,
-    check_strategy,
-    plan_saved_slots,
-    run_adjoint,
-)
+from .interpret import Compiled, Machine, as_runtime_value, plan_saved_slots, run_adjoint
 from .ir import Program
 from .reverse import build_adjoint, primal_reads
 from .trace import (

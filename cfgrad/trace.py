@@ -20,6 +20,7 @@ import numpy as np
 
 from . import numpy as cfgrad_numpy
 from . import tree as treelib
+from .checkpoint import check_strategy
 from .errors import (
     ArgumentTypeError,
     ArgumentValueError,
@@ -27,7 +28,6 @@ from .errors import (
     LoweringError,
     TracerBoolError,
 )
-from .interpret import check_strategy
 from .ir import (
     DTYPE_BY_SHORT_NAME,
     Block,

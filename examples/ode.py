@@ -35,8 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import cfgrad as cg
 import cfgrad.numpy as cnp
 from cfgrad.api import evaluate
-from cfgrad.checkpoint import Online
-from cfgrad.interpret import LoopStats
+from cfgrad.checkpoint import LoopStats, Online
 
 TRUE_PARAMS = np.array([1.5, 1.0, 3.0, 1.0])  # alpha, beta, gamma, delta
 GUESS = np.array([1.2, 0.8, 2.6, 0.8])
