@@ -32,6 +32,7 @@ from .ir import (
     is_inline_const,
     key_text,
     node_text,
+    phi_pieces,
     term_text,
 )
 from .nodespec import KIND_BY_NAME
@@ -85,9 +86,8 @@ def to_dot(program: Program, run: Run | None = None) -> str:
         label = bn[b]
         rows = []
         for k, phi in enumerate(b.phis):
-            ins = ", ".join(f"{e.label(bn)}: {vn[v]}" for e, v in zip(b.preds, phi.inputs))
-            rows.append((f"{label}_phi{k}", f"{vn[phi.out]}: {phi.out.type} = Phi ({ins})",
-                         "Phi"))
+            rhs = "".join(p.text for p in phi_pieces(b, phi, vn, bn))
+            rows.append((f"{label}_phi{k}", f"{vn[phi.out]}: {phi.out.type} = {rhs}", "Phi"))
             defined[phi.out] = (rows[-1][0], order[b])
         for k, n in enumerate(b.nodes):
             if is_inline_const(n):

@@ -51,28 +51,32 @@ from .ir import (
     Jmp,
     LoopRegion,
     Node,
+    Piece,
     Program,
     Region,
-    Return,
     Value,
     back_edge_sources,
     const_literal,
     is_inline_const,
     key_text,
-    node_text,
+    node_pieces,
+    phi_pieces,
     region_blocks,
+    term_pieces,
     type_of,
 )
-from .nodespec import KIND_BY_NAME
+from .nodespec import KIND_BY_NAME, PRIMITIVE
 
 DEFAULT_FOLD = 40  # blocks with more rows than this show their head and tail only
 
 STYLE = {k.name: k.style for k in KIND_BY_NAME.values()}
-OP_STYLE = "bold"  # primitive operations
 TYPE_STYLE = "dim"
 LOC_STYLE = "dim"
 NOTE_STYLE = "italic dim"
 LABEL_STYLE = "bold"
+#: The style of each role of the printer's pieces (`ir.Piece`).
+ROLE_STYLE = {**STYLE, PRIMITIVE.name: PRIMITIVE.style, "block": LABEL_STYLE,
+              "error": "bold red"}
 COUNT_STYLE = "bold yellow"
 REGION_BORDER = "blue"
 BLOCK_BORDER = "default"
@@ -257,14 +261,22 @@ def _edge_text(label: str, keyed: bool, back: bool = False) -> Text:
     return t
 
 
+def styled(pieces: list[Piece], taken: Callable[[Any], bool] | None = None) -> Text:
+    """The printer's pieces (ir.py), styled by what each is: a node kind's keyword as its
+    declaration says, block labels bold; with `taken`, the pieces of a Cond case not
+    taken are dimmed."""
+    t = Text()
+    for p in pieces:
+        style = ROLE_STYLE.get(p.role, "")
+        if taken is not None and p.key is not None and not taken(p.key):
+            style = "dim"
+        t.append(p.text, style=style)
+    return t
+
+
 def _rhs(n: Node, names: Naming) -> Text:
     """`mul %1, %2 {axis=0}` with the op styled by its kind."""
-    text = node_text(Node(n.op, n.inputs, n.params, []), names.values, names.forward_values)
-    op, _, rest = text.partition(" ")
-    t = Text(op, style=STYLE.get(op, OP_STYLE))
-    if rest:
-        t.append(" " + rest)
-    return t
+    return styled(node_pieces(n, names.values, names.forward_values))
 
 
 def node_row(n: Node, names: Naming, compact: bool = False) -> Row:
@@ -274,55 +286,27 @@ def node_row(n: Node, names: Naming, compact: bool = False) -> Row:
                loc=None if compact or n.loc is None else Text(str(n.loc), style=LOC_STYLE))
 
 
-def phi_rows(b: Block, names: Naming, latches: set[Block], compact: bool = False) -> list[Row]:
-    rows = []
-    for phi in b.phis:
-        t = Text("Phi", style=STYLE["Phi"])
-        t.append(" (")
-        for i, (e, v) in enumerate(zip(b.preds, phi.inputs)):
-            if i:
-                t.append(", ")
-            t.append_text(_edge_text(e.label(names.blocks), e.key is not None,
-                                     back=e.src in latches))
-            t.append(": " + names.values[v])
-        t.append(")")
-        rows.append(Row(rhs=t, name=names.values[phi.out],
-                        type="" if compact else str(phi.out.type)))
-    return rows
+def phi_rows(b: Block, names: Naming, compact: bool = False) -> list[Row]:
+    return [Row(rhs=styled(phi_pieces(b, phi, names.values, names.blocks)),
+                name=names.values[phi.out], type="" if compact else str(phi.out.type))
+            for phi in b.phis]
 
 
 def term_row(b: Block, names: Naming, back_edge: bool,
              counts: dict[Any, int] | None = None) -> Row:
-    """`Cond %p → Proj(T) b3 | Proj(F) b4`, `Jmp b2 ↺`, `Return %7`; with `counts` (a run)
-    the untaken cases are dimmed and the decision counts follow."""
+    """`Cond %p -> Proj(T) b3 | Proj(F) b4`, `Jmp b2 ↺`, `Return %7`, as `Program.text()`
+    spells them; with `counts` (a run) the untaken cases are dimmed and the decision counts
+    follow."""
     t = b.term
-    text = Text()
     loc = None
-    bn, vn = names.blocks, names.values
-    if isinstance(t, Jmp):
-        text.append("Jmp", style=STYLE["Jmp"])
-        text.append(" " + bn[t.target], style=LABEL_STYLE)
-        if back_edge:
-            text.append(" ↺", style=STYLE["Jmp"])
-        if counts is not None and back_edge:
+    taken = None
+    if counts is not None:
+        taken = lambda key: counts.get(key, 0) > 0  # noqa: E731
+        if isinstance(t, Jmp) and back_edge:
             loc = Text(f"×{counts.get(None, 0)}", style=COUNT_STYLE)
-    elif isinstance(t, Cond):
-        text.append("Cond", style=STYLE["Cond"])
-        text.append(f" {vn[t.selector]} → ")
-        for i, (key, target) in enumerate(t.cases):
-            taken = counts is None or counts.get(key, 0) > 0
-            if i:
-                text.append(" | ")
-            text.append(f"Proj({key_text(key)})", style=STYLE["Proj"] if taken else "dim")
-            text.append(" " + bn[target], style=LABEL_STYLE if taken else "dim")
-        if counts is not None:
+        elif isinstance(t, Cond):
             loc = decision_text(t, counts)
-    elif isinstance(t, Return):
-        text.append("Return", style=STYLE["Return"])
-        if t.values:
-            text.append(" " + ", ".join(vn[v] for v in t.values))
-    else:
-        text.append("<no terminator>", style="bold red")
+    text = styled(term_pieces(b, names.values, names.blocks, back_edge), taken)
     return Row(rhs=text, loc=loc, flush=True)
 
 
@@ -388,7 +372,7 @@ def block_panel(b: Block, names: Naming, latches: set[Block], fold: int | None,
                 notes: BlockNotes | None = None, compact: bool = False,
                 path: str = "") -> Panel:
     notes = notes or BlockNotes()
-    rows = phi_rows(b, names, latches, compact)
+    rows = phi_rows(b, names, compact)
     for n in b.nodes:
         if not is_inline_const(n):
             row = node_row(n, names, compact)

@@ -15,9 +15,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+
+from .nodespec import KIND_BY_NAME, PRIMITIVE, NodeKind
 
 _DTYPE_NAMES = {
     "float16": "f16", "float32": "f32", "float64": "f64",
@@ -176,6 +178,7 @@ class Return:
 
 
 Terminator = Jmp | Cond | Return
+PHI, PROJ = KIND_BY_NAME["Phi"], KIND_BY_NAME["Proj"]
 
 
 class Block:
@@ -425,33 +428,109 @@ def block_comment(b: Block) -> str:
     return "; " + words if words else ""
 
 
+class Piece(NamedTuple):
+    """A run of printed text and what it is: the inspector styles the printer's own
+    pieces, so both show a node with one spelling."""
+
+    text: str
+    role: str = ""  # a node kind's name (its keyword), "primitive", "block" or ""
+    key: Any = None  # on the pieces of a Cond's case: that case's Proj key
+
+
+def _joined(groups: list[list[Piece]], sep: str) -> list[Piece]:
+    out: list[Piece] = []
+    for i, group in enumerate(groups):
+        if i:
+            out.append(Piece(sep))
+        out.extend(group)
+    return out
+
+
+def render(kind: NodeKind, fields: dict[str, Any], vn: dict[Value, str],
+           bn: dict[Block, str] | None = None, fwd_names: dict[Value, str] | None = None,
+           back_edge: bool = False) -> list[Piece]:
+    """`kind`'s syntax with its `$variables` filled from `fields` (slot name → what the
+    node holds there: a Value, a list of them, a Block, …), written as each slot's form
+    says (nodespec.FORMS)."""
+
+    def variable(name: str) -> list[Piece]:
+        x = fields.get(name)
+        if name == "op":
+            return [Piece(x, "primitive")]
+        if name == "params":
+            return [Piece("{" + ", ".join(f"{k}={format_param(x[k])}" for k in sorted(x))
+                          + "}")] if x else []
+        form = kind.slot[name].form
+        if form == "value":
+            return [Piece(vn[x])]
+        if form == "values":
+            return _joined([[Piece(vn[v])] for v in x], ", ")
+        if form == "edge-values":
+            return _joined([[Piece(e.label(bn), "Jmp" if e.key is None else "Proj"),
+                             Piece(": " + vn[v])] for e, v in x], ", ")
+        if form == "block":
+            return [Piece(bn[x], "block")] + ([Piece(" ↺", kind.name)] if back_edge else [])
+        if form == "cases":
+            return _joined([[p._replace(key=key) for p in render(
+                PROJ, {"key": key, "target": target}, vn, bn)] for key, target in x], " | ")
+        if form == "key":
+            return [Piece(key_text(x), kind.name)]
+        assert form == "forward-value", form
+        return [Piece(fwd_names[x] if fwd_names else "%?")]
+
+    out: list[Piece] = []
+    for i, word in enumerate(kind.words):
+        pieces = [p for text, is_var in word
+                  for p in (variable(text) if is_var else [Piece(text, kind.name if i == 0
+                                                                 else "")])]
+        if pieces:
+            out.extend(([Piece(" ")] if out else []) + pieces)
+    return out
+
+
+def node_pieces(n: Node, vn: dict[Value, str], fwd_names: dict[Value, str] | None = None
+                ) -> list[Piece]:
+    """A node's right-hand side: `mul %1, %2`, `LogPop {region=if#0}`, `Primal ^%3`. A
+    runtime node that does not fit its declaration prints in the primitive form, which
+    shows all it holds (the verifier then says what is wrong)."""
+    kind = KIND_BY_NAME.get(n.op)
+    if kind is not None and len(n.inputs) == len(kind.operands) and all(
+            s.name in n.params for s in kind.params):
+        fields: dict[str, Any] = dict(zip([s.name for s in kind.operands], n.inputs))
+        named = {name for word in kind.words for name, is_var in word if is_var}
+        fields.update(n.params)
+        fields["params"] = {k: v for k, v in n.params.items() if k not in named}
+        return render(kind, fields, vn, fwd_names=fwd_names)
+    pieces = render(PRIMITIVE, {"op": n.op, "inputs": n.inputs, "params": n.params}, vn)
+    return [p._replace(role=n.op) if p.role == "primitive" and n.op in KIND_BY_NAME else p
+            for p in pieces]
+
+
 def node_text(n: Node, vn: dict[Value, str], fwd_names: dict[Value, str] | None = None) -> str:
     """`%3: f64[] = mul %1, %2 {axis=(0,)}` (without the source comment)."""
     outs = ", ".join(f"{vn[o]}: {o.type}" for o in n.outputs)
-    args = ", ".join(vn[i] for i in n.inputs)
-    params = dict(n.params)
-    ref = ""
-    if n.op == "Primal":
-        of = params.pop("of")
-        ref = " ^" + (fwd_names[of] if fwd_names else "%?")
-    ptext = ""
-    if params:
-        ptext = " {" + ", ".join(f"{k}={format_param(params[k])}" for k in sorted(params)) + "}"
-    lhs = f"{outs} = " if outs else ""
-    sep = " " if args else ""
-    return f"{lhs}{n.op}{ref}{sep}{args}{ptext}"
+    rhs = "".join(p.text for p in node_pieces(n, vn, fwd_names))
+    return f"{outs} = {rhs}" if outs else rhs
+
+
+def phi_pieces(b: Block, phi: Phi, vn: dict[Value, str], bn: dict[Block, str]) -> list[Piece]:
+    """`Phi (b1: %1, b0.T: %2)`: the inputs labelled by the edges they arrive by."""
+    return render(PHI, {"inputs": list(zip(b.preds, phi.inputs))}, vn, bn)
+
+
+def term_pieces(b: Block, vn: dict[Value, str], bn: dict[Block, str], back_edge: bool
+                ) -> list[Piece]:
+    """`Cond %0 -> Proj(T) b1 | Proj(F) b2`, `Jmp b1 ↺`, `Return %4`."""
+    t = b.term
+    if t is None:
+        return [Piece("<no terminator>", "error")]
+    kind = KIND_BY_NAME[type(t).__name__]
+    fields = {s.name: getattr(t, s.name) for s in kind.operands + kind.successors}
+    return render(kind, fields, vn, bn, back_edge=back_edge)
 
 
 def term_text(b: Block, vn: dict[Value, str], bn: dict[Block, str], back_edge: bool) -> str:
-    t = b.term
-    if isinstance(t, Jmp):
-        return f"Jmp {bn[t.target]}" + (" ↺" if back_edge else "")
-    if isinstance(t, Cond):
-        cases = " | ".join(f"{key_text(k)}: {bn[tb]}" for k, tb in t.cases)
-        return f"Cond {vn[t.selector]} -> {cases}"
-    if isinstance(t, Return):
-        return "Return" + ("" if not t.values else " " + ", ".join(vn[v] for v in t.values))
-    return "<no terminator>"
+    return "".join(p.text for p in term_pieces(b, vn, bn, back_edge))
 
 
 def back_edge_sources(program: Program) -> set[Block]:
@@ -485,8 +564,8 @@ def program_lines(program: Program) -> list[str]:
             comment = (comment + ", " if comment else "; ") + f"mirrors {fwd_blocks[b.mirrors]}"
         emit(f"{bn[b]}:{preds}", comment)
         for phi in b.phis:
-            ins = ", ".join(f"{e.label(bn)}: {vn[v]}" for e, v in zip(b.preds, phi.inputs))
-            emit(f"  {vn[phi.out]}: {phi.out.type} = Phi ({ins})", "")
+            rhs = "".join(p.text for p in phi_pieces(b, phi, vn, bn))
+            emit(f"  {vn[phi.out]}: {phi.out.type} = {rhs}", "")
         for n in b.nodes:
             if not is_inline_const(n):
                 emit("  " + node_text(n, vn, fwd_names), f"; {n.loc}" if n.loc else "")

@@ -9,12 +9,15 @@ The grammar is the printer's (docs/ir.md shows it in full):
              [bounds (%lo, %hi)] [checkpoint=StoreAll()] [max_iters=N]          ; f.py:7
     b0:                                   ; entry
       %0: bool[] = lt %a, %b              ; f.py:4
-      Cond %0 -> T: b1 | F: b2
+      Cond %0 -> Proj(T) b1 | Proj(F) b2
     b1: preds (b0.T)                      ; if#0 case T
       %1: f64[] = Phi (b0.T: %a)
       Jmp b3
 
-Names are resolved after the whole text is read, so a Phi may name a value its block's
+Phis, terminators and Projs are read by the syntax their `nodespec` declaration gives (a
+pattern per kind, built from its words and its slots' forms), so a kind is spelled the
+same here, in the printer and in the inspector. Names are resolved after the whole text
+is read, so a Phi may name a value its block's
 latch defines further down. Inline scalar constants (`2.0`, `3`, `True`, `2.0:f32`)
 become `const` nodes at the top of the entry block, which dominates every use. Static
 node parameters are read by a small evaluator over Python's `ast` that accepts literals
@@ -54,7 +57,7 @@ from .ir import (
     ir_dtype,
     key_text,
 )
-from .nodespec import RUNTIME_NODES
+from .nodespec import FORMS, KIND_BY_NAME, RUNTIME_NODES, TERMINATORS, NodeKind
 
 _NAME = r"[A-Za-z_]\w*"
 _TYPE = r"(\w+)\[([\d,\s]*)\]"
@@ -77,6 +80,29 @@ _REGION_TAIL = re.compile(
     r"(?:\s+checkpoint=(?P<checkpoint>.*?))?(?:\s+max_iters=(?P<max_iters>\d+))?\s*$")
 _LOOP_KINDS = ("while", "fori")
 
+#: What each slot form of nodespec.FORMS matches in the text (the forms the parser reads).
+_FORM_PATTERNS = {
+    "value": r"\S+", "values": r".*?", "edge-values": r".*?", "cases": r".+",
+    "block": rf"{_NAME}(?:\s+↺)?", "key": r"T|F|\d+",
+}
+
+
+def _syntax(kind: NodeKind) -> re.Pattern:
+    """The pattern of `kind`'s syntax: its words separated by blanks, each variable a named
+    group of its form's pattern; a word that is only a variable of a form that may print
+    nothing (`Return`'s values) may be missing."""
+    words = kind.words
+    pattern = ""
+    for i, word in enumerate(words):
+        text = "".join(f"(?P<{name}>{_FORM_PATTERNS[kind.slot[name].form]})" if is_var
+                       else re.escape(name) for name, is_var in word)
+        optional = len(word) == 1 and word[0][1] and kind.slot[word[0][0]].form == "values"
+        pattern += (f"(?:\\s+{text})?" if optional else rf"\s+{text}") if i else text
+    return re.compile(pattern)
+
+
+_SYNTAX = {name: _syntax(KIND_BY_NAME[name]) for name in ("Phi", "Proj", *TERMINATORS)}
+
 
 def _proj_key(text: str) -> bool | int:
     """`T` → True, `F` → False, `2` → 2: the key of a Proj edge."""
@@ -85,6 +111,16 @@ def _proj_key(text: str) -> bool | int:
 
 def _edge_label(src: str, key: Any) -> str:
     return src if key is None else f"{src}.{key_text(key)}"
+
+
+def _marks_back_edge(term: _RawTerm) -> bool:
+    """Whether a successor of the terminator is marked `↺`."""
+    targets = [term.fields.get("target")] + [t for _, t in term.fields.get("cases", [])]
+    return any(t is not None and t[1] for t in targets)
+
+
+_TERMINATOR_CLASSES = {cls.__name__: cls for cls in (Jmp, Cond, Return)}
+assert _TERMINATOR_CLASSES.keys() == TERMINATORS
 
 
 class _LineError(ParseError):
@@ -291,8 +327,8 @@ class _RawNode(NamedTuple):
 
 class _RawTerm(NamedTuple):
     line: _Line
-    op: str  # Jmp: (target, back edge mark); Cond: (selector, cases); Return: values
-    data: Any
+    op: str
+    fields: dict[str, Any]  # as read_fields reads them
 
 
 @dataclass
@@ -429,26 +465,18 @@ class _Parser:
         op, rest = om.group(1), om.group(2).strip()
         if op in RUNTIME_NODES:
             raise _LineError(self.adjoint_message())
-        if op in ("Jmp", "Cond", "Return"):
+        if op in TERMINATORS:
             if outs:
                 raise _LineError(f"{op} is a terminator and defines no values")
-            b.term = _RawTerm(ln, op, self.read_terminator(op, rest))
+            b.term = _RawTerm(ln, op, self.read_fields(op, rhs))
             return
         if op == "Phi":
             if len(outs) != 1:
                 raise _LineError("a Phi defines exactly one value")
             if b.nodes:
                 raise _LineError("Phis come before the block's other nodes")
-            if not (rest.startswith("(") and rest.endswith(")")):
-                raise _LineError("expected `Phi (b0: %x, b1: %y)`")
-            ins = []
-            for item in split_top(rest[1:-1]):
-                label, sep, value = item.partition(":")
-                if not sep:
-                    raise _LineError(f"a Phi input is written edge: value, not {item!r}")
-                src, key = self.edge(label)
-                ins.append((src, key, value.strip()))
-            b.phis.append(_RawPhi(ln, outs[0][0], outs[0][1], ins))
+            b.phis.append(_RawPhi(ln, outs[0][0], outs[0][1],
+                                  self.read_fields(op, rhs)["inputs"]))
             return
         params: dict[str, Any] = {}
         if rest.endswith("}"):
@@ -466,25 +494,40 @@ class _Parser:
             loc = comment
         b.nodes.append(_RawNode(ln, outs, op, args, params, loc))
 
-    def read_terminator(self, op: str, rest: str) -> Any:
-        if op == "Jmp":
-            target, _, mark = rest.partition(" ")
-            if not re.fullmatch(_NAME, target) or mark.strip() not in ("", "↺"):
-                raise _LineError("expected `Jmp b3` (or `Jmp b1 ↺` for a loop's back edge)")
-            return target, bool(mark.strip())
-        if op == "Return":
-            return split_top(rest)
-        selector, arrow, cases = rest.partition("->")
-        if not arrow:
-            raise _LineError("expected `Cond %s -> T: b1 | F: b2`")
-        out = []
-        for item in split_top(cases, "|"):
-            key, sep, target = item.partition(":")
-            if not sep or not re.fullmatch(r"T|F|\d+", key.strip()) or not re.fullmatch(
-                    _NAME, target.strip()):
-                raise _LineError(f"a Cond case is written KEY: block, not {item!r}")
-            out.append((_proj_key(key.strip()), target.strip()))
-        return selector.strip(), out
+    def read_fields(self, op: str, text: str) -> dict[str, Any]:
+        """The slots of a `Phi`, `Proj` or terminator as its declared syntax spells them:
+        slot name → the text's names, unresolved (a use may precede its definition)."""
+        kind = KIND_BY_NAME[op]
+        m = _SYNTAX[op].fullmatch(text)
+        if m is None:
+            forms = "; ".join(f"${s.name}: {FORMS[s.form]}" for s in kind.slots
+                              if f"${s.name}" in kind.syntax)
+            raise _LineError(f"expected `{kind.syntax}` ({forms}), not {text!r}")
+        return {name: self.read_form(kind.slot[name].form, found)
+                for name, found in m.groupdict().items()}
+
+    def read_form(self, form: str, text: str | None) -> Any:
+        text = (text or "").strip()
+        if form == "value":
+            return text
+        if form == "values":
+            return split_top(text)
+        if form == "block":  # (label, whether ↺ marks it as a loop's back edge)
+            return text.split()[0], text.endswith("↺")
+        if form == "key":
+            return _proj_key(text)
+        if form == "cases":
+            return [tuple(self.read_fields("Proj", item).values())
+                    for item in split_top(text, "|")]
+        assert form == "edge-values", form
+        ins = []
+        for item in split_top(text):
+            label, sep, value = item.partition(":")
+            if not sep:
+                raise _LineError(f"a Phi input is written edge: value, not {item!r}")
+            src, key = self.edge(label)
+            ins.append((src, key, value.strip()))
+        return ins
 
     # -- pass 2: resolve names -----------------------------------------------------------
     def value(self, text: str) -> Value:
@@ -526,11 +569,10 @@ class _Parser:
         for rb in self.raw:
             self.at(rb.line, self.build_block, rb, by_id)
             term = rb.term
-            if term is not None and term.op == "Jmp" and term.data[1]:
-                if self.blocks[rb.label] not in latches:
-                    raise ParseError(f"line {term.line.number}: ↺ marks a back edge, but "
-                                     f"{rb.label} is no loop's latch\n    "
-                                     f"{term.line.text.strip()}")
+            if term is not None and _marks_back_edge(term) and self.blocks[rb.label] not in latches:
+                raise ParseError(f"line {term.line.number}: ↺ marks a back edge, but "
+                                 f"{rb.label} is no loop's latch\n    "
+                                 f"{term.line.text.strip()}")
         entry = self.blocks[self.raw[0].label]
         entry.nodes[:0] = self.const_nodes
         program = Program(name, params, [self.blocks[rb.label] for rb in self.raw], regions)
@@ -572,15 +614,21 @@ class _Parser:
                                 source))
         if rb.term is None:
             return  # the verifier reports the missing terminator
-        ln, op, data = rb.term
-        if op == "Jmp":
-            b.term = Jmp(self.at(ln, self.block, data[0]))
-        elif op == "Return":
-            b.term = Return([self.at(ln, self.value, v) for v in data])
-        else:
-            selector, cases = data
-            b.term = Cond(self.at(ln, self.value, selector),
-                          [(k, self.at(ln, self.block, t)) for k, t in cases])
+        kind = KIND_BY_NAME[rb.term.op]
+        b.term = _TERMINATOR_CLASSES[rb.term.op](**{
+            name: self.at(rb.term.line, self.resolve, kind.slot[name].form, raw)
+            for name, raw in rb.term.fields.items()})
+
+    def resolve(self, form: str, raw: Any) -> Any:
+        """A slot's Values and Blocks from the names `read_form` read."""
+        if form == "value":
+            return self.value(raw)
+        if form == "values":
+            return [self.value(v) for v in raw]
+        if form == "block":
+            return self.block(raw[0])
+        assert form == "cases", form
+        return [(key, self.block(target[0])) for key, target in raw]
 
     def build_regions(self) -> list[Region]:
         regions: list[Region] = []

@@ -29,7 +29,7 @@ from .ir import (
     region_join,
     region_start,
 )
-from .nodespec import RUNTIME_NODES
+from .nodespec import KIND_BY_NAME, RUNTIME_NODES, NodeKind
 from .primitives import PRIMITIVES, Primitive
 
 #: Every invariant the verifier checks, by the tag its VerifyError messages start with
@@ -47,11 +47,12 @@ INVARIANTS: dict[str, str] = {
                       "terminator and in the target's predecessor list",
     "phi-arity": "a Phi has one input per predecessor edge of its block",
     "phi-types": "a Phi's inputs have the Phi's type (branch results and loop carries agree)",
-    "known-op": "every node names a primitive of the derivative table (or a runtime node of "
-                "an adjoint program)",
+    "known-op": "every node names a primitive of the derivative table (or, in an adjoint "
+                "program only, a runtime node)",
     "operand-count": "a primitive node has as many inputs as its implementation takes (`sin` "
                      "one, `add` two, `where` three, …) and exactly the parameters its shape "
-                     "rule names (`sum`: axes and keepdims; `sin`, `clip`: none)",
+                     "rule names (`sum`: axes and keepdims; `sin`, `clip`: none); a runtime "
+                     "node has the operands and parameters its nodespec declaration names",
     "operand-types": "a primitive node's inputs have the dtypes lowering gives them: one "
                      "common dtype from the first promoted input on (a float or complex one "
                      "for primitives that compute in floating point)",
@@ -59,7 +60,8 @@ INVARIANTS: dict[str, str] = {
                   "primitive's shape rule gives for its inputs and parameters; the rule also "
                   "checks the parameters' values (axes in range and distinct, keepdims a "
                   "bool, integer_pow's n an int, shapes tuples of sizes, a dtype or const "
-                  "value of an IR dtype), so any parameter the verifier accepts runs",
+                  "value of an IR dtype), so any parameter the verifier accepts runs; a "
+                  "runtime node has the results its declaration names (`TripPop`: one i64[])",
     "single-definition": "every value is defined once (as a parameter, Phi or node output)",
     "use-dominated": "every use of a value is dominated by its definition (a Phi input by the "
                      "end of the predecessor it comes from, a loop's bounds by the end of its "
@@ -69,7 +71,8 @@ INVARIANTS: dict[str, str] = {
                     "with its kind's keys, each case reaches the merge through its recorded "
                     "exit and the merge's predecessors are the case exits; a loop's preheader "
                     "jumps to its header, the header has preds (preheader, latch) and ends in "
-                    "Cond -> T: body | F: exit, the body reaches the latch and the latch jumps "
+                    "Cond -> Proj(T) body | Proj(F) exit, the body reaches the latch and the "
+                    "latch jumps "
                     "back to the header; a loop's bounds are two integer scalars",
     "cond-region": "every Cond is recorded by a region: an if region's branch or a loop "
                    "region's header",
@@ -196,6 +199,7 @@ class _Checker:
 
     def check_node(self, b: Block, n: Node) -> None:
         if n.op in RUNTIME_NODES:
+            self.check_declared(b, n, KIND_BY_NAME[n.op])
             return
         prim = PRIMITIVES.get(n.op)
         if prim is None:
@@ -215,6 +219,27 @@ class _Checker:
             shown = ", ".join(map(str, declared))
             self.fail("node-types", b, f"declared {shown}, but {n.op} of these inputs gives "
                                        f"{expected}", n)
+
+    def check_declared(self, b: Block, n: Node, kind: NodeKind) -> None:
+        """A runtime node against its nodespec declaration: only in an adjoint program, with
+        the declared parameters, operands and results (the interpreter's generated code
+        reads exactly these)."""
+        if self.p.forward is None:
+            self.fail("known-op", b, f"{n.op} is a runtime node: only adjoint programs, which "
+                                     "read a forward run, hold one", n)
+        params = [s.name for s in kind.params]
+        if sorted(n.params) != sorted(params):
+            self.fail("operand-count", b, f"{n.op} takes parameters {', '.join(params)}, got "
+                                          f"{', '.join(sorted(n.params)) or 'none'}", n)
+        for what, got, slots, tag in (("input", n.inputs, kind.operands, "operand-count"),
+                                      ("output", n.outputs, kind.results, "node-types")):
+            if len(got) != len(slots):
+                self.fail(tag, b, f"{n.op} has {len(slots)} {what}"
+                                  f"{'' if len(slots) == 1 else 's'}, got {len(got)}", n)
+        for o, slot in zip(n.outputs, kind.results):
+            if slot.form != "type" and str(o.type) != slot.form:
+                self.fail("node-types", b, f"{n.op}'s {slot.name} is {slot.form}, declared "
+                                           f"{o.type}", n)
 
     def check_operands(self, b: Block, n: Node, prim: Primitive) -> None:
         """What the interpreter's call `impl(*inputs, **params)` and the derivative rules'
@@ -457,8 +482,8 @@ class _Checker:
                                          "(preheader, latch)")
         t = h.term
         if not isinstance(t, Cond) or t.cases != [(True, r.body), (False, r.exit)]:
-            self.fail("region-shape", h, f"{r.id}: the header must end in Cond -> T: body | F: "
-                                         "exit")
+            self.fail("region-shape", h, f"{r.id}: the header must end in Cond -> Proj(T) body "
+                                         "| Proj(F) exit")
         if not isinstance(r.latch.term, Jmp) or r.latch.term.target is not h:
             self.fail("region-shape", r.latch, f"{r.id}: the latch must jump back to the header")
         for v in r.trip_bounds or ():

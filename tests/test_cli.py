@@ -91,7 +91,7 @@ def load(path: Path):
 def test_program_view_is_the_default():
     out = ok("inspect", f"{SEEDS}:branch", "--width", "100")
     assert out.startswith("program branch(%a: f64[], %b: f64[]) -> (f64[])")
-    assert "Cond %0 → Proj(T) b1 | Proj(F) b2" in out and "if#0 cond · seeds.py:44" in out
+    assert "Cond %0 -> Proj(T) b1 | Proj(F) b2" in out and "if#0 cond · seeds.py:44" in out
 
 
 def test_text_prints_the_ir_exactly():

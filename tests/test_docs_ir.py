@@ -1,5 +1,9 @@
 """docs/ir.md stays true to the code.
 
+- Its node table (between `<!-- node-table -->` and `<!-- /node-table -->`) is what
+  `node_table()` renders from cfgrad/nodespec.py: a row per declared kind, a column per
+  field of the declaration, and the meaning of every flag and slot form. A new kind, field,
+  flag or form fails here until the page shows it (`CFGRAD_REGEN_GOLDEN=1` rewrites it).
 - It has a `### \\`Name\\`` section for exactly the node kinds of cfgrad/nodespec.py.
 - Its verifier table lists exactly the invariant tags of cfgrad/verify.py (INVARIANTS).
 - The worked example (the text blocks after `<!-- worked-example: forward -->` and
@@ -10,6 +14,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 import sys
 from pathlib import Path
@@ -18,7 +24,7 @@ import numpy as np
 
 import cfgrad as cg
 from cfgrad.interpret import Compiled, Machine
-from cfgrad.nodespec import NODE_KINDS
+from cfgrad.nodespec import FLAGS, FORMS, NODE_KINDS, PRIMITIVE, NodeKind, Slot
 from cfgrad.verify import INVARIANTS
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -44,6 +50,40 @@ def section(heading: str) -> str:
     return m.group(1)
 
 
+def _cell(value: object) -> str:
+    if isinstance(value, tuple):  # slots
+        return "; ".join(_cell(v) for v in value) or "—"
+    if isinstance(value, Slot):
+        return f"`{value.name}` ({value.form}): {value.doc}"
+    if isinstance(value, frozenset):  # flags
+        return ", ".join(f"`{f}`" for f in FLAGS if f in value) or "—"
+    return str(value)
+
+
+def node_table() -> str:
+    """The markdown of the node table: every field of every declaration, then the flags'
+    and the slot forms' meanings."""
+    fields = [f.name for f in dataclasses.fields(NodeKind)]
+    lines = ["| " + " | ".join(fields) + " |", "|" + " --- |" * len(fields)]
+    for kind in (*NODE_KINDS, PRIMITIVE):
+        cells = [f"`{v}`" if name in ("name", "syntax") else _cell(v)
+                 for name, v in ((f, getattr(kind, f)) for f in fields)]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += ["", "Flags:", ""] + [f"- `{f}`: {meaning}" for f, meaning in FLAGS.items()]
+    lines += ["", "Slot forms:", ""] + [f"- `{f}`: {meaning}" for f, meaning in FORMS.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_node_table_is_the_declarations():
+    m = re.search(r"(<!-- node-table -->\n)(.*?)(<!-- /node-table -->)", doc(), re.S)
+    assert m is not None, "docs/ir.md has no <!-- node-table --> … <!-- /node-table -->"
+    if os.environ.get("CFGRAD_REGEN_GOLDEN"):
+        DOC.write_text(doc()[:m.start(2)] + "\n" + node_table() + "\n" + doc()[m.end(2):])
+    assert m.group(2).strip() == node_table().strip(), (
+        "docs/ir.md's node table differs from cfgrad/nodespec.py: rerun with "
+        "CFGRAD_REGEN_GOLDEN=1 and review the diff")
+
+
 def test_every_node_kind_has_a_section():
     documented = re.findall(r"^### `(\w+)`$", section("Node kinds"), re.M)
     assert documented == [k.name for k in NODE_KINDS], (
@@ -58,7 +98,8 @@ def test_every_invariant_tag_is_in_the_table():
 
 
 def test_node_sections_name_only_real_tags():
-    tags = set(re.findall(r"`([a-z]+(?:-[a-z]+)+)`", section("Node kinds")))
+    sections = section("Node kinds").partition("<!-- /node-table -->")[2]  # flags, forms above
+    tags = set(re.findall(r"`([a-z]+(?:-[a-z]+)+)`", sections))
     assert tags <= set(INVARIANTS), sorted(tags - set(INVARIANTS))
 
 

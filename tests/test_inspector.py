@@ -191,7 +191,7 @@ def test_rich_print_of_program_block_and_run():
     header = program.blocks[1]
     shown = render(header)  # a block on its own names other blocks by their role
     assert "block loop#0 header ← (entry), (loop#0 body)" in shown
-    assert "Cond %2 → Proj(T) (loop#0 body) | Proj(F) (loop#0 exit)" in shown
+    assert "Cond %2 -> Proj(T) (loop#0 body) | Proj(F) (loop#0 exit)" in shown
     run = record_run(program, *args)
     assert render(run) == render(inspector.render_run(run))
 

@@ -111,7 +111,7 @@ b1: preds (b0, b2)     ; loop#0 header
   %i: i64[] = Phi (b0: 0, b2: %i1)
   %s: f64[] = Phi (b2: %s1, b0: 0.0)
   %c: bool[] = lt %i, %n
-  Cond %c -> T: b2 | F: b3
+  Cond %c -> Proj(T) b2 | Proj(F) b3
 b2: preds (b1.T)       ; loop#0 body
   %i1: i64[] = add %i, 1
   %fi: f64[] = astype %i {dtype=dtype('float64')}

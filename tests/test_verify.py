@@ -185,19 +185,19 @@ program f(%x: f64[]) -> (f64[])
   region if#2 cond at b6 cases (b7, b8) exits (b7, b8) merge b9 in if#1
 b0:
   %p: bool[] = gt %x, 0.0
-  Cond %p -> T: b1 | F: b2
+  Cond %p -> Proj(T) b1 | Proj(F) b2
 b1: preds (b0.T)
   Jmp b3
 b2: preds (b0.F)
   Jmp b3
 b3: preds (b1, b2)
-  Cond %p -> T: b4 | F: b5
+  Cond %p -> Proj(T) b4 | Proj(F) b5
 b4: preds (b3.T)
   Jmp b6
 b5: preds (b3.F)
   Jmp b6
 b6: preds (b4, b5)
-  Cond %p -> T: b7 | F: b8
+  Cond %p -> Proj(T) b7 | Proj(F) b8
 b7: preds (b6.T)
   Jmp b9
 b8: preds (b6.F)
@@ -225,7 +225,7 @@ b0:
   Jmp b1
 b1: preds (b0, b4)
   %c: bool[] = gt %x, 0.0
-  Cond %c -> T: b2 | F: b3
+  Cond %c -> Proj(T) b2 | Proj(F) b3
 b2: preds (b1.T)
   Jmp b4
 b3: preds (b1.F)
@@ -240,7 +240,7 @@ COND_WITHOUT_REGION = """\
 program f(%x: f64[]) -> (f64[])
 b0:
   %c: bool[] = gt %x, 0.0
-  Cond %c -> T: b1 | F: b2
+  Cond %c -> Proj(T) b1 | Proj(F) b2
 b1: preds (b0.T)
   Jmp b3
 b2: preds (b0.F)
@@ -533,3 +533,42 @@ def test_random_damage_is_a_verify_error(expr, data):
     except VerifyError as e:
         assert re.match(r"\[[a-z-]+\] (block \w+|program)", str(e))
         assert str(e)[1:].split("]")[0] in INVARIANTS
+
+
+def _adjoint_node(op: str):
+    """A fresh adjoint of the while seed (its nodes may be damaged) and its first `op`."""
+    fun, args = seeds.SEEDS["while"]
+    adjoint = cg.lower(fun, *args).adjoint()
+    return adjoint, first(adjoint, op)
+
+
+def _damage(op: str, how: Callable) -> str:
+    adjoint, n = _adjoint_node(op)
+    how(n)
+    with pytest.raises(VerifyError) as info:
+        verify(adjoint)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("op, how, tag, detail", [
+    ("LoopState", lambda n: n.inputs.append(n.inputs[0]), "operand-count",
+     "LoopState has 1 input, got 2"),
+    ("TripPop", lambda n: n.params.update(region=n.params.pop("loop")), "operand-count",
+     "TripPop takes parameters loop, got region"),
+    ("TripPop", lambda n: setattr(n.outputs[0], "type", TensorType((), np.dtype(np.int32))),
+     "node-types", "TripPop's trips is i64[], declared i32[]"),
+    ("LoopState", lambda n: n.outputs.append(n.inputs[0]), "node-types",
+     "LoopState has 0 outputs, got 1"),
+])
+def test_runtime_nodes_are_held_to_their_declarations(op, how, tag, detail):
+    """The verifier checks a runtime node's operands, parameters and results against its
+    nodespec declaration: the interpreter's generated code reads exactly these."""
+    message = _damage(op, how)
+    assert message.startswith(f"[{tag}]") and detail in message, message
+
+
+def test_runtime_nodes_only_in_adjoints():
+    adjoint, _ = _adjoint_node("TripPop")
+    adjoint.forward = None
+    with pytest.raises(VerifyError, match=r"\[known-op\].*only adjoint programs"):
+        verify(adjoint)
