@@ -103,9 +103,9 @@ class LoopInfo:
     carry_bytes: int = 0  # size of one carry (a checkpoint)
     inner_ifs: tuple[int, ...] = ()  # if regions inside the loop, at any depth
     inner_loops: tuple[int, ...] = ()  # loops inside the loop, at any depth
-    # the control-event ids of those regions (if index, or -1 - loop index), in signature
-    # order; empty when nothing inside the loop decides, so replays need no checking
-    event_ids: tuple[int, ...] = ()
+    # those regions, ifs first, in signature order (control events name their region);
+    # empty when nothing inside the loop decides, so replays need no checking
+    event_regions: tuple[Region, ...] = ()
     empty_signature: tuple = ()  # an iteration whose inner regions logged nothing
     # (position in a saved frame, loop index) of the records of loops directly inside
     nested_records: tuple[tuple[int, int], ...] = ()
@@ -157,8 +157,9 @@ class Compiled:
                       if r is not li.region and nest.encloses(li.region, r)]
             li.inner_ifs = tuple(self.if_index[r] for r in inside if r in self.if_index)
             li.inner_loops = tuple(self.loop_index[r] for r in inside if r in self.loop_index)
-            li.event_ids = li.inner_ifs + tuple(-1 - j for j in li.inner_loops)
-            li.empty_signature = ((),) * len(li.event_ids)
+            li.event_regions = tuple(r for r in inside if r in self.if_index) + tuple(
+                r for r in inside if r in self.loop_index)
+            li.empty_signature = ((),) * len(li.event_regions)
         self.batched = _batched_accumulators(program)
         self.block_fns = [self._gen_block(b) for b in blocks]
         self._checked: list[Any] | None = None
@@ -189,7 +190,8 @@ class Compiled:
                         action, arg = LOOP_EXIT, self.loop_index[loops_by_header[b]]
                     elif isinstance(b.term, Cond) and b not in loops_by_header:
                         r_if = next(r for r in self.if_index if r.branch is b)
-                        action, arg = DECIDE, (self.if_index[r_if], key)
+                        # (log stack, decision, the control event: region and decision)
+                        action, arg = DECIDE, (self.if_index[r_if], key, (r_if, key))
                 self.edge_id[(b, key)] = len(self.edges)
                 self.edges.append((self.block_index[target], self._gen_copy(b, key, target),
                                    action, arg))
@@ -372,7 +374,7 @@ class Machine:
         if action == DECIDE:
             if self.sinks:
                 for sink in self.sinks:
-                    sink.append(arg)
+                    sink.append(arg[2])
             if self.taped:
                 self.log.decisions[arg[0]].append(arg[1])
             return
@@ -406,7 +408,7 @@ class Machine:
         trips = self.counters[arg]
         if self.sinks:
             for sink in self.sinks:
-                sink.append((-1 - arg, trips))
+                sink.append((loop.region, trips))
         if not self.reversing:
             self.stats.loops[arg].trip_counts.append(trips)
         if self.taped:
@@ -461,10 +463,10 @@ class Machine:
         decision and trip count of the regions inside it, whether logged or not): one tuple
         per region, if regions first, then loops. Re-running the iteration, taped or not,
         whatever the nested loops' strategies keep of the log, must give the same."""
-        per: dict[int, list[Any]] = {i: [] for i in loop.event_ids}
-        for idx, value in events:
-            per[idx].append(value)
-        return tuple(tuple(per[i]) for i in loop.event_ids)
+        per: dict[Region, list[Any]] = {r: [] for r in loop.event_regions}
+        for region, value in events:
+            per[region].append(value)
+        return tuple(tuple(per[r]) for r in loop.event_regions)
 
     def release_frame(self, loop: LoopInfo, frame: tuple) -> None:
         """A saved frame of `loop` is discarded unreversed: release the records of the loop
@@ -481,20 +483,20 @@ class Machine:
         saved = self.taped
         self.taped = taped
         sink: list[Any] = []
-        if loop.event_ids:
+        if loop.event_regions:
             self.sinks.append(sink)
         try:
             e = self.walk(loop.header, loop.header, loop.exit)
         finally:
             self.taped = saved
-            if loop.event_ids:
+            if loop.event_regions:
                 self.sinks.pop()
         if self.c.edges[e][0] == loop.exit:
             raise ReplayMismatchError(
                 f"recomputing iteration {t} of {loop.region.id} (at {loop.region.loc}) left "
                 "the loop early: the recomputed loop condition differs from the forward run's "
                 "(the body must be deterministic; checkpoint=StoreAll() never recomputes)")
-        if loop.event_ids:
+        if loop.event_regions:
             got = self.event_signature(loop, sink)
             if got != expected:
                 raise ReplayMismatchError(self._mismatch_text(loop, t, expected, got))
@@ -529,10 +531,7 @@ class Machine:
         return frames
 
     def _mismatch_text(self, loop: LoopInfo, t: int, expected: tuple, got: tuple) -> str:
-        ifs = list(self.c.if_index)
-        regions = [ifs[i] for i in loop.inner_ifs] + [self.c.loops[j].region
-                                                       for j in loop.inner_loops]
-        for r, was, now in zip(regions, expected, got):
+        for r, was, now in zip(loop.event_regions, expected, got):
             if was != now:
                 what = "decisions" if r in self.c.if_index else "trip counts"
                 return (f"recomputing iteration {t} of {loop.region.id} (at {loop.region.loc}) "
@@ -621,7 +620,7 @@ class _Sweep:
         self.signatures: dict[int, tuple] = {}  # iteration -> its event signature
         self.last_log: tuple = ()  # the latest iteration's log entries
         self.last: Tape | None = None
-        if loop.event_ids:  # else no iteration decides anything there is to check
+        if loop.event_regions:  # else no iteration decides anything there is to check
             m.sinks.append(self.events)
 
     def ran(self, t: int) -> None:
@@ -636,7 +635,7 @@ class _Sweep:
         self.last = loop.read_saved(m.env)
 
     def end(self, trips: int) -> None:
-        if self.loop.event_ids:
+        if self.loop.event_regions:
             self.m.sinks.pop()
         if trips:
             self.m.put_log(self.loop, self.last_log)

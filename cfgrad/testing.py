@@ -29,7 +29,7 @@ import numpy as np
 from . import tree as treelib
 from .api import evaluate, jvp, vjp
 from .errors import ArgumentTypeError, ArgumentValueError, CfgradError, PathInstabilityError
-from .ir import Program
+from .ir import LoopRegion, Program
 
 # Per float size in bytes: the default atol = rtol for derivatives computed at that
 # precision (jax.test_util's default gradient tolerances), and the default step of the
@@ -46,16 +46,8 @@ def _path(machine: Any) -> list[tuple[str, str, Any, Any]]:
     """The branch decisions and trip counts of `machine`'s run, as (kind, region id, source
     location, value): by region rather than by index into the machine's tables, so runs
     of programs traced at different dtypes compare too."""
-    events = []
-    ifs = list(machine.c.if_index)
-    for region_index, value in machine.sinks[0]:
-        if region_index < 0:
-            r = machine.c.loops[-1 - region_index].region
-            events.append(("loop", r.id, r.loc, value))
-        else:
-            r = ifs[region_index]
-            events.append(("if", r.id, r.loc, value))
-    return events
+    return [("loop" if isinstance(r, LoopRegion) else "if", r.id, r.loc, value)
+            for r, value in machine.sinks[0]]
 
 
 def _first_difference(path: list, other: list) -> tuple | None:
