@@ -41,9 +41,9 @@ from rich.text import Text
 
 from . import tree as treelib
 from .api import Pullback, _as_arrays, _Entry, lowered
-from .checkpoint import resolve
+from .checkpoint import RunStats, check_strategy, resolve
 from .errors import ArgumentTypeError, ArgumentValueError
-from .interpret import Compiled, Machine, RunStats, check_strategy, run_adjoint
+from .interpret import Compiled, Machine, run_adjoint
 from .ir import (
     Block,
     Cond,

@@ -29,14 +29,7 @@ from typing import Any
 import numpy as np
 
 from .anomaly import anomaly_detection_enabled
-from .checkpoint import (  # check_strategy: api, trace and the inspector import it from here
-    Carry,
-    LoopStats,
-    LoopStrategy,
-    RunStats,
-    Tape,
-    check_strategy,  # noqa: F401
-)
+from .checkpoint import Carry, LoopStats, LoopStrategy, RunStats, Tape
 from .diagnostics import anomaly_message, bad_argument_message
 from .errors import AnomalyError, LoopLimitError, ReplayMismatchError
 from .ir import (
@@ -57,10 +50,6 @@ from .nodespec import UNCHECKED
 from .primitives import PRIMITIVES, RankOneSum, dense_value
 
 DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
-
-# nodes whose results anomaly detection does not test (flag `unchecked` in nodespec)
-_UNCHECKED = UNCHECKED
-
 
 def _all_finite(x: Any) -> bool:
     if type(x) is RankOneSum:
@@ -220,7 +209,7 @@ class Compiled:
         for k, n in enumerate(b.nodes):
             lines.append("    " + self._gen_node(n, k, ns))
             line_nodes[len(lines)] = n
-            if checked and n.op not in _UNCHECKED and any(
+            if checked and n.op not in UNCHECKED and any(  # nodespec's flag `unchecked`
                     o.type.dtype.kind in "fc" for o in n.outputs):
                 tests = " and ".join(f"_finite(env[{self.slot[o]}])" for o in n.outputs)
                 lines.append(f"    if not ({tests}): m.anomaly(_c, {index}, {k}, env)")
