@@ -67,7 +67,7 @@ class _Signature:
         self.name = fn.__name__
         self.in_tree = in_tree
         self.in_types = in_types
-        self.float_inputs = [i for i, t in enumerate(in_types) if t.dtype.kind == "f"]
+        self.float_inputs = [i for i, t in enumerate(in_types) if t.is_float]
         self.result_types: list[TensorType] = []
         self.n_out = 0
 

@@ -37,10 +37,6 @@ from .trace import Trace
 from .verify import verify
 
 
-def _float(v: Value) -> bool:
-    return v.type.dtype.kind == "f"
-
-
 def _or_zeros(tangent: Any, v: Value, zeros: Any) -> Value:
     return (tangent if tangent is not None else zeros(v)).value
 
@@ -115,9 +111,10 @@ def build_jvp(fwd: Program) -> Program:
     primal: dict[Value, Value] = {}
     tangent: dict[Value, Any] = {}
     params = [Value(v.type, v.hint) for v in fwd.params]
-    tparams = [Value(v.type, f"d{v.hint or i}") for i, v in enumerate(fwd.params) if _float(v)]
+    tparams = [Value(v.type, f"d{v.hint or i}") for i, v in enumerate(fwd.params)
+               if v.type.is_float]
     primal.update(zip(fwd.params, params))
-    tangent.update(zip([v for v in fwd.params if _float(v)], (t.tracer(p) for p in tparams)))
+    tangent.update(zip([v for v in fwd.params if v.type.is_float], (t.tracer(p) for p in tparams)))
 
     def zeros(v: Value) -> Any:
         return t.tracer(t.const(np.zeros(v.type.shape, v.type.dtype)))
@@ -136,7 +133,7 @@ def build_jvp(fwd: Program) -> Program:
             primal[phi.out] = p.out
             nb.phis.append(p)
             tp = None
-            if _float(phi.out):
+            if phi.out.type.is_float:
                 tp = Phi(Value(phi.out.type), [])
                 nb.phis.append(tp)
                 tangent[phi.out] = t.tracer(tp.out)
@@ -208,7 +205,7 @@ def _emit_with_tangent(t: Trace, n: Node, primal: dict[Value, Value],
             "cg.custom_jvp rule instead, or use cg.vjp/cg.grad")
     tans = prim.jvp(ts, ins, emitted, **n.params)
     for o, new_out, tan in zip(n.outputs, outs, tans if prim.multi_output else [tans]):
-        if tan is None or not _float(o):
+        if tan is None or not o.type.is_float:
             continue
         if tan.value.type != new_out.value.type:
             raise VerifyError(f"the JVP rule of {n.op} (traced at {n.loc}) returned a "

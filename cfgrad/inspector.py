@@ -756,7 +756,7 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
     error = ""
     did_reverse = False
     if reverse:
-        cts = [np.ones(v.type.shape, v.type.dtype) if v.type.dtype.kind == "f"
+        cts = [np.ones(v.type.shape, v.type.dtype) if v.type.is_float
                else np.zeros(v.type.shape, v.type.dtype) for v in program.outputs]
         try:
             with np.errstate(all="ignore"):
@@ -766,7 +766,7 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
         else:
             did_reverse = True
             summaries += [ValueSummary.of("∂" + names.values[p], g, "gradient")
-                          for p, g in zip(program.params, grads) if p.type.dtype.kind == "f"]
+                          for p, g in zip(program.params, grads) if p.type.is_float]
     recomputed = np.bincount(np.asarray(recomputed_path, dtype=np.int64),
                              minlength=len(program.blocks)).tolist()
     return Run(program, path, visits, recomputed, _count_edges(program, path), m.stats,

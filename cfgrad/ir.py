@@ -62,6 +62,11 @@ class TensorType:
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
 
+    @property
+    def is_float(self) -> bool:
+        """Whether values of this type carry derivatives (tangents, cotangents)."""
+        return self.dtype.kind == "f"
+
 
 def type_of(x: Any) -> TensorType:
     """The TensorType of a concrete numpy array or scalar."""

@@ -920,10 +920,6 @@ def _index_type(types: list[TensorType], spec: tuple) -> TensorType:
     return TensorType(tuple(shape), x.dtype)
 
 
-def _is_advanced(spec: tuple, dynamic_types: list) -> bool:
-    return any(isinstance(s, np.ndarray) for s in spec) or any(t.ndim > 0 for t in dynamic_types)
-
-
 def _scatter_add_impl(ct, *dynamic, spec, shape):
     z = np.zeros(shape, dtype=ct.dtype)
     idx = _index_tuple(spec, dynamic)

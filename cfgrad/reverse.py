@@ -71,10 +71,6 @@ def structure(start: Block, stop: Block | None, regions: dict[Block, Region]) ->
     return items
 
 
-def _float(v: Value) -> bool:
-    return v.type.dtype.kind == "f"
-
-
 class ReverseBuilder:
     def __init__(self, fwd: Program, wrt: frozenset[int] | None = None):
         self.fwd = fwd
@@ -229,7 +225,7 @@ class ReverseBuilder:
         t.loc_override = r.loc  # the loop's own bookkeeping nodes point at the loop
         header = r.header
         carry_cts = [self.adj.pop(p.out, None) for p in r.exit.phis]
-        float_carries = [j for j, p in enumerate(header.phis) if _float(p.out)]
+        float_carries = [j for j, p in enumerate(header.phis) if p.out.type.is_float]
         closures = self.closures(r)
         region = LoopRegion(r.id, self.parent(), r.loc, kind="reverse")
         t.regions.append(region)
@@ -352,18 +348,18 @@ def active_values(program: Program, wrt: frozenset[int] | None) -> set[Value]:
     nonzero cotangent, so the builder emits nothing for the rest — no gradient work for
     inputs nobody asked about, nor for constants and integer bookkeeping."""
     active = {p for i, p in enumerate(program.params)
-              if _float(p) and (wrt is None or i in wrt)}
+              if p.type.is_float and (wrt is None or i in wrt)}
     changed = True
     while changed:  # loops feed Phis from later blocks: iterate to the fixpoint
         changed = False
         for b in program.blocks:
             for phi in b.phis:
-                if phi.out not in active and _float(phi.out) and any(
+                if phi.out not in active and phi.out.type.is_float and any(
                         v in active for v in phi.inputs):
                     active.add(phi.out)
                     changed = True
             for n in b.nodes:
-                outs = [o for o in n.outputs if o not in active and _float(o)]
+                outs = [o for o in n.outputs if o not in active and o.type.is_float]
                 prim = PRIMITIVES.get(n.op)
                 if outs and prim is not None and prim.vjp is not None and any(
                         v in active for v in n.inputs):

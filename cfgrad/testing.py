@@ -75,7 +75,7 @@ def _precision(program: Program) -> int:
     for block in program.blocks:
         values += [phi.out for phi in block.phis]
         values += [v for node in block.nodes for v in node.outputs]
-    sizes = [v.type.dtype.itemsize for v in values if v.type.dtype.kind == "f"]
+    sizes = [v.type.dtype.itemsize for v in values if v.type.is_float]
     return min(min(sizes, default=8), 8)
 
 
