@@ -23,7 +23,8 @@ from .errors import ArgumentTypeError, ArgumentValueError
 from .forward_mode import build_jvp
 from .interpret import Compiled, Machine, as_runtime_value, plan_saved_slots, run_adjoint
 from .ir import Program
-from .reverse import build_adjoint, primal_reads
+from .reverse import adjoint as adjoint_of
+from .reverse import primal_reads
 from .trace import (
     TRACEABLE_DTYPES,
     Tracer,
@@ -63,8 +64,7 @@ class _Entry:
             with LOWERING_LOCK:
                 pair = self._reverse.get(wrt)
                 if pair is None:
-                    adj = (self.program.adjoint() if wrt is None
-                           else build_adjoint(self.program, wrt))
+                    adj = adjoint_of(self.program, wrt)
                     forward = Compiled(self.program)
                     plan_saved_slots(forward, primal_reads(adj))
                     pair = self._reverse[wrt] = (forward, Compiled(adj, forward=forward))

@@ -42,6 +42,7 @@ from . import inspector
 from .api import lowered
 from .dot import to_dot
 from .errors import ArgumentValueError, CfgradError
+from .reverse import adjoint
 
 
 class UsageError(Exception):
@@ -165,7 +166,7 @@ def _inspect(ns: argparse.Namespace) -> int:
     with _user_code(f"tracing {ns.target}", passthrough=CfgradError):
         program = lowered(fun, args)[0].program
     with _user_code(f"inspecting {ns.target}", passthrough=CfgradError):
-        shown = program.adjoint() if ns.adjoint else program
+        shown = adjoint(program) if ns.adjoint else program
         run = None
         if ns.run:
             values = [v.strip() for v in ns.values.split(",") if v.strip()] if ns.values else []

@@ -36,7 +36,8 @@ from .errors import ArgumentTypeError, TracerBoolError
 from .interpret import Compiled, Machine, as_runtime_value, plan_saved_slots, run_adjoint
 from .ir import Program, TensorType, type_of
 from .primitives import bind
-from .reverse import build_adjoint, primal_reads
+from .reverse import adjoint as adjoint_of
+from .reverse import primal_reads
 from .trace import Tracer, invalidate_lowerings, lowering_epoch, trace_program
 from .trace_context import LOWERING_LOCK, tracing
 
@@ -269,7 +270,7 @@ class _JVPRule(_Signature):
 
             program = self.lower(linear, self.in_types + self.in_types,
                                  f"{self.name}.jvp_rule")
-            adjoint = build_adjoint(program, frozenset(range(n, 2 * n)))
+            adjoint = adjoint_of(program, range(n, 2 * n))
             forward = Compiled(program)
             plan_saved_slots(forward, primal_reads(adjoint))
             self._transpose = (forward, Compiled(adjoint, forward=forward))

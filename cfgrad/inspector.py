@@ -2,7 +2,7 @@
 
 Three views, all built from the same block panels:
 
-* the **program view** (`render_program`, also what `rich.print(program)` shows): one panel
+* the **program view** (`render_program`, what `inspect(program)` prints): one panel
   per block in block order, nested inside one panel per region (`loop#0 while`,
   `if#0 cond`), so the region tree is visible as nesting; rows for Phis, nodes and the
   terminator, each IR node kind styled as `nodespec.NODE_KINDS` says;
@@ -66,6 +66,7 @@ from .ir import (
     type_of,
 )
 from .nodespec import KIND_BY_NAME, PRIMITIVE
+from .reverse import adjoint as adjoint_of
 
 DEFAULT_FOLD = 40  # blocks with more rows than this show their head and tail only
 
@@ -579,7 +580,7 @@ def render_mirrored(program: Program, fold: int | None = DEFAULT_FOLD) -> Render
     runs from the bottom row up."""
     if program.forward is not None:
         program = program.forward
-    adjoint = program.adjoint()
+    adjoint = adjoint_of(program)
     fnames, anames = Naming.of(program), Naming.of(adjoint)
     flatches, alatches = back_edge_sources(program), back_edge_sources(adjoint)
     fnotes, anotes = mirrored_notes(adjoint, anames, fnames)
@@ -1033,6 +1034,11 @@ def view(target: Any, *args: Any, adjoint: bool = False, run: bool = False,
          fold: int | None = DEFAULT_FOLD, values: Sequence[str] = (),
          checkpoint: Any = None) -> RenderableType:
     """The renderable `inspect` prints (see `inspect` for the arguments)."""
+    if isinstance(target, Block):
+        if adjoint or run:
+            raise ArgumentValueError("inspect: a Block is shown on its own; adjoint=True and "
+                                     "run=True need its Program or a function")
+        return render_block(target, fold)
     if isinstance(target, Run):
         recorded: Run | None = target
         program = target.program
@@ -1054,8 +1060,8 @@ def view(target: Any, *args: Any, adjoint: bool = False, run: bool = False,
 
 def _lower(fun: Any, args: tuple) -> Program:
     if not callable(fun):
-        raise ArgumentTypeError(f"inspect: expected a function, a Program, a pullback or a "
-                                f"Run, got {type(fun).__name__}")
+        raise ArgumentTypeError(f"inspect: expected a function, a Program, a Block, a pullback "
+                                f"or a Run, got {type(fun).__name__}")
     return lowered(fun, args)[0].program
 
 
@@ -1064,14 +1070,15 @@ def inspect(target: Any, *args: Any, adjoint: bool = False, run: bool = False,
             checkpoint: Any = None, console: Console | None = None) -> None:
     """Print a view of `target` to `console` (a new rich Console on stdout by default).
 
-    `target` is a function (lowered at `args`, as `cg.lower` does), a Program, a pullback
-    from `cg.vjp` (shows its run) or a `Run`. Without options it prints the program view;
-    `adjoint=True` prints the mirrored view (each forward block beside its adjoint);
-    `run=True` executes the function at `args` forward and backward and prints the run
-    view (visit and decision counts, the path, trip counts, checkpoint accounting and the
-    `values` named, e.g. `values=["%3"]`, besides parameters, outputs and gradients);
-    `checkpoint` is the call's checkpoint strategy for that run. Blocks with more than
-    `fold` rows show their first and last rows only (`fold=None` shows everything).
+    `target` is a function (lowered at `args`, as `cg.lower` does), a Program, a Block
+    (shown on its own), a pullback from `cg.vjp` (shows its run) or a `Run`. Without
+    options it prints the program view; `adjoint=True` prints the mirrored view (each
+    forward block beside its adjoint); `run=True` executes the function at `args` forward
+    and backward and prints the run view (visit and decision counts, the path, trip
+    counts, checkpoint accounting and the `values` named, e.g. `values=["%3"]`, besides
+    parameters, outputs and gradients); `checkpoint` is the call's checkpoint strategy for
+    that run. Blocks with more than `fold` rows show their first and last rows only
+    (`fold=None` shows everything).
 
     Returns None, like `rich.inspect`: use `cfgrad.inspector.view` for the renderable."""
     (console or Console()).print(view(target, *args, adjoint=adjoint, run=run, fold=fold,

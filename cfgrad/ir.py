@@ -8,6 +8,12 @@ them from the graph.
 
 `Program.text()` is the deterministic printed form: names are assigned at print time in
 definition order, so two equal programs print the same and golden tests are stable.
+
+Programs are data and transformations are functions (as in JAX, where a jaxpr has no
+`.grad()`): the adjoint is `cg.adjoint(program)` (reverse.py), reading text back is
+`cg.parse_program(text)` (irparse.py) and the rich views are `cg.inspect(program)`
+(inspector.py). So this module imports nothing of cfgrad but `nodespec`, and every layer
+above can build on it without an import cycle.
 """
 
 from __future__ import annotations
@@ -201,11 +207,6 @@ class Block:
     def __repr__(self) -> str:
         return f"<Block {self.role}>"
 
-    def __rich_console__(self, console: Any, options: Any) -> Any:
-        from .inspector import render_block  # rendering sits above the IR
-
-        yield render_block(self)
-
 
 @dataclass(eq=False)
 class Region:
@@ -263,7 +264,6 @@ class Program:
         self.in_tree: Any = None
         self.out_tree: Any = None
         self.forward: Program | None = None  # set on adjoint programs
-        self._adjoint: Program | None = None
 
     # -- queries -----------------------------------------------------------------
     @property
@@ -284,22 +284,6 @@ class Program:
 
     def node_count(self) -> int:
         return sum(len(b.nodes) + len(b.phis) + 1 for b in self.blocks)
-
-    # -- derived programs --------------------------------------------------------
-    def adjoint(self) -> Program:
-        """The mirrored adjoint Program, built once and cached (see reverse.py)."""
-        if self._adjoint is None:
-            from .reverse import build_adjoint  # the reverse builder sits above the IR
-
-            self._adjoint = build_adjoint(self)
-        return self._adjoint
-
-    @staticmethod
-    def parse(text: str) -> Program:
-        """Read a Program back from `text()` output (see irparse.py)."""
-        from .irparse import parse_program
-
-        return parse_program(text)
 
     # -- printing ----------------------------------------------------------------
     def names(self) -> tuple[dict[Value, str], dict[Block, str]]:
@@ -338,11 +322,6 @@ class Program:
 
     def __repr__(self) -> str:
         return f"<Program {self.name}: {len(self.blocks)} blocks, {self.node_count()} nodes>"
-
-    def __rich_console__(self, console: Any, options: Any) -> Any:
-        from .inspector import render_program  # rendering sits above the IR
-
-        yield render_program(self)
 
 
 # ---------------------------------------------------------------------------------

@@ -425,7 +425,7 @@ class _Parser:
     def adjoint_message() -> str:
         return ("this is an adjoint program (it reads the forward run: Primal ^%v, LogPop, "
                 "TripPop, LoopState); only forward programs parse, rebuild the adjoint with "
-                "Program.adjoint()")
+                "cg.adjoint(program)")
 
     def edge(self, text: str) -> tuple[str, Any]:
         m = _EDGE.match(text.strip())

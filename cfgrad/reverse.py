@@ -21,6 +21,8 @@ reversed body starts from an empty map every iteration.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -46,6 +48,7 @@ from .ir import (
 from .passes import ADJOINT_PIPELINE, run_passes
 from .primitives import PRIMITIVES
 from .trace import Trace
+from .trace_context import LOWERING_LOCK
 from .verify import verify
 
 Item = tuple[str, Any]  # ("block", Block) | ("if", IfRegion) | ("loop", LoopRegion)
@@ -368,11 +371,31 @@ def active_values(program: Program, wrt: frozenset[int] | None) -> set[Value]:
     return active
 
 
-def build_adjoint(program: Program, wrt: frozenset[int] | None = None) -> Program:
-    """The mirrored adjoint of `program`: parameters are the output cotangents, results
-    the cotangents of the parameters in `wrt` (all when None; zeros for the others and
-    wherever no gradient flows)."""
-    return ReverseBuilder(program, wrt).build()
+# The one adjoint cache: forward Program -> {wrt: adjoint}. Both levels are weak. The
+# outer key dies with its Program; the inner values must be weak too, because an adjoint
+# refers to its forward Program (`adjoint.forward`), and a value that refers to its own
+# weak key keeps that key, and so the entry, alive for ever. An adjoint therefore lives
+# as long as someone uses it: api.py's lowering cache holds the compiled adjoints of
+# every cached signature, so grad and vjp build each one once.
+_ADJOINTS: weakref.WeakKeyDictionary[Program, weakref.WeakValueDictionary[Any, Program]] = \
+    weakref.WeakKeyDictionary()
+
+
+def adjoint(program: Program, wrt: Iterable[int] | None = None) -> Program:
+    """The mirrored adjoint of `program`: its parameters are the output cotangents, its
+    results the cotangents of the parameters whose indices are in `wrt` (all when None;
+    zeros for the others and wherever no gradient flows). Built under the lowering lock
+    and cached per program and `wrt`, so every caller gets the same Program."""
+    key = None if wrt is None else frozenset(wrt)
+    cached = _ADJOINTS.get(program)
+    result = cached.get(key) if cached is not None else None
+    if result is None:
+        with LOWERING_LOCK:
+            cached = _ADJOINTS.setdefault(program, weakref.WeakValueDictionary())
+            result = cached.get(key)
+            if result is None:
+                result = cached[key] = ReverseBuilder(program, key).build()
+    return result
 
 
 def primal_reads(adjoint: Program) -> set[Value]:

@@ -60,7 +60,7 @@ def main() -> None:
     print("The lowered Program (one block per region entry, header, body, branch, join):")
     print(cg.lower(f, 2.0, 1.0))
     print("Its adjoint (mirrored blocks, run backwards over the logged path):")
-    print(cg.lower(f, 2.0, 1.0).adjoint())
+    print(cg.adjoint(cg.lower(f, 2.0, 1.0)))
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def test_text_prints_the_ir_exactly():
     seeds = load(EXAMPLES / "seeds.py")
     program = cg.lower(seeds.loop, *seeds.example_args()["loop"])
     assert ok("inspect", f"{SEEDS}:loop", "--text") == program.text()
-    assert ok("inspect", f"{SEEDS}:loop", "--text", "--adjoint") == program.adjoint().text()
+    assert ok("inspect", f"{SEEDS}:loop", "--text", "--adjoint") == cg.adjoint(program).text()
 
 
 def test_args_replace_example_args():

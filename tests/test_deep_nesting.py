@@ -49,7 +49,7 @@ def test_deeply_nested_cond_lowers_and_differentiates():
     innermost = program.ifs()[-1]
     assert sum(1 for r in program.ifs() if r.parent is not None) == DEPTH - 1
     assert innermost_regions(program)[innermost.merge] is program.ifs()[-2]
-    verify(program.adjoint())
+    verify(cg.adjoint(program))
 
 
 def test_deeply_nested_loops_lower_and_differentiate():

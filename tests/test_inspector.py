@@ -187,9 +187,11 @@ def test_rich_print_of_program_block_and_run():
     fun, args = seeds.SEEDS["while"]
     program = cg.lower(fun, *args)
     assert str(program) == program.text()  # plain str stays the IR text
-    assert render(program) == render(inspector.render_program(program))
+    # Programs are data: rich prints their text, and the views are the inspector's
+    assert render(program) == program.text() + "\n"
+    assert render(view(program)) == render(inspector.render_program(program))
     header = program.blocks[1]
-    shown = render(header)  # a block on its own names other blocks by their role
+    shown = render(view(header))  # a block on its own names other blocks by their role
     assert "block loop#0 header ← (entry), (loop#0 body)" in shown
     assert "Cond %2 -> Proj(T) (loop#0 body) | Proj(F) (loop#0 exit)" in shown
     run = record_run(program, *args)
@@ -215,11 +217,13 @@ def test_inspect_refuses_what_it_cannot_show():
     fun, args = seeds.SEEDS["cond"]
     program = cg.lower(fun, *args)
     with pytest.raises(ArgumentTypeError, match="adjoint program"):
-        record_run(program.adjoint(), *args)
+        record_run(cg.adjoint(program), *args)
     with pytest.raises(ArgumentTypeError, match="takes 2 argument leaves, got 1"):
         record_run(program, 1.0)
     with pytest.raises(ArgumentTypeError, match="expected a function"):
         view(42)
+    with pytest.raises(ArgumentValueError, match="a Block is shown on its own"):
+        view(program.blocks[0], adjoint=True)
     with pytest.raises(ArgumentValueError, match="no value named '%99'"):
         record_run(fun, *args, values=["%99"])
 
@@ -385,7 +389,7 @@ def test_random_programs_render_in_every_view(expr):
     fun = seeds.build(expr)
     args = seeds.generated_args()
     program = cg.lower(fun, *args)
-    adjoint = program.adjoint()
+    adjoint = cg.adjoint(program)
     _, abn = adjoint.names()
     mirrored = render(view(program, adjoint=True), 120)
     for b in adjoint.blocks:  # every adjoint block is shown once, beside its mirror
@@ -473,7 +477,7 @@ def test_dot_marks_the_edges_a_run_took():
 def test_graphviz_draws_the_dot_text(name):
     fun, args = seeds.SEEDS[name]
     program = cg.lower(fun, *args)
-    for text in (to_dot(program, record_run(program, *args)), to_dot(program.adjoint())):
+    for text in (to_dot(program, record_run(program, *args)), to_dot(cg.adjoint(program))):
         proc = subprocess.run(["dot", "-Tsvg"], input=text, capture_output=True, text=True)
         assert proc.returncode == 0 and not proc.stderr, proc.stderr
         assert "<svg" in proc.stdout

@@ -28,7 +28,6 @@ from cfgrad.checkpoint import StoreAll
 from cfgrad.errors import CfgradError
 from cfgrad.forward_mode import build_jvp
 from cfgrad.interpret import Compiled, Machine, plan_saved_slots, run_adjoint
-from cfgrad.ir import Program
 from cfgrad.irparse import split_comment, split_top
 from cfgrad.primitives import bind
 from cfgrad.reverse import primal_reads
@@ -133,9 +132,9 @@ def time_limit(seconds: float) -> Iterator[None]:
 
 def toolchain(text: str) -> None:
     """Everything a hand-written program goes through before it runs."""
-    program = Program.parse(text)  # parses and verifies
+    program = cg.parse_program(text)  # parses and verifies
     forward = Compiled(program)
-    Compiled(program.adjoint(), forward=forward)
+    Compiled(cg.adjoint(program), forward=forward)
     build_jvp(program)
 
 
@@ -192,8 +191,8 @@ def parameter_mutants(text: str) -> Iterator[str]:
 
 def run_both_ways(text: str, args: tuple) -> None:
     """The toolchain, then a forward run and the adjoint run that reverses it."""
-    program = Program.parse(text)
-    forward, adjoint_program = Compiled(program), program.adjoint()
+    program = cg.parse_program(text)
+    forward, adjoint_program = Compiled(program), cg.adjoint(program)
     plan_saved_slots(forward, primal_reads(adjoint_program))  # as cfgrad.api compiles them
     adjoint = Compiled(adjoint_program, forward=forward)
     build_jvp(program)

@@ -513,7 +513,7 @@ def test_in_place_accumulation_never_touches_shared_buffers():
         return cg.fori_loop(0, xs.shape[0], lambda i, s: s + cnp.sum(cnp.tanh(w @ xs[i])), 0.0)
 
     xs = np.linspace(-1.0, 1.0, 12).reshape(4, 3)
-    ops = {n.op for b in cg.lower(f, W, xs).adjoint().blocks for n in b.nodes}
+    ops = {n.op for b in cg.adjoint(cg.lower(f, W, xs)).blocks for n in b.nodes}
     assert {"copy", "accumulate"} <= ops
     g = cg.grad(f)
     first = g(W, xs)
@@ -544,7 +544,7 @@ def test_outer_product_accumulation_is_batched_and_exact(dtype, steps):
             return cg.fori_loop(0, steps, lambda i, a: a + cnp.sum(cnp.tanh(w @ xs[i])), s)
         return cg.fori_loop(0, 2, outer, cnp.zeros((), dtype))
 
-    ops = {n.op for b in cg.lower(f, W, xs).adjoint().blocks for n in b.nodes}
+    ops = {n.op for b in cg.adjoint(cg.lower(f, W, xs)).blocks for n in b.nodes}
     assert "accumulate_outer" in ops
     g = cg.grad(f)
     first = g(W, xs)
@@ -571,7 +571,7 @@ def test_batched_accumulator_read_inside_the_program_is_dense():
         h = cg.fori_loop(0, 20, lambda i, h: cnp.tanh(w @ h + xs[i]), h0)
         return cnp.sum(h * h)
 
-    ops = {n.op for b in cg.lower(f, W, xs).adjoint().blocks for n in b.nodes}
+    ops = {n.op for b in cg.adjoint(cg.lower(f, W, xs)).blocks for n in b.nodes}
     assert "accumulate_outer" in ops
     check_grads(f, (W, xs), modes=("rev",))
     with cg.detect_anomaly():
@@ -959,7 +959,7 @@ def test_rules_and_implementation_take_the_shape_rules_parameters(name):
     """The verifier holds a node's parameters to its shape rule's signature
     (`Primitive.params`), so the implementation and the derivative rules must take
     exactly those: a name one of them lacked would pass the verifier and fail in a run or
-    in `.adjoint()`."""
+    in `cg.adjoint`."""
     prim = PRIMITIVES[name]
     if not isinstance(prim.impl, np.ufunc) and prim.impl is not np.clip:
         named = [p for p in inspect.signature(prim.impl).parameters.values()

@@ -395,7 +395,7 @@ def tiny(node: str, x: str = "f64[]", out: str = "f64[]") -> str:
 
 
 # Parameters that once passed the verifier (or crashed it), then failed as raw TypeErrors,
-# KeyErrors or numpy AxisErrors in .adjoint(), compiling or running: (node, input type,
+# KeyErrors or numpy AxisErrors in cg.adjoint(), compiling or running: (node, input type,
 # output type, tag, the message's detail). Each shape rule checks its parameters' values,
 # and the verifier holds a node's parameter names to its shape rule's signature.
 BAD_PARAMETERS = [
@@ -488,7 +488,7 @@ def test_broken_program_still_prints():
 def test_accepts_seed_programs_adjoints_and_jvps(name):
     p = lowered(name)
     assert verify(p) is p
-    verify(p.adjoint())
+    verify(cg.adjoint(p))
     verify(build_jvp(p))
 
 
@@ -497,7 +497,7 @@ def test_accepts_seed_programs_adjoints_and_jvps(name):
 def test_accepts_random_programs_and_adjoints(expr, dtype):
     p = cg.lower(seeds.build(expr), *seeds.generated_args(dtype))
     verify(p)
-    verify(p.adjoint())
+    verify(cg.adjoint(p))
     verify(build_jvp(p))
 
 
@@ -538,7 +538,7 @@ def test_random_damage_is_a_verify_error(expr, data):
 def _adjoint_node(op: str):
     """A fresh adjoint of the while seed (its nodes may be damaged) and its first `op`."""
     fun, args = seeds.SEEDS["while"]
-    adjoint = cg.lower(fun, *args).adjoint()
+    adjoint = cg.adjoint(cg.lower(fun, *args))
     return adjoint, first(adjoint, op)
 
 
