@@ -2,7 +2,7 @@
 
 from . import (
     checkpoint,
-    numpy,  # noqa: F401  (registers the numpy namespace for tracers)
+    numpy,  # noqa: F401  (cg.numpy, the same module as cfgrad.numpy)
     optim,
     testing,
 )
