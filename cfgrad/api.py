@@ -21,10 +21,9 @@ from .anomaly import anomaly_detection_enabled
 from .checkpoint import RunStats, check_strategy, resolve
 from .errors import ArgumentTypeError, ArgumentValueError
 from .forward_mode import build_jvp
-from .interpret import Compiled, Machine, as_runtime_value, plan_saved_slots, run_adjoint
+from .interpret import Compiled, GradPlan, Machine, as_runtime_value, run_adjoint
 from .ir import Program
 from .reverse import adjoint as adjoint_of
-from .reverse import primal_reads
 from .trace import (
     TRACEABLE_DTYPES,
     Tracer,
@@ -43,32 +42,30 @@ _SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
 class _Entry:
     """One lowered signature: its Program and, lazily, everything derived from it."""
 
-    __slots__ = ("program", "epoch", "compiled", "_reverse", "_jvp", "_strategies",
-                 "grad_plans")
+    __slots__ = ("program", "epoch", "compiled", "_plans", "_jvp", "_strategies",
+                 "_grad_calls")
 
     def __init__(self, program: Program):
         self.program = program
         self.epoch = lowering_epoch()  # a custom rule redefined later makes it stale
-        self.compiled = Compiled(program)
-        self._reverse: dict[frozenset[int] | None, tuple[Compiled, Compiled]] = {}
+        self.compiled = Compiled(program)  # the one forward compilation, for every wrt
+        self._plans: dict[frozenset[int] | None, GradPlan] = {}
         self._jvp: Compiled | None = None
         self._strategies: dict[Any, list[Any]] = {}
-        self.grad_plans: dict[Any, tuple] = {}
+        # value_and_grad's per-(argnums, has_aux) checks and seeds: (GradPlan, seeds)
+        self._grad_calls: dict[Any, tuple[GradPlan, list[Any]]] = {}
 
-    def reverse(self, wrt: frozenset[int] | None) -> tuple[Compiled, Compiled]:
-        """(forward, adjoint) compiled for differentiating the parameters in `wrt` (all
-        when None). The adjoint decides which values each loop must keep, so the forward
-        is compiled with it."""
-        pair = self._reverse.get(wrt)
-        if pair is None:
+    def grad_plan(self, wrt: frozenset[int] | None) -> GradPlan:
+        """The plan for differentiating the parameters in `wrt` (all when None), built
+        once per `wrt` on the one forward compilation."""
+        plan = self._plans.get(wrt)
+        if plan is None:
             with LOWERING_LOCK:
-                pair = self._reverse.get(wrt)
-                if pair is None:
-                    adj = adjoint_of(self.program, wrt)
-                    forward = Compiled(self.program)
-                    plan_saved_slots(forward, primal_reads(adj))
-                    pair = self._reverse[wrt] = (forward, Compiled(adj, forward=forward))
-        return pair
+                plan = self._plans.get(wrt)
+                if plan is None:
+                    plan = self._plans[wrt] = GradPlan(self.compiled,
+                                                       adjoint_of(self.program, wrt))
+        return plan
 
     @property
     def jvp(self) -> Compiled:
@@ -215,12 +212,11 @@ class Pullback:
             cts.append(a)
         m = self._machine
         if m is None:  # a second call: the first consumed the log, so run forward again
-            m = _forward(entry, entry.reverse(None)[0], self._leaves, self._checkpoint,
-                         record=True, check=self._check)[0]
+            m = _forward(entry, entry.grad_plan(None), self._leaves, self._checkpoint,
+                         check=self._check)[0]
         self._machine = None
-        adjoint = entry.reverse(None)[1]
         with np.errstate(all="ignore"):
-            results = [as_runtime_value(r) for r in run_adjoint(adjoint, m, cts)]
+            results = [as_runtime_value(r) for r in run_adjoint(m, cts)]
         if not m.log.is_empty():
             raise AssertionError("internal error: the control log was not fully consumed")
         self.stats = m.stats
@@ -228,9 +224,10 @@ class Pullback:
         return tuple(grads)[: self._nargs]
 
 
-def _forward(entry: _Entry, compiled: Compiled, leaves: list[Any], checkpoint: Any,
-             record: bool, check: bool = False) -> tuple[Machine, list[Any]]:
-    m = Machine(compiled, entry.strategies(checkpoint), record=record,
+def _forward(entry: _Entry, plan: GradPlan, leaves: list[Any], checkpoint: Any,
+             check: bool = False) -> tuple[Machine, list[Any]]:
+    """The forward run, taped for `plan`'s adjoint."""
+    m = Machine(entry.compiled, entry.strategies(checkpoint), plan=plan,
                 check=check or anomaly_detection_enabled())
     with np.errstate(all="ignore"):
         outs = m.run(_as_arrays(leaves, entry.program))
@@ -251,7 +248,7 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     # caller's array modified in place meanwhile must not change them, as JAX's immutable
     # arrays guarantee and PyTorch checks with version counters
     leaves = [x.copy() if isinstance(x, np.ndarray) else x for x in leaves]
-    m, outs = _forward(entry, entry.reverse(None)[0], leaves, checkpoint, record=True,
+    m, outs = _forward(entry, entry.grad_plan(None), leaves, checkpoint,
                        check=detect_anomaly)
     # the outputs are the very arrays the pullback reads: the caller gets copies, so
     # modifying a result in place cannot change the gradient either
@@ -301,22 +298,21 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
         nums = resolve_argnums(requested, len(args), caller, name)
         entry, leaves = lowered(fun, args, kwargs=kwargs)
         program = entry.program
-        plan = entry.grad_plans.get((nums, has_aux))
-        if plan is None:  # checked and prepared once per signature, like the lowering
+        prepared = entry._grad_calls.get((nums, has_aux))
+        if prepared is None:  # checked and prepared once per signature, like the lowering
             with LOWERING_LOCK:
-                plan = entry.grad_plans.get((nums, has_aux))
-                if plan is None:
+                prepared = entry._grad_calls.get((nums, has_aux))
+                if prepared is None:
                     _check_grad_io(program, args, nums, has_aux, name)
-                    forward, adjoint = entry.reverse(_param_indices(program, nums))
                     seeds = [np.ones((), program.outputs[0].type.dtype)[()]] + [
                         np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
-                    plan = entry.grad_plans[(nums, has_aux)] = (forward, adjoint, seeds)
-        forward, adjoint, seeds = plan
-        m, outs = _forward(entry, forward, leaves, checkpoint, record=True,
-                           check=detect_anomaly)
+                    prepared = entry._grad_calls[(nums, has_aux)] = (
+                        entry.grad_plan(_param_indices(program, nums)), seeds)
+        plan, seeds = prepared
+        m, outs = _forward(entry, plan, leaves, checkpoint, check=detect_anomaly)
         out = treelib.unflatten(program.out_tree, outs)
         with np.errstate(all="ignore"):
-            results = [as_runtime_value(r) for r in run_adjoint(adjoint, m, seeds)]
+            results = [as_runtime_value(r) for r in run_adjoint(m, seeds)]
         per_arg = treelib.unflatten(program.in_tree, results)
         grads = per_arg[nums[0]] if single else tuple(per_arg[i] for i in nums)
         value_and_grad_fn.stats = m.stats  # type: ignore[attr-defined]
@@ -404,8 +400,7 @@ def evaluate(fun: Callable, *args: Any) -> tuple[Any, Machine]:
     """Run `fun` through the interpreter with its control log kept (for tests and
     check_grads' path-stability guard)."""
     entry, leaves = lowered(fun, args)
-    m = Machine(entry.compiled, entry.strategies(None), record=False)
-    m.taped = False
+    m = Machine(entry.compiled, entry.strategies(None))
     m.sinks.append([])
     with np.errstate(all="ignore"):
         outs = [as_runtime_value(o) for o in m.run(_as_arrays(leaves, entry.program))]

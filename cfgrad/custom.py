@@ -33,11 +33,10 @@ import numpy as np
 from . import tree as treelib
 from .checkpoint import StoreAll
 from .errors import ArgumentTypeError, TracerBoolError
-from .interpret import Compiled, Machine, as_runtime_value, plan_saved_slots, run_adjoint
+from .interpret import Compiled, GradPlan, Machine, as_runtime_value, run_adjoint
 from .ir import Program, TensorType, type_of
 from .primitives import bind
 from .reverse import adjoint as adjoint_of
-from .reverse import primal_reads
 from .trace import Tracer, invalidate_lowerings, lowering_epoch, trace_program
 from .trace_context import LOWERING_LOCK, tracing
 
@@ -212,7 +211,7 @@ class _JVPRule(_Signature):
         self.jvp_rule = fn.jvp  # as defined now (the transpose is lowered lazily)
         self.primal_program = self.lower_primal()
         self.primal_compiled = Compiled(self.primal_program)
-        self._transpose: tuple[Compiled, Compiled] | None = None
+        self._transpose: GradPlan | None = None
 
     def primal_types(self) -> list[TensorType]:
         return self.result_types
@@ -250,18 +249,18 @@ class _JVPRule(_Signature):
         return [self.in_types[i] for i in self.float_inputs]
 
     def run_transpose(self, args: tuple) -> tuple:
-        forward, adjoint = self._transpose_programs()
+        plan = self._transpose_plan()
         n = len(self.in_types)
         primals = list(args[:n])
         tangents = [np.zeros(t.shape, t.dtype) for t in self.in_types]
-        m = Machine(forward, [StoreAll() for _ in forward.loops], record=True)
+        m = Machine(plan.forward, [StoreAll() for _ in plan.forward.loops], plan=plan)
         m.run([as_runtime_value(a) for a in primals + tangents])
-        cts = run_adjoint(adjoint, m, [as_runtime_value(c) for c in args[n:]])
+        cts = run_adjoint(m, [as_runtime_value(c) for c in args[n:]])
         return tuple(as_runtime_value(cts[n + i]) for i in self.float_inputs)
 
-    def _transpose_programs(self) -> tuple[Compiled, Compiled]:
-        """The map tangents -> tangent output at given primals, and its adjoint with
-        respect to the tangents: for a linear rule, the transpose."""
+    def _transpose_plan(self) -> GradPlan:
+        """The map tangents -> tangent output at given primals, compiled, with the plan of
+        its adjoint with respect to the tangents: for a linear rule, the transpose."""
         if self._transpose is None:
             n = len(self.in_types)
 
@@ -270,10 +269,7 @@ class _JVPRule(_Signature):
 
             program = self.lower(linear, self.in_types + self.in_types,
                                  f"{self.name}.jvp_rule")
-            adjoint = adjoint_of(program, range(n, 2 * n))
-            forward = Compiled(program)
-            plan_saved_slots(forward, primal_reads(adjoint))
-            self._transpose = (forward, Compiled(adjoint, forward=forward))
+            self._transpose = GradPlan(Compiled(program), adjoint_of(program, range(n, 2 * n)))
         return self._transpose
 
 

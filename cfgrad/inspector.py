@@ -745,9 +745,10 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
     program = entry.program
     names = Naming.of(program)
     chosen = find_values(program, values)
-    forward, adjoint = entry.reverse(None)
+    forward = entry.compiled
     path, hook = _hook_recorder()
-    m = Machine(forward, entry.strategies(checkpoint), record=True, block_hook=hook)
+    m = Machine(forward, entry.strategies(checkpoint), plan=entry.grad_plan(None),
+                block_hook=hook)
     with np.errstate(all="ignore"):
         outs = m.run(_as_arrays(leaves, program))
     visits = np.bincount(np.asarray(path, dtype=np.int64),
@@ -761,7 +762,7 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
                else np.zeros(v.type.shape, v.type.dtype) for v in program.outputs]
         try:
             with np.errstate(all="ignore"):
-                grads = run_adjoint(adjoint, m, cts)
+                grads = run_adjoint(m, cts)
         except Exception as exc:  # noqa: BLE001 - shown in the run view, not raised
             error = f"{type(exc).__name__}: {exc}"
         else:

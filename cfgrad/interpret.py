@@ -31,7 +31,7 @@ import numpy as np
 from .anomaly import anomaly_detection_enabled
 from .checkpoint import Carry, LoopStats, LoopStrategy, RunStats, Tape
 from .diagnostics import anomaly_message, bad_argument_message
-from .errors import AnomalyError, LoopLimitError, ReplayMismatchError
+from .errors import AnomalyError, ArgumentValueError, LoopLimitError, ReplayMismatchError
 from .ir import (
     Block,
     Cond,
@@ -85,10 +85,6 @@ class LoopInfo:
     latch_edge: int
     record_slot: int  # env slot holding this execution's checkpoint record
     trip_bound_slots: tuple[int, int] | None
-    saved_slots: tuple[int, ...] = ()  # loop-owned slots the adjoint reads (set later)
-    saved_bytes: int = 0  # their size: shapes are static, so it is known before running
-    read_saved: Any = staticmethod(lambda env: ())  # env -> tuple of the saved slots
-    write_saved: Any = staticmethod(lambda env, values: None)  # the inverse
     carry_bytes: int = 0  # size of one carry (a checkpoint)
     inner_ifs: tuple[int, ...] = ()  # if regions inside the loop, at any depth
     inner_loops: tuple[int, ...] = ()  # loops inside the loop, at any depth
@@ -96,12 +92,6 @@ class LoopInfo:
     # empty when nothing inside the loop decides, so replays need no checking
     event_regions: tuple[Region, ...] = ()
     empty_signature: tuple = ()  # an iteration whose inner regions logged nothing
-    # (position in a saved frame, loop index) of the records of loops directly inside
-    nested_records: tuple[tuple[int, int], ...] = ()
-    # their env slots: cleared after each iteration, so that a frame holds only the records
-    # of the executions that ran in its own iteration (not a stale one, from an iteration
-    # that skipped the nested loop, which another frame owns)
-    nested_record_slots: tuple[int, ...] = ()
 
 
 class Compiled:
@@ -301,16 +291,23 @@ class ControlLog:
 
 
 class Machine:
-    """One execution of a forward Program, and later the adjoint run that reverses it."""
+    """One execution of a forward Program, and later the adjoint run that reverses it.
+
+    With a `plan` the run is taped for that plan's adjoint (decisions logged, each loop's
+    strategy keeping what the plan's `LoopSaves` name); without one it only computes."""
 
     def __init__(self, compiled: Compiled, strategies: list[LoopStrategy] | None = None,
-                 record: bool = False, block_hook: Any = None, check: bool = False):
+                 plan: GradPlan | None = None, block_hook: Any = None, check: bool = False):
+        if plan is not None and plan.forward is not compiled:
+            raise ArgumentValueError("Machine: the GradPlan was built for another compiled "
+                                     "forward program")
         self.c = compiled
+        self.plan = plan
         self.check = check  # anomaly detection: run the NaN/Inf-checking block functions
         self.fns = compiled.checked_block_fns if check else compiled.block_fns
         self.env: list[Any] = list(compiled.template)
         self.strategies = strategies
-        self.taped = record  # log decisions and keep checkpoint records
+        self.taped = plan is not None  # log decisions and keep checkpoint records
         n_if, n_loops = len(compiled.if_index), len(compiled.loops)
         self.log = ControlLog([[] for _ in range(n_if)], [[] for _ in range(n_loops)])
         self.counters = [0] * n_loops
@@ -320,8 +317,11 @@ class Machine:
         self.block_hook = block_hook
         self.stats = RunStats([LoopStats(li.region.id, repr(strategies[li.index]) if strategies
                                          else "none") for li in compiled.loops])
-        self.runners = [_Runner(self, li, s, self.stats.loops[li.index])
-                        for li, s in zip(compiled.loops, strategies or ())]
+        saves = plan.saves if plan is not None else ()
+        # per loop, the record slots to clear after each taped iteration (see LoopSaves)
+        self.nested_record_slots = [s.nested_record_slots for s in saves]
+        self.runners = [_Runner(self, li, ls, s, self.stats.loops[li.index])
+                        for li, ls, s in zip(compiled.loops, saves, strategies or ())]
 
     # -- walking -------------------------------------------------------------------
     def run(self, args: list[Any]) -> list[Any]:
@@ -390,7 +390,7 @@ class Machine:
             if self.taped:
                 self.strategies[arg].after_iteration(self.runners[arg],
                                                      self.env[loop.record_slot], t)
-                for slot in loop.nested_record_slots:  # the iteration's frame holds them now
+                for slot in self.nested_record_slots[arg]:  # the iteration's frame has them
                     self.env[slot] = None
             return
         # LOOP_EXIT
@@ -460,7 +460,7 @@ class Machine:
     def release_frame(self, loop: LoopInfo, frame: tuple) -> None:
         """A saved frame of `loop` is discarded unreversed: release the records of the loop
         executions it holds."""
-        for pos, j in loop.nested_records:
+        for pos, j in self.plan.saves[loop.index].nested_records:
             record = frame[pos]
             if record is not None:
                 self.strategies[j].release(self.runners[j], record)
@@ -511,10 +511,11 @@ class Machine:
         environment holds the last one's)."""
         self.write(loop.carry_slots, carry)
         empty = loop.empty_signature
+        read = self.plan.saves[loop.index].read
         frames = []
         for t in range(start, start + count):
             e = self._run_iteration(loop, t, signatures.get(t, empty), taped=True)
-            frames.append(loop.read_saved(self.env))
+            frames.append(read(self.env))
             if t + 1 < start + count:
                 self.c.edges[e][1](self.env)
         return frames
@@ -560,16 +561,17 @@ class Machine:
 
 class _Runner:
     """The interpreter's services to one loop's strategy (checkpoint.LoopRunner), made
-    once per Machine: the loop's saved-value plan is final by then, so reading and writing
-    a tape are bound to the generated slot accessors, no extra call per iteration. Events
-    go straight to the loop's LoopStats; schedule events only when the strategy traces."""
+    once per taped Machine: reading and writing a tape are bound to the generated slot
+    accessors of the plan's LoopSaves, no extra call per iteration. Events go straight to
+    the loop's LoopStats; schedule events only when the strategy traces."""
 
-    def __init__(self, m: Machine, loop: LoopInfo, strategy: LoopStrategy, stats: LoopStats):
-        self.m, self.loop = m, loop
-        self.carry_bytes, self.tape_bytes = loop.carry_bytes, loop.saved_bytes
+    def __init__(self, m: Machine, loop: LoopInfo, saves: LoopSaves, strategy: LoopStrategy,
+                 stats: LoopStats):
+        self.m, self.loop, self.saves = m, loop, saves
+        self.carry_bytes, self.tape_bytes = loop.carry_bytes, saves.nbytes
         self.tracing = bool(getattr(strategy, "trace", False))
-        self.tape = functools.partial(loop.read_saved, m.env)
-        self.load = functools.partial(loop.write_saved, m.env)
+        self.tape = functools.partial(saves.read, m.env)
+        self.load = functools.partial(saves.write, m.env)
         self.held = stats.held
         self.emit = stats.record if self.tracing else _ignore
 
@@ -583,7 +585,7 @@ class _Runner:
         self.m.release_frame(self.loop, tape)
 
     def sweep(self) -> _Sweep:
-        return _Sweep(self.m, self.loop)
+        return _Sweep(self.m, self.loop, self.saves)
 
 
 def _ignore(what: str, t: int) -> None:
@@ -600,10 +602,10 @@ class _Sweep:
     takes off the log) are kept as its signature, against which re-runs are checked. What
     a loop without regions inside has nothing of is not even asked for."""
 
-    __slots__ = ("m", "loop", "marks", "events", "signatures", "last_log", "last")
+    __slots__ = ("m", "loop", "saves", "marks", "events", "signatures", "last_log", "last")
 
-    def __init__(self, m: Machine, loop: LoopInfo):
-        self.m, self.loop = m, loop
+    def __init__(self, m: Machine, loop: LoopInfo, saves: LoopSaves):
+        self.m, self.loop, self.saves = m, loop, saves
         self.marks = m.log_marks(loop)
         self.events: list[Any] = []  # the control events of the iteration running
         self.signatures: dict[int, tuple] = {}  # iteration -> its event signature
@@ -619,9 +621,9 @@ class _Sweep:
         if self.events:
             self.signatures[t] = m.event_signature(loop, self.events)
             self.events.clear()
-        if self.last is not None and loop.nested_records:
+        if self.last is not None and self.saves.nested_records:
             m.release_frame(loop, self.last)
-        self.last = loop.read_saved(m.env)
+        self.last = self.saves.read(m.env)
 
     def end(self, trips: int) -> None:
         if self.loop.event_regions:
@@ -657,10 +659,14 @@ def _annotate(exc: Exception, compiled: Compiled, b: int, fns: list[Any]) -> Non
         pass
 
 
-def run_adjoint(adjoint: Compiled, machine: Machine, cotangents: list[Any]) -> list[Any]:
-    """Run an adjoint program against the forward machine that produced `machine.env`
+def run_adjoint(machine: Machine, cotangents: list[Any]) -> list[Any]:
+    """Run the adjoint of the plan `machine` was taped for against its forward run
     (with NaN/Inf checks when that machine runs with them, or when the adjoint runs under
     `cg.detect_anomaly()`: a pullback may be called long after its forward pass)."""
+    if machine.plan is None:
+        raise ArgumentValueError("run_adjoint: the forward run was not taped (Machine was "
+                                 "given no GradPlan)")
+    adjoint = machine.plan.compiled
     env = list(adjoint.template)
     for s, a in zip(adjoint.param_slots, cotangents):
         env[s] = a
@@ -684,9 +690,52 @@ def run_adjoint(adjoint: Compiled, machine: Machine, cotangents: list[Any]) -> l
     return [env[s] for s in adjoint.return_slots]
 
 
-def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
-    """Tell each loop which of its slots the adjoint reads, so StoreAll keeps only those
-    (plus the checkpoint records of the loops nested directly inside it).
+@dataclass(frozen=True)
+class LoopSaves:
+    """What one forward loop keeps per taped iteration for one adjoint: the loop-owned
+    slots the adjoint reads, plus the checkpoint records of the loops nested directly
+    inside it. Everything the hot loop needs is precomputed here, accessors included."""
+
+    slots: tuple[int, ...]
+    nbytes: int  # their size: shapes are static, so it is known before running
+    # (position in a saved frame, loop index) of the records of loops directly inside
+    nested_records: tuple[tuple[int, int], ...]
+    # their env slots: cleared after each iteration, so that a frame holds only the records
+    # of the executions that ran in its own iteration (not a stale one, from an iteration
+    # that skipped the nested loop, which another frame owns)
+    nested_record_slots: tuple[int, ...]
+    read: Any  # env -> tuple of the saved slots (generated)
+    write: Any  # (env, values) -> None, the inverse
+
+
+class GradPlan:
+    """Everything reverse mode needs beyond the forward `Compiled`, for one adjoint: the
+    adjoint Program, its compiled form, and each forward loop's `LoopSaves`.
+
+    The adjoint decides which values each loop must keep, so this plan, not the forward
+    compilation, holds that decision: one forward `Compiled` serves every `wrt`, and a
+    taped `Machine` receives the plan it runs for. Built once, never mutated."""
+
+    __slots__ = ("forward", "adjoint", "compiled", "saves")
+
+    def __init__(self, forward: Compiled, adjoint: Program):
+        if adjoint.forward is not forward.program:
+            raise ArgumentValueError(f"GradPlan: {adjoint.name} is not an adjoint of "
+                                     f"{forward.program.name}")
+        self.forward = forward
+        self.adjoint = adjoint
+        self.compiled = Compiled(adjoint, forward=forward)
+        self.saves: tuple[LoopSaves, ...] = _plan_saves(forward, _primal_reads(adjoint))
+
+
+def _primal_reads(adjoint: Program) -> set[Value]:
+    """The forward values the adjoint reads (what StoreAll must keep per iteration)."""
+    return {n.params["of"] for b in adjoint.blocks for n in b.nodes if n.op == "Primal"}
+
+
+def _plan_saves(forward: Compiled, needed: set[Value]) -> tuple[LoopSaves, ...]:
+    """Which of its slots each loop keeps for an adjoint reading `needed`, so StoreAll
+    keeps only those (plus the checkpoint records of the loops nested directly inside it).
 
     A nested loop may be recomputed by its strategy while its enclosing loop is being
     reversed; the recomputation reads values of the enclosing iteration (a closed-over
@@ -712,12 +761,13 @@ def plan_saved_slots(forward: Compiled, needed: set[Value]) -> None:
             p = forward.loop_index[parent]
             nested[p].append((len(per_loop[p]), li.index))
             per_loop[p].append(li.record_slot)
+    saves = []
     for li in forward.loops:
-        li.saved_slots = tuple(per_loop[li.index])
-        li.saved_bytes = nbytes[li.index]
-        li.nested_records = tuple(nested[li.index])
-        li.nested_record_slots = tuple(li.saved_slots[pos] for pos, _ in li.nested_records)
-        li.read_saved, li.write_saved = _slot_access(li.saved_slots)
+        slots = tuple(per_loop[li.index])
+        records = tuple(nested[li.index])
+        saves.append(LoopSaves(slots, nbytes[li.index], records,
+                               tuple(slots[pos] for pos, _ in records), *_slot_access(slots)))
+    return tuple(saves)
 
 
 def _free_values(program: Program, nest: RegionNest) -> dict[LoopRegion, set[Value]]:

@@ -396,8 +396,3 @@ def adjoint(program: Program, wrt: Iterable[int] | None = None) -> Program:
             if result is None:
                 result = cached[key] = ReverseBuilder(program, key).build()
     return result
-
-
-def primal_reads(adjoint: Program) -> set[Value]:
-    """The forward values the adjoint reads (what StoreAll must keep per iteration)."""
-    return {n.params["of"] for b in adjoint.blocks for n in b.nodes if n.op == "Primal"}

@@ -308,9 +308,10 @@ def test_runtime_errors_keep_their_note_under_detection():
 
 
 def compiled_objects(f, *args) -> list:
+    """The forward compilation, the adjoints of grad (wrt x) and vjp (wrt all), the JVP."""
     entry = lowered(f, args)[0]
-    pairs = [c for pair in entry._reverse.values() for c in pair]
-    return [entry.compiled, *pairs, *([entry._jvp] if entry._jvp is not None else [])]
+    adjoints = [entry.grad_plan(wrt).compiled for wrt in (frozenset({0}), None)]
+    return [entry.compiled, *adjoints, entry.jvp]
 
 
 def test_no_checking_code_exists_until_detection_is_asked_for():
@@ -323,13 +324,13 @@ def test_no_checking_code_exists_until_detection_is_asked_for():
     cg.vjp(f, 0.5)[1](1.0)
     cg.jvp(f, (0.5,), (1.0,))
     compiled = compiled_objects(f, 0.5)
-    assert len(compiled) == 6  # entry.compiled, (forward, adjoint) for grad and vjp, jvp
+    assert len(compiled) == 4  # one forward for every wrt, two adjoints, jvp
     for c in compiled:
         assert c._checked is None
         assert all("_finite" not in fn.__code__.co_names for fn in c.block_fns)
     cg.grad(f, detect_anomaly=True)(0.5)
     checked = [c for c in compiled if c._checked is not None]
-    assert len(checked) == 2  # the grad pair's forward and adjoint, generated on demand
+    assert len(checked) == 2  # the forward and grad's adjoint, generated on demand
     for c in checked:
         assert any("_finite" in fn.__code__.co_names for fn in c._checked)
 

@@ -27,10 +27,9 @@ import cfgrad.numpy as cnp
 from cfgrad.checkpoint import StoreAll
 from cfgrad.errors import CfgradError
 from cfgrad.forward_mode import build_jvp
-from cfgrad.interpret import Compiled, Machine, plan_saved_slots, run_adjoint
+from cfgrad.interpret import Compiled, GradPlan, Machine, run_adjoint
 from cfgrad.irparse import split_comment, split_top
 from cfgrad.primitives import bind
-from cfgrad.reverse import primal_reads
 
 sys.path.insert(0, str(Path(__file__).parent))
 import seed_programs as seeds  # noqa: E402
@@ -133,8 +132,7 @@ def time_limit(seconds: float) -> Iterator[None]:
 def toolchain(text: str) -> None:
     """Everything a hand-written program goes through before it runs."""
     program = cg.parse_program(text)  # parses and verifies
-    forward = Compiled(program)
-    Compiled(cg.adjoint(program), forward=forward)
+    GradPlan(Compiled(program), cg.adjoint(program))
     build_jvp(program)
 
 
@@ -192,13 +190,12 @@ def parameter_mutants(text: str) -> Iterator[str]:
 def run_both_ways(text: str, args: tuple) -> None:
     """The toolchain, then a forward run and the adjoint run that reverses it."""
     program = cg.parse_program(text)
-    forward, adjoint_program = Compiled(program), cg.adjoint(program)
-    plan_saved_slots(forward, primal_reads(adjoint_program))  # as cfgrad.api compiles them
-    adjoint = Compiled(adjoint_program, forward=forward)
+    forward = Compiled(program)
+    plan = GradPlan(forward, cg.adjoint(program))  # as cfgrad.api builds them
     build_jvp(program)
-    machine = Machine(forward, [StoreAll() for _ in forward.loops], record=True)
+    machine = Machine(forward, [StoreAll() for _ in forward.loops], plan=plan)
     outs = machine.run([np.asarray(a, p.type.dtype) for a, p in zip(args, program.params)])
-    run_adjoint(adjoint, machine, [np.ones_like(o) for o in outs])
+    run_adjoint(machine, [np.ones_like(o) for o in outs])
 
 
 #: Arguments the parameter mutants run on: the seed programs' own.

@@ -562,14 +562,13 @@ def test_random_program_forward_log_vjp_jvp(case: tuple) -> None:
     # The log, at the level of the interpreter: exactly the oracle's path, consumed fully.
     entry, _ = lowered(program, (a, b, v))
     assert (len(entry.program.ifs()), len(entry.program.loops())) == (prog.n_ifs, prog.n_loops)
-    forward, adjoint = entry.reverse(None)
-    machine = Machine(forward, entry.strategies(None), record=True)
+    machine = Machine(entry.compiled, entry.strategies(None), plan=entry.grad_plan(None))
     machine.run([np.float64(a), np.float64(b), v])
     assert [list(d) for d in machine.log.decisions] == oracle.decisions
     assert [list(t) for t in machine.log.trips] == oracle.trips
     rng = np.random.default_rng(0)
     u = State(rng.standard_normal(), rng.standard_normal(), rng.standard_normal(prog.dim))
-    low_level = run_adjoint(adjoint, machine, state_leaves(u))
+    low_level = run_adjoint(machine, state_leaves(u))
     assert machine.log.is_empty()
 
     cts = pullback(u)
@@ -637,12 +636,11 @@ def test_control_log_is_empty_after_reverse_pass() -> None:
 
     x, n = 0.9, np.int64(4)
     entry, _ = lowered(f, (x, n))
-    forward, adjoint = entry.reverse(None)
-    machine = Machine(forward, entry.strategies(None), record=True)
+    machine = Machine(entry.compiled, entry.strategies(None), plan=entry.grad_plan(None))
     machine.run([np.float64(x), n])
     assert not machine.log.is_empty()
     outer_trips, inner_trips = machine.log.trips
     assert (outer_trips, inner_trips) == ([4], [0, 1, 2, 3])
     assert len(machine.log.decisions[0]) == 4
-    run_adjoint(adjoint, machine, [np.float64(1.0)])
+    run_adjoint(machine, [np.float64(1.0)])
     assert machine.log.is_empty()
