@@ -39,8 +39,19 @@ _SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
 
 
 
-class _Entry:
-    """One lowered signature: its Program and, lazily, everything derived from it."""
+class Lowering:
+    """One lowered signature: its Program and, lazily, everything derived from it. The
+    inspector, the command line and the tests read these public attributes instead of
+    re-building the pipeline:
+
+    - `program`: the traced Program (never mutated);
+    - `compiled`: its one forward `Compiled`, shared by every `wrt`;
+    - `grad_plan(wrt)`: the `GradPlan` (adjoint Program, its `Compiled`, saved values per
+      loop) for the flat parameter indices in `wrt` (all when None), built once each;
+    - `jvp`: the compiled JVP program, built on first use;
+    - `strategies(choice)`: each loop's checkpoint strategy for a call's `checkpoint`;
+    - `arguments(leaves)`: flat argument leaves as the runtime values `Machine.run` takes.
+    """
 
     __slots__ = ("program", "epoch", "compiled", "_plans", "_jvp", "_strategies",
                  "_grad_calls")
@@ -75,6 +86,13 @@ class _Entry:
                     self._jvp = Compiled(build_jvp(self.program))
         return self._jvp
 
+    def arguments(self, leaves: list[Any]) -> list[Any]:
+        """Flat argument leaves as runtime values of the parameters' dtypes (Python
+        scalars converted, arrays passed as they are)."""
+        return [as_runtime_value(x if isinstance(x, np.ndarray | np.generic)
+                                 else np.asarray(x, p.type.dtype))
+                for x, p in zip(leaves, self.program.params)]
+
     def strategies(self, call_choice: Any) -> list[Any]:
         """Each loop's strategy for a call choosing `call_choice`; strategies compare by
         value, so a fresh `Binomial(8)` per call finds the same entry (an unhashable
@@ -89,7 +107,7 @@ class _Entry:
         return s
 
 
-_CACHE: weakref.WeakKeyDictionary[Callable, dict[Any, _Entry]] = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[Callable, dict[Any, Lowering]] = weakref.WeakKeyDictionary()
 
 
 def _leaf_key(x: Any) -> Any:
@@ -107,7 +125,7 @@ def _leaf_key(x: Any) -> Any:
 
 
 def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
-            kwargs: dict[str, Any] | None = None) -> tuple[_Entry, list[Any]]:
+            kwargs: dict[str, Any] | None = None) -> tuple[Lowering, list[Any]]:
     """The cached lowering of `fun` at `args` (and keyword arguments `kwargs`, traced after
     them), and the flat list of traced argument leaves."""
     dynamic = args if not static_argnums else tuple(
@@ -132,15 +150,9 @@ def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
         with LOWERING_LOCK:
             entry = per_fun.get(key)
             if entry is None or entry.epoch != lowering_epoch():
-                entry = per_fun[key] = _Entry(trace_program(fun, args, static_argnums,
+                entry = per_fun[key] = Lowering(trace_program(fun, args, static_argnums,
                                                             kwargs=kwargs))
     return entry, leaves
-
-
-def _as_arrays(leaves: list[Any], program: Program) -> list[Any]:
-    return [as_runtime_value(x if isinstance(x, np.ndarray | np.generic)
-                             else np.asarray(x, p.type.dtype))
-            for x, p in zip(leaves, program.params)]
 
 
 def argnums_tuple(argnums: int | Sequence[int], caller: str) -> tuple[int, ...]:
@@ -182,20 +194,23 @@ def _check_aux_pair(program: Program, caller: str, name: str) -> None:
 
 
 class Pullback:
-    """Maps output cotangents to input cotangents; `stats` describes the last run."""
+    """Maps output cotangents to input cotangents; `stats` describes the last run.
 
-    def __init__(self, entry: _Entry, machine: Machine, leaves: list[Any], nargs: int,
+    `lowering`, `primals` (the flat argument leaves, copied) and `checkpoint` say what the
+    forward run was, so the inspector can run it again."""
+
+    def __init__(self, lowering: Lowering, machine: Machine, primals: list[Any], nargs: int,
                  checkpoint: Any):
         self._check = machine.check
-        self._entry = entry
+        self.lowering = lowering
         self._machine: Machine | None = machine
-        self._leaves = leaves
+        self.primals = primals
         self._nargs = nargs
-        self._checkpoint = checkpoint
+        self.checkpoint = checkpoint
         self.stats: RunStats | None = None
 
     def __call__(self, cotangent: Any) -> tuple:
-        entry = self._entry
+        entry = self.lowering
         program = entry.program
         ct_leaves, ct_tree = treelib.flatten(cotangent)
         _refuse_traced(ct_leaves)
@@ -212,7 +227,7 @@ class Pullback:
             cts.append(a)
         m = self._machine
         if m is None:  # a second call: the first consumed the log, so run forward again
-            m = _forward(entry, entry.grad_plan(None), self._leaves, self._checkpoint,
+            m = _forward(entry, entry.grad_plan(None), self.primals, self.checkpoint,
                          check=self._check)[0]
         self._machine = None
         with np.errstate(all="ignore"):
@@ -224,13 +239,13 @@ class Pullback:
         return tuple(grads)[: self._nargs]
 
 
-def _forward(entry: _Entry, plan: GradPlan, leaves: list[Any], checkpoint: Any,
+def _forward(entry: Lowering, plan: GradPlan, leaves: list[Any], checkpoint: Any,
              check: bool = False) -> tuple[Machine, list[Any]]:
     """The forward run, taped for `plan`'s adjoint."""
     m = Machine(entry.compiled, entry.strategies(checkpoint), plan=plan,
                 check=check or anomaly_detection_enabled())
     with np.errstate(all="ignore"):
-        outs = m.run(_as_arrays(leaves, entry.program))
+        outs = m.run(entry.arguments(leaves))
     return m, [as_runtime_value(o) for o in outs]
 
 
@@ -261,18 +276,19 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
 
 
 class _AuxPullback:
-    """With has_aux the aux outputs receive zero cotangents."""
+    """With has_aux the aux outputs receive zero cotangents; `pullback` is the Pullback of
+    the (value, aux) pair."""
 
     def __init__(self, pb: Pullback, aux: Any):
-        self._pb, self._aux = pb, aux
+        self.pullback, self._aux = pb, aux
 
     def __call__(self, cotangent: Any) -> tuple:
         zeros = treelib.tree_map(lambda a: np.zeros_like(a), self._aux)
-        return self._pb((cotangent, zeros))
+        return self.pullback((cotangent, zeros))
 
     @property
     def stats(self) -> RunStats | None:
-        return self._pb.stats
+        return self.pullback.stats
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
@@ -390,7 +406,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple
         tans.append(as_runtime_value(a))
     m = Machine(entry.jvp, check=anomaly_detection_enabled())
     with np.errstate(all="ignore"):
-        outs = [as_runtime_value(o) for o in m.run(_as_arrays(leaves, program) + tans)]
+        outs = [as_runtime_value(o) for o in m.run(entry.arguments(leaves) + tans)]
     n = len(program.outputs)
     return (treelib.unflatten(program.out_tree, outs[:n]),
             treelib.unflatten(program.out_tree, outs[n:]))
@@ -403,5 +419,5 @@ def evaluate(fun: Callable, *args: Any) -> tuple[Any, Machine]:
     m = Machine(entry.compiled, entry.strategies(None))
     m.sinks.append([])
     with np.errstate(all="ignore"):
-        outs = [as_runtime_value(o) for o in m.run(_as_arrays(leaves, entry.program))]
+        outs = [as_runtime_value(o) for o in m.run(entry.arguments(leaves))]
     return treelib.unflatten(entry.program.out_tree, outs), m

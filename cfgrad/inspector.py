@@ -40,7 +40,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import tree as treelib
-from .api import Pullback, _as_arrays, _Entry, lowered
+from .api import Lowering, Pullback, lowered
 from .checkpoint import RunStats, check_strategy, resolve
 from .errors import ArgumentTypeError, ArgumentValueError
 from .interpret import Compiled, Machine, run_adjoint
@@ -727,13 +727,13 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
     check_strategy(checkpoint, "cfgrad.inspect")
     pb = _pullback_of(target)
     if pb is not None:
-        # A pullback keeps its lowered entry and argument leaves: re-run those.
-        entry, leaves, checkpoint = pb._entry, pb._leaves, pb._checkpoint
+        # A pullback keeps its lowering and argument leaves: re-run those.
+        entry, leaves, checkpoint = pb.lowering, pb.primals, pb.checkpoint
     elif isinstance(target, Program):
         if target.forward is not None:
             raise ArgumentTypeError("inspect: an adjoint program runs only as part of its "
                                     "forward program's run; inspect the forward program")
-        entry = _Entry(target)
+        entry = Lowering(target)
         leaves = treelib.flatten(args)[0]
         if len(leaves) != len(target.params):
             raise ArgumentTypeError(f"inspect: {target.name} takes {len(target.params)} "
@@ -750,7 +750,7 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
     m = Machine(forward, entry.strategies(checkpoint), plan=entry.grad_plan(None),
                 block_hook=hook)
     with np.errstate(all="ignore"):
-        outs = m.run(_as_arrays(leaves, program))
+        outs = m.run(entry.arguments(leaves))
     visits = np.bincount(np.asarray(path, dtype=np.int64),
                          minlength=len(program.blocks)).tolist()
     summaries = _summaries(program, names, forward, m, outs, chosen, visits)
@@ -779,7 +779,7 @@ def _pullback_of(target: Any) -> Pullback | None:
     """The Pullback behind `target` (`cg.vjp`'s, or the one inside a has_aux pullback)."""
     if isinstance(target, Pullback):
         return target
-    inner = getattr(target, "_pb", None)
+    inner = getattr(target, "pullback", None)
     return inner if isinstance(inner, Pullback) else None
 
 
