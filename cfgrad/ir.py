@@ -710,6 +710,13 @@ def region_start(r: Region) -> Block | None:
         else None
 
 
+def region_head(r: Region) -> Block | None:
+    """The block an error message names a region by: an if's branch block, a loop's header
+    (the loop's own first block; its preheader is code of the enclosing region)."""
+    return r.branch if isinstance(r, IfRegion) else r.header if isinstance(r, LoopRegion) \
+        else None
+
+
 def region_join(r: Region) -> Block | None:
     """Where control leaves a region: an if's merge block, a loop's exit."""
     return r.merge if isinstance(r, IfRegion) else r.exit if isinstance(r, LoopRegion) \

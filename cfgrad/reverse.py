@@ -44,6 +44,7 @@ from .ir import (
     Value,
     innermost_regions,
     key_text,
+    region_start,
 )
 from .passes import ADJOINT_PIPELINE, run_passes
 from .primitives import PRIMITIVES
@@ -85,9 +86,7 @@ class ReverseBuilder:
         self.primal_scopes: list[dict[Value, Any]] = [{}]
         self.const_of = {n.outputs[0]: n.params["value"] for b in fwd.blocks for n in b.nodes
                          if n.op == "const"}
-        self.starts: dict[Block, Region] = {}
-        for r in fwd.regions:
-            self.starts[r.branch if isinstance(r, IfRegion) else r.preheader] = r
+        self.starts: dict[Block, Region] = {region_start(r): r for r in fwd.regions}
         self.region_stack: list[Region] = []
         self.free_of = loop_free_values(fwd)
 

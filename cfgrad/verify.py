@@ -26,6 +26,7 @@ from .ir import (
     Value,
     format_param,
     innermost_regions,
+    region_head,
     region_join,
     region_start,
 )
@@ -400,7 +401,7 @@ class _Checker:
         for r in self.p.regions:
             expected = owners[region_start(r)]
             if r.parent is not expected:
-                self.fail("regions-nest", _anchor(r), f"region {r.id} records parent "
+                self.fail("regions-nest", region_head(r), f"region {r.id} records parent "
                           f"{r.parent.id if r.parent else None}, but its smallest enclosing "
                           f"region is {expected.id if expected else None}")
         nest = RegionNest(self.p.regions)
@@ -456,7 +457,7 @@ class _Checker:
     def recorded_blocks(self, r: Region, blocks: list[Block | None]) -> None:
         if any(b not in self.block_set for b in blocks):
             self.fail("region-shape", None, f"{r.id} names a block that is not in the program "
-                                            f"({self.bn[_anchor(r)]} is its first)")
+                                            f"({self.bn[region_head(r)]} is its first)")
 
     def check_if(self, r: IfRegion) -> None:
         self.recorded_blocks(r, [r.branch, r.merge, *r.cases, *r.case_exits])
@@ -514,12 +515,6 @@ def _operands(op: str) -> tuple[tuple[str, ...], bool]:
 
 def _shown(params: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k}={format_param(params[k])}" for k in sorted(params)) + "}"
-
-
-def _anchor(r: Region) -> Block | None:
-    """The block a region starts at: an if's branch block, a loop's header."""
-    return r.branch if isinstance(r, IfRegion) else r.header if isinstance(r, LoopRegion) \
-        else None
 
 
 def verify(program: Program) -> Program:
