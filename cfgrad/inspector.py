@@ -57,6 +57,7 @@ from .ir import (
     Value,
     back_edge_sources,
     const_literal,
+    defined_values,
     is_inline_const,
     key_text,
     node_pieces,
@@ -130,7 +131,7 @@ def block_naming(block: Block) -> Naming:
     for n in block.nodes:
         if is_inline_const(n):
             vn[n.outputs[0]] = const_literal(n.params["value"])
-    defined = [phi.out for phi in block.phis] + [o for n in block.nodes for o in n.outputs]
+    defined = defined_values([block])
     for k, v in enumerate(v for v in defined if v not in vn):
         vn[v] = f"%{k}"
     return Naming(vn, _BlockRefs())
@@ -787,7 +788,7 @@ def _summaries(program: Program, names: Naming, compiled: Compiled, m: Machine,
                outs: list[Any], chosen: list[Value], visits: list[int]) -> list[ValueSummary]:
     defined_in: dict[Value, int] = {}
     for i, b in enumerate(program.blocks):
-        for v in [phi.out for phi in b.phis] + [o for n in b.nodes for o in n.outputs]:
+        for v in defined_values([b]):
             defined_in[v] = i
     out = [ValueSummary.of(names.values[p], m.env[compiled.slot[p]], "parameter")
            for p in program.params]

@@ -43,6 +43,7 @@ from .ir import (
     RegionNest,
     Return,
     Value,
+    defined_values,
     innermost_regions,
     loop_owners,
 )
@@ -784,8 +785,7 @@ def _free_values(program: Program, nest: RegionNest) -> dict[LoopRegion, set[Val
     for b in program.blocks:
         region = owners.get(b)
         own.setdefault(region, []).append(b)
-        home.update((phi.out, region) for phi in b.phis)
-        home.update((o, region) for n in b.nodes for o in n.outputs)
+        home.update((v, region) for v in defined_values([b]))
     free: dict[Region, set[Value]] = {}  # what each region leaves to its parent
     result: dict[LoopRegion, set[Value]] = {}
     for r in reversed(nest.preorder):

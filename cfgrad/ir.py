@@ -19,7 +19,7 @@ above can build on it without an import cycle.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -305,7 +305,7 @@ class Program:
             for n in b.nodes:
                 if is_inline_const(n):
                     vnames[n.outputs[0]] = const_literal(n.params["value"])
-            for v in [phi.out for phi in b.phis] + [o for n in b.nodes for o in n.outputs]:
+            for v in defined_values([b]):
                 if v not in vnames:
                     vnames[v] = f"%{counter}"
                     counter += 1
@@ -579,6 +579,13 @@ def reachable(starts: list[Block], stop: Block | None) -> set[Block]:
     return inside
 
 
+def defined_values(blocks: Iterable[Block]) -> list[Value]:
+    """The values the blocks define, in program order: each block's Phi results, then its
+    node results. Naming, home-region and definition tables all start from this list."""
+    return [v for b in blocks for v in [phi.out for phi in b.phis]
+            + [o for n in b.nodes for o in n.outputs]]
+
+
 def loop_owners(program: Program) -> dict[Value, LoopRegion | None]:
     """The innermost loop whose header or body defines each value (None: not in a loop).
 
@@ -588,11 +595,7 @@ def loop_owners(program: Program) -> dict[Value, LoopRegion | None]:
     loop_of = RegionNest(program.regions).loop_of
     for b, region in innermost_regions(program).items():
         r = loop_of.get(region)
-        for phi in b.phis:
-            owner[phi.out] = r
-        for n in b.nodes:
-            for o in n.outputs:
-                owner[o] = r
+        owner.update((v, r) for v in defined_values([b]))
     return owner
 
 

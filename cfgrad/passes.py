@@ -39,6 +39,7 @@ from .ir import (
     RegionNest,
     Return,
     Value,
+    defined_values,
     format_param,
     innermost_regions,
     loop_owners,
@@ -68,8 +69,7 @@ def _fixed(n: Node) -> bool:
 
 def _definitions(program: Program) -> dict[Value, Block]:
     """The block defining each Phi and node result of `program`."""
-    return {v: b for b in program.blocks
-            for v in [phi.out for phi in b.phis] + [o for n in b.nodes for o in n.outputs]}
+    return {v: b for b in program.blocks for v in defined_values([b])}
 
 
 def _replace_uses(program: Program, replace: dict[Value, Value]) -> None:

@@ -42,6 +42,7 @@ from .ir import (
     RegionNest,
     TensorType,
     Value,
+    defined_values,
     innermost_regions,
     key_text,
     region_start,
@@ -308,8 +309,7 @@ def loop_free_values(program: Program) -> dict[LoopRegion, list[Value]]:
     home: dict[Value, Region | None] = {}  # the innermost region defining each value
     for b in program.blocks:
         own.setdefault(owners.get(b), []).append(b)
-        home.update((phi.out, owners.get(b)) for phi in b.phis)
-        home.update((o, owners.get(b)) for n in b.nodes for o in n.outputs)
+        home.update((v, owners.get(b)) for v in defined_values([b]))
     index = {b: i for i, b in enumerate(program.blocks)}
 
     def read(b: Block, uses: dict[Value, tuple[int, int]]) -> None:

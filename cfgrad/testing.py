@@ -29,7 +29,7 @@ import numpy as np
 from . import tree as treelib
 from .api import evaluate, jvp, vjp
 from .errors import ArgumentTypeError, ArgumentValueError, CfgradError, PathInstabilityError
-from .ir import LoopRegion, Program
+from .ir import LoopRegion, Program, defined_values
 
 # Per float size in bytes: the default atol = rtol for derivatives computed at that
 # precision (jax.test_util's default gradient tolerances), and the default step of the
@@ -71,10 +71,7 @@ def _describe(event: tuple | None) -> str:
 def _precision(program: Program) -> int:
     """The size in bytes of the least precise float any value of `program` has (8 when
     it has none): inputs, intermediates and outputs, so an internal cast counts."""
-    values = [*program.params]
-    for block in program.blocks:
-        values += [phi.out for phi in block.phis]
-        values += [v for node in block.nodes for v in node.outputs]
+    values = [*program.params, *defined_values(program.blocks)]
     sizes = [v.type.dtype.itemsize for v in values if v.type.is_float]
     return min(min(sizes, default=8), 8)
 

@@ -24,6 +24,7 @@ from .ir import (
     RegionNest,
     Return,
     Value,
+    defined_values,
     format_param,
     innermost_regions,
     region_head,
@@ -432,8 +433,7 @@ class _Checker:
                           f"carries, {len(join.phis)} exit Phis)")
         region_of: dict[Value, Region | None] = {}
         for b in self.p.blocks:
-            region_of.update((phi.out, owners[b]) for phi in b.phis)
-            region_of.update((o, owners[b]) for n in b.nodes for o in n.outputs)
+            region_of.update((v, owners[b]) for v in defined_values([b]))
         joined = {region_join(r): r for r in self.p.regions}
         for b in self.p.blocks:
             here = owners[b]
