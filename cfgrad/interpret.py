@@ -40,11 +40,10 @@ from .ir import (
     Node,
     Program,
     Region,
+    RegionIndex,
     RegionNest,
     Return,
     Value,
-    defined_values,
-    innermost_regions,
     loop_owners,
 )
 from .nodespec import UNCHECKED
@@ -743,9 +742,10 @@ def _plan_saves(forward: Compiled, needed: set[Value]) -> tuple[LoopSaves, ...]:
     carry, the trip bound), so those count as read by the adjoint too."""
     program = forward.program
     owner = loop_owners(program)
-    nest = RegionNest(program.regions)
+    index = RegionIndex.of(program)
+    nest = index.nest
     needed = set(needed)
-    for r, free in _free_values(program, nest).items():
+    for r, free in _free_values(index).items():
         if nest.loop_of[r.parent] is not None:  # the loop sits inside another loop
             needed |= free
     per_loop: dict[int, list[int]] = {li.index: [] for li in forward.loops}
@@ -771,7 +771,7 @@ def _plan_saves(forward: Compiled, needed: set[Value]) -> tuple[LoopSaves, ...]:
     return tuple(saves)
 
 
-def _free_values(program: Program, nest: RegionNest) -> dict[LoopRegion, set[Value]]:
+def _free_values(index: RegionIndex) -> dict[LoopRegion, set[Value]]:
     """For each loop, the values defined outside it that running its iterations reads
     (the initial carries excepted: the strategies keep iteration 0's carry themselves).
 
@@ -779,13 +779,7 @@ def _free_values(program: Program, nest: RegionNest) -> dict[LoopRegion, set[Val
     own blocks read and what the regions inside it leave free, and of those, the values
     defined outside it are free. That costs about the program's size times what stays
     free, where collecting each loop's blocks cost size x depth."""
-    owners = innermost_regions(program)
-    own: dict[Region | None, list[Block]] = {}
-    home: dict[Value, Region | None] = {}  # the innermost region defining each value
-    for b in program.blocks:
-        region = owners.get(b)
-        own.setdefault(region, []).append(b)
-        home.update((v, region) for v in defined_values([b]))
+    nest, own, home = index.nest, index.own, index.home
     free: dict[Region, set[Value]] = {}  # what each region leaves to its parent
     result: dict[LoopRegion, set[Value]] = {}
     for r in reversed(nest.preorder):

@@ -756,3 +756,27 @@ class RegionNest:
         if outer is None:
             return True
         return inner is not None and self.first[outer] <= self.first[inner] <= self.last[outer]
+
+
+@dataclass(frozen=True)
+class RegionIndex:
+    """What a bottom-up pass over the region tree starts from: the tree (`nest`), each
+    region's own blocks, those not inside a nested region (`own`, None: the top level, in
+    program order), and the innermost region defining each value (`home`; parameters have
+    none). The free-value passes of the interpreter and the reverse builder share it and
+    differ only in which reads they count."""
+
+    nest: RegionNest
+    own: dict[Region | None, list[Block]]
+    home: dict[Value, Region | None]
+
+    @classmethod
+    def of(cls, program: Program) -> RegionIndex:
+        owners = innermost_regions(program)
+        own: dict[Region | None, list[Block]] = {}
+        home: dict[Value, Region | None] = {}
+        for b in program.blocks:
+            region = owners.get(b)
+            own.setdefault(region, []).append(b)
+            home.update((v, region) for v in defined_values([b]))
+        return cls(RegionNest(program.regions), own, home)

@@ -39,11 +39,9 @@ from .ir import (
     Phi,
     Program,
     Region,
-    RegionNest,
+    RegionIndex,
     TensorType,
     Value,
-    defined_values,
-    innermost_regions,
     key_text,
     region_start,
 )
@@ -303,13 +301,8 @@ def loop_free_values(program: Program) -> dict[LoopRegion, list[Value]]:
     blocks read plus those of the regions directly inside it, less those defined inside
     it. A value is carried up only as far as it stays free, so the pass costs about the
     program's size, where collecting every loop's blocks would cost size × depth."""
-    owners = innermost_regions(program)
-    nest = RegionNest(program.regions)
-    own: dict[Region | None, list[Block]] = {}
-    home: dict[Value, Region | None] = {}  # the innermost region defining each value
-    for b in program.blocks:
-        own.setdefault(owners.get(b), []).append(b)
-        home.update((v, owners.get(b)) for v in defined_values([b]))
+    regions = RegionIndex.of(program)
+    nest, own, home = regions.nest, regions.own, regions.home
     index = {b: i for i, b in enumerate(program.blocks)}
 
     def read(b: Block, uses: dict[Value, tuple[int, int]]) -> None:
