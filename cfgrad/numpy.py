@@ -174,6 +174,7 @@ exp, log, log1p, expm1 = (_make_unary(n) for n in ("exp", "log", "log1p", "expm1
 sin, cos, tan, tanh = (_make_unary(n) for n in ("sin", "cos", "tan", "tanh"))
 sinh, cosh, arctan = (_make_unary(n) for n in ("sinh", "cosh", "arctan"))
 sqrt, abs, sign, floor = (_make_unary(n) for n in ("sqrt", "abs", "sign", "floor"))
+rint = _make_unary("rint")
 sigmoid, relu, softplus = (_make_unary(n) for n in ("sigmoid", "relu", "softplus"))
 negative, isfinite, logical_not = (_make_unary(n) for n in ("neg", "isfinite", "logical_not"))
 absolute = abs
@@ -209,16 +210,6 @@ def floor_divide(x: Any, y: Any) -> Any:
     return bind("floor_divide", x, y)
 
 
-def _round_half_even(y: Any) -> Any:
-    """numpy's rint (halves to the even neighbour) from floor: y - floor(y) is exact, so
-    each comparison with 0.5 is too. A zero result keeps the sign of y, as rint's does."""
-    below = floor(y)
-    fraction = y - below
-    r = where(fraction > 0.5, below + 1.0, below)
-    r = where(fraction == 0.5, below + mod(below, 2.0), r)
-    return where(r == 0.0, y * 0.0, r)
-
-
 def round(a: Any, decimals: int = 0) -> Any:
     """numpy's round: halves go to the even neighbour, at `decimals` digits (negative:
     tens, hundreds, …), computed as numpy does (scale, round, unscale). Its derivative is
@@ -233,8 +224,8 @@ def round(a: Any, decimals: int = 0) -> Any:
             return a
         return astype(round(astype(a, _np.float64), decimals), a.dtype)
     if decimals >= 0:
-        return _round_half_even(a * 10.0 ** decimals) / 10.0 ** decimals
-    return _round_half_even(a / 10.0 ** -decimals) * 10.0 ** -decimals
+        return rint(a * 10.0 ** decimals) / 10.0 ** decimals
+    return rint(a / 10.0 ** -decimals) * 10.0 ** -decimals
 
 
 around = round

@@ -340,6 +340,9 @@ _unary("relu", _relu_impl, lambda x, y: _mask(x > 0, x), "relu'(0) = 0", promote
 _unary("softplus", lambda x: np.logaddexp(np.zeros((), x.dtype), x),
        lambda x, y: bind("sigmoid", x), "log(1 + e^x) via logaddexp: finite for any input")
 _unary("floor", np.floor, None, "derivative 0 (undefined at integers, taken as 0)")
+_unary("rint", np.rint, None,
+       "numpy's rint, halves to the even neighbour: derivative 0 (undefined at halves, taken "
+       "as 0)")
 _register(Primitive(
     name="stop_gradient", impl=lambda x: x[()], abstract=_elementwise_type("stop_gradient"),
     family="elementwise",

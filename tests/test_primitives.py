@@ -422,6 +422,7 @@ CASES: dict[str, Case] = {
     "relu": unary(cnp.relu, away_from_zero, ALL),
     "softplus": unary(cnp.softplus, uniform(-5.0, 5.0)),
     "floor": unary(cnp.floor, grid(0.1)),
+    "rint": unary(cnp.rint, grid(0.05)),  # at least 0.03 from a half
     "isfinite": unary(cnp.isfinite),
     "logical_not": unary(cnp.logical_not, dtypes=ALL),
     "invert": Case(draw_invert, INTS),
@@ -775,7 +776,7 @@ _X = np.random.default_rng(1).uniform(0.2, 2.0, (3, 4))
 _Y = np.random.default_rng(2).uniform(-2.0, 2.0, (4,))
 _I = np.array([[1, 5, 2], [7, 0, 3]])
 _UNARY = ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sinh", "cosh", "arctan",
-          "sqrt", "abs", "sign", "floor", "negative", "isfinite", "square")
+          "sqrt", "abs", "sign", "floor", "rint", "negative", "isfinite", "square")
 _BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "mod", "floor_divide",
            "power",
            "less", "greater_equal", "equal", "logical_and")

@@ -271,6 +271,7 @@ BOUNDARIES = [
     ("integer_pow at x<0", lambda x: x ** 3, (-2.0,), -8.0, (12.0,)),
     ("mod d/dy=-floor(x/y)", cnp.mod, (7.5, 2.0), 1.5, (1.0, -3.0)),
     ("mod of a negative", cnp.mod, (-7.5, 2.0), 0.5, (1.0, 4.0)),
+    ("rint'=0", cnp.rint, (2.5,), 2.0, (0.0,)),
     ("floor_divide'=0", lambda x, y: x // y, (-7.5, 2.0), -4.0, (0.0, 0.0)),
     ("stop_gradient'=0", cg.stop_gradient, (3.0,), 3.0, (0.0,)),
 ]
