@@ -21,9 +21,16 @@ from .anomaly import anomaly_detection_enabled
 from .checkpoint import RunStats, check_strategy, resolve
 from .errors import ArgumentTypeError, ArgumentValueError
 from .forward_mode import build_jvp
-from .interpret import Compiled, GradPlan, Machine, as_runtime_value, run_adjoint
+from .interpret import (
+    Compiled,
+    GradPlan,
+    Machine,
+    Tape,
+    as_runtime_value,
+    differentiate,
+    execute,
+)
 from .ir import Program
-from .reverse import adjoint as adjoint_of
 from .trace import (
     TRACEABLE_DTYPES,
     Tracer,
@@ -74,8 +81,8 @@ class Lowering:
             with LOWERING_LOCK:
                 plan = self._plans.get(wrt)
                 if plan is None:
-                    plan = self._plans[wrt] = GradPlan(self.compiled,
-                                                       adjoint_of(self.program, wrt))
+                    plan = self._plans[wrt] = differentiate(self.program, wrt,
+                                                            forward=self.compiled)
         return plan
 
     @property
@@ -199,11 +206,11 @@ class Pullback:
     `lowering`, `primals` (the flat argument leaves, copied) and `checkpoint` say what the
     forward run was, so the inspector can run it again."""
 
-    def __init__(self, lowering: Lowering, machine: Machine, primals: list[Any], nargs: int,
+    def __init__(self, lowering: Lowering, tape: Tape, primals: list[Any], nargs: int,
                  checkpoint: Any):
-        self._check = machine.check
+        self._check = tape.checked
         self.lowering = lowering
-        self._machine: Machine | None = machine
+        self._tape: Tape | None = tape
         self.primals = primals
         self._nargs = nargs
         self.checkpoint = checkpoint
@@ -225,28 +232,26 @@ class Pullback:
                 raise ArgumentTypeError(f"pullback: cotangent leaf {i} has shape {a.shape}, "
                                         f"the output has {v.type.shape}")
             cts.append(a)
-        m = self._machine
-        if m is None:  # a second call: the first consumed the log, so run forward again
-            m = _forward(entry, entry.grad_plan(None), self.primals, self.checkpoint,
-                         check=self._check)[0]
-        self._machine = None
+        tape = self._tape
+        if tape is None:  # a second call: the first consumed the tape, so run forward again
+            tape = _forward(entry, entry.grad_plan(None), self.primals, self.checkpoint,
+                            check=self._check)
+        self._tape = None
         with np.errstate(all="ignore"):
-            results = [as_runtime_value(r) for r in run_adjoint(m, cts)]
-        if not m.log.is_empty():
-            raise AssertionError("internal error: the control log was not fully consumed")
-        self.stats = m.stats
+            results = [as_runtime_value(r) for r in tape.pullback(cts)]
+        self.stats = tape.stats
         grads = treelib.unflatten(program.in_tree, results)
         return tuple(grads)[: self._nargs]
 
 
 def _forward(entry: Lowering, plan: GradPlan, leaves: list[Any], checkpoint: Any,
-             check: bool = False) -> tuple[Machine, list[Any]]:
-    """The forward run, taped for `plan`'s adjoint."""
-    m = Machine(entry.compiled, entry.strategies(checkpoint), plan=plan,
-                check=check or anomaly_detection_enabled())
+             check: bool = False) -> Tape:
+    """The forward run, taped for `plan`'s adjoint; its outputs as runtime values."""
     with np.errstate(all="ignore"):
-        outs = m.run(entry.arguments(leaves))
-    return m, [as_runtime_value(o) for o in outs]
+        tape = execute(plan, entry.arguments(leaves), entry.strategies(checkpoint),
+                       check=check or anomaly_detection_enabled())
+    tape.outputs = [as_runtime_value(o) for o in tape.outputs]
+    return tape
 
 
 def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = False,
@@ -263,13 +268,12 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     # caller's array modified in place meanwhile must not change them, as JAX's immutable
     # arrays guarantee and PyTorch checks with version counters
     leaves = [x.copy() if isinstance(x, np.ndarray) else x for x in leaves]
-    m, outs = _forward(entry, entry.grad_plan(None), leaves, checkpoint,
-                       check=detect_anomaly)
+    tape = _forward(entry, entry.grad_plan(None), leaves, checkpoint, check=detect_anomaly)
     # the outputs are the very arrays the pullback reads: the caller gets copies, so
     # modifying a result in place cannot change the gradient either
-    outs = [x.copy() if isinstance(x, np.ndarray) else x for x in outs]
+    outs = [x.copy() if isinstance(x, np.ndarray) else x for x in tape.outputs]
     out = treelib.unflatten(entry.program.out_tree, outs)
-    pb = Pullback(entry, m, leaves, len(primals), checkpoint)
+    pb = Pullback(entry, tape, leaves, len(primals), checkpoint)
     if has_aux:
         return out[0], _AuxPullback(pb, out[1]), out[1]
     return out, pb
@@ -325,13 +329,13 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
                     prepared = entry._grad_calls[(nums, has_aux)] = (
                         entry.grad_plan(_param_indices(program, nums)), seeds)
         plan, seeds = prepared
-        m, outs = _forward(entry, plan, leaves, checkpoint, check=detect_anomaly)
-        out = treelib.unflatten(program.out_tree, outs)
+        tape = _forward(entry, plan, leaves, checkpoint, check=detect_anomaly)
+        out = treelib.unflatten(program.out_tree, tape.outputs)
         with np.errstate(all="ignore"):
-            results = [as_runtime_value(r) for r in run_adjoint(m, seeds)]
+            results = [as_runtime_value(r) for r in tape.pullback(seeds)]
         per_arg = treelib.unflatten(program.in_tree, results)
         grads = per_arg[nums[0]] if single else tuple(per_arg[i] for i in nums)
-        value_and_grad_fn.stats = m.stats  # type: ignore[attr-defined]
+        value_and_grad_fn.stats = tape.stats  # type: ignore[attr-defined]
         return out, grads
 
     value_and_grad_fn.__name__ = f"value_and_grad({name})"

@@ -35,7 +35,7 @@ TAPED = "taped"  # iteration t run with its tape (the values its adjoint reads) 
 REVERSE = "reverse"  # iteration t's tape handed to the adjoint
 
 Carry = tuple  # one loop carry, as the interpreter holds it
-Tape = tuple  # what one iteration saves for its adjoint, as the interpreter holds it
+StepTape = tuple  # what one iteration saves for its adjoint, as the interpreter holds it
 
 
 @dataclass
@@ -85,7 +85,7 @@ class Sweep(Protocol):
     against which every re-run is checked, and of the sweep's tapes and control-log
     entries only the latest iteration's: the rest are re-derived by re-running."""
 
-    last: Tape | None  # the latest iteration's tape, until the strategy takes it
+    last: StepTape | None  # the latest iteration's tape, until the strategy takes it
 
     def ran(self, t: int) -> None:
         """Iteration t has run: its tape replaces the previous one as `last` (that one is
@@ -97,7 +97,7 @@ class Sweep(Protocol):
     def advance(self, carry: Carry, start: int, steps: int) -> Carry:
         """Run iterations start … start+steps-1 untaped from `carry`; the carry reached."""
 
-    def tape_steps(self, carry: Carry, start: int, count: int) -> list[Tape]:
+    def tape_steps(self, carry: Carry, start: int, count: int) -> list[StepTape]:
         """Run iterations start … start+count-1 taped from `carry`, logging their control
         decisions for the adjoint; their tapes (the environment holds the last one's)."""
 
@@ -120,13 +120,13 @@ class LoopRunner(Protocol):
     def carry(self) -> Carry:
         """At a back edge: the carry iteration t started from (its input)."""
 
-    def tape(self) -> Tape:
+    def tape(self) -> StepTape:
         """At a back edge: iteration t's tape."""
 
-    def load(self, tape: Tape) -> None:
+    def load(self, tape: StepTape) -> None:
         """Put a tape back where the adjoint reads it."""
 
-    def discard(self, tape: Tape) -> None:
+    def discard(self, tape: StepTape) -> None:
         """A tape that will never be reversed: release the loop executions it holds."""
 
     def sweep(self) -> Sweep: ...
@@ -181,22 +181,22 @@ class StoreAll:
     def __hash__(self) -> int:
         return hash(type(self))
 
-    def begin(self, run: LoopRunner) -> list[Tape]:
+    def begin(self, run: LoopRunner) -> list[StepTape]:
         return []
 
-    def after_iteration(self, run: LoopRunner, record: list[Tape], t: int) -> None:
+    def after_iteration(self, run: LoopRunner, record: list[StepTape], t: int) -> None:
         record.append(run.tape())
 
-    def finish(self, run: LoopRunner, record: list[Tape], trips: int) -> None:
+    def finish(self, run: LoopRunner, record: list[StepTape], trips: int) -> None:
         # tapes only accumulate during the sweep, so the accounting can wait until here
         run.held(trips, trips * run.tape_bytes)
 
-    def restore(self, run: LoopRunner, record: list[Tape], t: int) -> None:
+    def restore(self, run: LoopRunner, record: list[StepTape], t: int) -> None:
         # iterations are reversed T-1 … 0, so tape t is always the last one held
         run.load(record.pop())
         run.held(-1, -run.tape_bytes)
 
-    def release(self, run: LoopRunner, record: list[Tape]) -> None:
+    def release(self, run: LoopRunner, record: list[StepTape]) -> None:
         for tape in record:
             run.discard(tape)
         run.held(-len(record), -len(record) * run.tape_bytes)

@@ -33,10 +33,9 @@ import numpy as np
 from . import tree as treelib
 from .checkpoint import StoreAll
 from .errors import ArgumentTypeError, TracerBoolError
-from .interpret import Compiled, GradPlan, Machine, as_runtime_value, run_adjoint
+from .interpret import Compiled, GradPlan, Machine, as_runtime_value, differentiate, execute
 from .ir import Program, TensorType, type_of
 from .primitives import bind
-from .reverse import adjoint as adjoint_of
 from .trace import Tracer, invalidate_lowerings, lowering_epoch, trace_program
 from .trace_context import LOWERING_LOCK, tracing
 
@@ -253,9 +252,9 @@ class _JVPRule(_Signature):
         n = len(self.in_types)
         primals = list(args[:n])
         tangents = [np.zeros(t.shape, t.dtype) for t in self.in_types]
-        m = Machine(plan.forward, [StoreAll() for _ in plan.forward.loops], plan=plan)
-        m.run([as_runtime_value(a) for a in primals + tangents])
-        cts = run_adjoint(m, [as_runtime_value(c) for c in args[n:]])
+        tape = execute(plan, [as_runtime_value(a) for a in primals + tangents],
+                       [StoreAll() for _ in plan.forward.loops])
+        cts = tape.pullback([as_runtime_value(c) for c in args[n:]])
         return tuple(as_runtime_value(cts[n + i]) for i in self.float_inputs)
 
     def _transpose_plan(self) -> GradPlan:
@@ -269,7 +268,7 @@ class _JVPRule(_Signature):
 
             program = self.lower(linear, self.in_types + self.in_types,
                                  f"{self.name}.jvp_rule")
-            self._transpose = GradPlan(Compiled(program), adjoint_of(program, range(n, 2 * n)))
+            self._transpose = differentiate(program, range(n, 2 * n))
         return self._transpose
 
 

@@ -43,7 +43,7 @@ from . import tree as treelib
 from .api import Lowering, Pullback, lowered
 from .checkpoint import RunStats, check_strategy, resolve
 from .errors import ArgumentTypeError, ArgumentValueError
-from .interpret import Compiled, Machine, run_adjoint
+from .interpret import Tape, execute
 from .ir import (
     Block,
     Cond,
@@ -746,16 +746,14 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
     program = entry.program
     names = Naming.of(program)
     chosen = find_values(program, values)
-    forward = entry.compiled
     path, hook = _hook_recorder()
-    m = Machine(forward, entry.strategies(checkpoint), plan=entry.grad_plan(None),
-                block_hook=hook)
     with np.errstate(all="ignore"):
-        outs = m.run(entry.arguments(leaves))
+        tape = execute(entry.grad_plan(None), entry.arguments(leaves),
+                       entry.strategies(checkpoint), block_hook=hook)
     visits = np.bincount(np.asarray(path, dtype=np.int64),
                          minlength=len(program.blocks)).tolist()
-    summaries = _summaries(program, names, forward, m, outs, chosen, visits)
-    recomputed_path, m.block_hook = _hook_recorder()
+    summaries = _summaries(program, names, tape, chosen, visits)
+    recomputed_path, recompute_hook = _hook_recorder()
     error = ""
     did_reverse = False
     if reverse:
@@ -763,7 +761,7 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
                else np.zeros(v.type.shape, v.type.dtype) for v in program.outputs]
         try:
             with np.errstate(all="ignore"):
-                grads = run_adjoint(m, cts)
+                grads = tape.pullback(cts, block_hook=recompute_hook)
         except Exception as exc:  # noqa: BLE001 - shown in the run view, not raised
             error = f"{type(exc).__name__}: {exc}"
         else:
@@ -772,7 +770,7 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
                           for p, g in zip(program.params, grads) if p.type.is_float]
     recomputed = np.bincount(np.asarray(recomputed_path, dtype=np.int64),
                              minlength=len(program.blocks)).tolist()
-    return Run(program, path, visits, recomputed, _count_edges(program, path), m.stats,
+    return Run(program, path, visits, recomputed, _count_edges(program, path), tape.stats,
                summaries, did_reverse, error)
 
 
@@ -784,20 +782,20 @@ def _pullback_of(target: Any) -> Pullback | None:
     return inner if isinstance(inner, Pullback) else None
 
 
-def _summaries(program: Program, names: Naming, compiled: Compiled, m: Machine,
-               outs: list[Any], chosen: list[Value], visits: list[int]) -> list[ValueSummary]:
+def _summaries(program: Program, names: Naming, tape: Tape, chosen: list[Value],
+               visits: list[int]) -> list[ValueSummary]:
     defined_in: dict[Value, int] = {}
     for i, b in enumerate(program.blocks):
         for v in defined_values([b]):
             defined_in[v] = i
-    out = [ValueSummary.of(names.values[p], m.env[compiled.slot[p]], "parameter")
+    out = [ValueSummary.of(names.values[p], tape.value(p), "parameter")
            for p in program.params]
     out += [ValueSummary.of(names.values[v], x, f"output {i}")
-            for i, (v, x) in enumerate(zip(program.outputs, outs))]
+            for i, (v, x) in enumerate(zip(program.outputs, tape.outputs))]
     for v in chosen:
         label = names.values[v]
         i = defined_in.get(v)
-        x = m.env[compiled.slot[v]]
+        x = tape.value(v)
         if i is None:  # a parameter
             out.append(ValueSummary.of(label, x, "parameter"))
             continue

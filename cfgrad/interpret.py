@@ -23,13 +23,14 @@ is called through checkpoint.LoopStrategy and served through checkpoint.LoopRunn
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .anomaly import anomaly_detection_enabled
-from .checkpoint import Carry, LoopStats, LoopStrategy, RunStats, Tape
+from .checkpoint import Carry, LoopStats, LoopStrategy, RunStats, StepTape
 from .diagnostics import anomaly_message, bad_argument_message
 from .errors import AnomalyError, ArgumentValueError, LoopLimitError, ReplayMismatchError
 from .ir import (
@@ -48,6 +49,7 @@ from .ir import (
 )
 from .nodespec import UNCHECKED
 from .primitives import PRIMITIVES, RankOneSum, dense_value
+from .reverse import adjoint
 
 DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
 
@@ -581,7 +583,7 @@ class _Runner:
     def carry(self) -> Carry:
         return self.m.read(self.loop.carry_slots)
 
-    def discard(self, tape: Tape) -> None:
+    def discard(self, tape: StepTape) -> None:
         self.m.release_frame(self.loop, tape)
 
     def sweep(self) -> _Sweep:
@@ -610,7 +612,7 @@ class _Sweep:
         self.events: list[Any] = []  # the control events of the iteration running
         self.signatures: dict[int, tuple] = {}  # iteration -> its event signature
         self.last_log: tuple = ()  # the latest iteration's log entries
-        self.last: Tape | None = None
+        self.last: StepTape | None = None
         if loop.event_regions:  # else no iteration decides anything there is to check
             m.sinks.append(self.events)
 
@@ -634,7 +636,7 @@ class _Sweep:
     def advance(self, carry: Carry, start: int, steps: int) -> Carry:
         return self.m.advance(self.loop, carry, start, steps, self.signatures)
 
-    def tape_steps(self, carry: Carry, start: int, count: int) -> list[Tape]:
+    def tape_steps(self, carry: Carry, start: int, count: int) -> list[StepTape]:
         return self.m.replay(self.loop, carry, start, count, self.signatures)
 
 
@@ -659,35 +661,108 @@ def _annotate(exc: Exception, compiled: Compiled, b: int, fns: list[Any]) -> Non
         pass
 
 
-def run_adjoint(machine: Machine, cotangents: list[Any]) -> list[Any]:
-    """Run the adjoint of the plan `machine` was taped for against its forward run
-    (with NaN/Inf checks when that machine runs with them, or when the adjoint runs under
-    `cg.detect_anomaly()`: a pullback may be called long after its forward pass)."""
-    if machine.plan is None:
-        raise ArgumentValueError("run_adjoint: the forward run was not taped (Machine was "
-                                 "given no GradPlan)")
-    adjoint = machine.plan.compiled
-    env = list(adjoint.template)
-    for s, a in zip(adjoint.param_slots, cotangents):
-        env[s] = a
-    check = machine.check or anomaly_detection_enabled()
-    fns = adjoint.checked_block_fns if check else adjoint.block_fns
-    edges, fenv = adjoint.edges, machine.env
-    machine.reversing = True
-    b = 0
-    while True:
-        try:
-            e = fns[b](env, fenv, machine)
-        except Exception as exc:
-            _annotate(exc, adjoint, b, fns)
-            raise
-        if e < 0:
-            break
-        target, copy, _, _ = edges[e]
-        if copy is not None:
-            copy(env)
-        b = target
-    return [env[s] for s in adjoint.return_slots]
+class Tape:
+    """One taped forward run: everything its pullback needs, and the only way to reach it.
+
+    It holds the `GradPlan` the run was taped for, the forward registers (the values the
+    adjoint reads through `Primal` nodes), the control log (branch decisions and trip
+    counts, which the adjoint's `LogPop` / `TripPop` nodes pop) and each loop's checkpoint
+    records (in the registers, owned by the loops' strategies). Reversing pops the log and
+    consumes the records, so a Tape is reversed at most once: run `execute` again for a
+    second pullback. `stats` covers the forward run and, after `pullback`, the reverse."""
+
+    __slots__ = ("plan", "outputs", "_machine", "_reversed")
+
+    def __init__(self, machine: Machine, outputs: list[Any]):
+        self.plan: GradPlan = machine.plan
+        self.outputs = outputs
+        self._machine = machine
+        self._reversed = False
+
+    @property
+    def stats(self) -> RunStats:
+        return self._machine.stats
+
+    @property
+    def log(self) -> ControlLog:
+        """The control log: per if region its decisions, per loop its trip counts, in
+        forward order; the pullback pops it empty."""
+        return self._machine.log
+
+    @property
+    def checked(self) -> bool:
+        """Whether the forward run checked for NaN/Inf (the pullback then does too)."""
+        return self._machine.check
+
+    def value(self, v: Value) -> Any:
+        """What the forward run last gave `v` (a parameter's argument; None when `v`'s
+        block never ran)."""
+        m = self._machine
+        return dense_value(m.env[m.c.slot[v]])
+
+    def pullback(self, cotangents: list[Any], block_hook: Any = None) -> list[Any]:
+        """The adjoint run against this tape: the cotangents of the plan's parameters
+        (zeros outside its `wrt`) for the output cotangents given. NaN/Inf checks run when
+        the forward run had them, or under `cg.detect_anomaly()` now: a pullback may be
+        called long after its forward pass. `block_hook(b)` sees each forward block that
+        a strategy re-runs."""
+        if self._reversed:
+            raise ArgumentValueError("Tape.pullback: this tape was already reversed (the "
+                                     "adjoint consumes its control log); execute the "
+                                     "forward program again for another pullback")
+        self._reversed = True
+        machine = self._machine
+        machine.block_hook = block_hook
+        adjoint = self.plan.compiled
+        env = list(adjoint.template)
+        for s, a in zip(adjoint.param_slots, cotangents):
+            env[s] = a
+        check = machine.check or anomaly_detection_enabled()
+        fns = adjoint.checked_block_fns if check else adjoint.block_fns
+        edges, fenv = adjoint.edges, machine.env
+        machine.reversing = True
+        b = 0
+        while True:
+            try:
+                e = fns[b](env, fenv, machine)
+            except Exception as exc:
+                _annotate(exc, adjoint, b, fns)
+                raise
+            if e < 0:
+                break
+            target, copy, _, _ = edges[e]
+            if copy is not None:
+                copy(env)
+            b = target
+        if not machine.log.is_empty():
+            raise AssertionError("internal error: the adjoint left entries on the control log")
+        return [env[s] for s in adjoint.return_slots]
+
+
+def execute(plan: GradPlan, args: list[Any], strategies: list[LoopStrategy], *,
+            check: bool = False, block_hook: Any = None) -> Tape:
+    """Run `plan`'s forward program on `args` (runtime values, one per parameter), taped
+    for its adjoint: each loop keeps what `plan.saves` names, as its strategy (one per
+    loop, in `program.loops()` order) schedules. `check` runs the NaN/Inf-checking block
+    functions; `block_hook(b)` sees every forward block entered."""
+    machine = Machine(plan.forward, strategies, plan=plan, block_hook=block_hook,
+                      check=check)
+    return Tape(machine, machine.run(args))
+
+
+def differentiate(program: Program, wrt: Iterable[int] | None = None, *,
+                  forward: Compiled | None = None) -> GradPlan:
+    """The `GradPlan` for the cotangents of the parameters in `wrt` (flat indices; all when
+    None): `cg.adjoint(program, wrt)` (cached there) compiled against `forward` (the
+    program's forward `Compiled`, compiled here when not given), and what each loop saves
+    for it. Not cached: callers keep the plan they run with (api's `Lowering`, one per
+    `wrt`; a custom rule's transpose)."""
+    if forward is None:
+        forward = Compiled(program)
+    elif forward.program is not program:
+        raise ArgumentValueError(f"differentiate: the forward Compiled given is of "
+                                 f"{forward.program.name}, not of {program.name}")
+    return GradPlan(forward, adjoint(program, wrt))
 
 
 @dataclass(frozen=True)

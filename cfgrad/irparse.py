@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import checkpoint
 from .errors import ParseError
 from .ir import (
     DTYPE_BY_SHORT_NAME,
@@ -58,6 +59,7 @@ from .ir import (
     key_text,
 )
 from .nodespec import FORMS, KIND_BY_NAME, RUNTIME_NODES, TERMINATORS, NodeKind
+from .verify import verify
 
 _NAME = r"[A-Za-z_]\w*"
 _TYPE = r"(\w+)\[([\d,\s]*)\]"
@@ -217,8 +219,6 @@ def _params(text: str) -> dict[str, Any]:
 
 def _checkpoint(text: str) -> Any:
     """A strategy from its repr, `StoreAll()`, built from the classes of cfgrad.checkpoint."""
-    from . import checkpoint  # strategies sit above the IR; only loop regions need them
-
     classes = {name: obj for name, obj in vars(checkpoint).items()
                if isinstance(obj, type) and obj.__module__ == checkpoint.__name__}
     return eval_param(text, classes)
@@ -694,7 +694,5 @@ def parse_program(text: str, *, check: bool = True) -> Program:
     `VerifyError`."""
     program = _Parser(text).build()
     if check:
-        from .verify import verify  # the verifier sits above the IR and its parser
-
         verify(program)
     return program

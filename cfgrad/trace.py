@@ -55,6 +55,7 @@ from .trace_context import (
     is_being_built,
     tracing,
 )
+from .verify import verify
 
 
 class Scope:
@@ -756,8 +757,6 @@ def trace_program(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = 
 
 def _trace_program(fun: Callable, args: tuple, static_argnums: tuple[int, ...],
                    name: str | None, kwargs: dict[str, Any]) -> Program:
-    from .verify import verify
-
     check_arguments(fun, args, static_argnums, kwargs)
     dynamic = [i for i in range(len(args)) if i not in static_argnums]
     named = _named_arguments(fun, args, dynamic, kwargs)

@@ -209,18 +209,51 @@ def test_module_map_lists_every_module_once() -> None:
 
 
 def test_module_map_order_follows_imports() -> None:
-    """Each module imports, at module level, only modules listed below it."""
+    """Each module imports only modules listed below it, counting imports inside
+    functions: so no import cycle among cfgrad's modules, hidden or not."""
     order = module_map()
     rank = {name: i for i, name in enumerate(order)}
     for name in order:
-        tree = ast.parse((ROOT / "cfgrad" / f"{name}.py").read_text(encoding="utf-8"))
-        for node in tree.body:
-            if not isinstance(node, ast.ImportFrom) or node.level != 1:
-                continue
-            targets = [node.module] if node.module else [a.name for a in node.names]
-            for target in targets:
-                assert rank[target] > rank[name], (
-                    f"cfgrad/{name}.py imports {target}, which docs/index.md lists above it")
+        for target in cfgrad_imports(name):
+            assert rank[target] > rank[name], (
+                f"cfgrad/{name}.py imports {target}, which docs/index.md lists above it")
+
+
+def cfgrad_imports(name: str) -> set[str]:
+    """The cfgrad modules `cfgrad/<name>.py` imports, anywhere in the file."""
+    tree = ast.parse((ROOT / "cfgrad" / f"{name}.py").read_text(encoding="utf-8"))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {node.module} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cfgrad."):
+            found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names
+                      if a.name.startswith("cfgrad.")}
+    return found
+
+
+def architecture_layers() -> dict[str, int]:
+    """docs/architecture.md's layer table: module -> layer number."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    layers = {}
+    for number, modules in re.findall(r"^\| (\d+) [^|]*\| ([^|]*) \|", text, re.M):
+        for module in re.findall(r"`(\w+)`", modules):
+            layers[module] = int(number)
+    return layers
+
+
+def test_imports_go_down_the_architecture_layers() -> None:
+    """docs/architecture.md's rule: a module imports only modules of its own or lower
+    layers (the module map's order keeps those within a layer acyclic), and the table
+    names every module of the package."""
+    layers = architecture_layers()
+    assert set(layers) == set(module_map())
+    for name, layer in layers.items():
+        for target in cfgrad_imports(name):
+            assert layers[target] <= layer, (
+                f"cfgrad/{name}.py (layer {layer}) imports {target} (layer {layers[target]})")
 
 
 # -------------------------------------------------------------------------------------

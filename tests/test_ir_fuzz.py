@@ -27,7 +27,7 @@ import cfgrad.numpy as cnp
 from cfgrad.checkpoint import StoreAll
 from cfgrad.errors import CfgradError
 from cfgrad.forward_mode import build_jvp
-from cfgrad.interpret import Compiled, GradPlan, Machine, run_adjoint
+from cfgrad.interpret import differentiate, execute
 from cfgrad.irparse import split_comment, split_top
 from cfgrad.primitives import bind
 
@@ -132,7 +132,7 @@ def time_limit(seconds: float) -> Iterator[None]:
 def toolchain(text: str) -> None:
     """Everything a hand-written program goes through before it runs."""
     program = cg.parse_program(text)  # parses and verifies
-    GradPlan(Compiled(program), cg.adjoint(program))
+    differentiate(program)
     build_jvp(program)
 
 
@@ -190,12 +190,11 @@ def parameter_mutants(text: str) -> Iterator[str]:
 def run_both_ways(text: str, args: tuple) -> None:
     """The toolchain, then a forward run and the adjoint run that reverses it."""
     program = cg.parse_program(text)
-    forward = Compiled(program)
-    plan = GradPlan(forward, cg.adjoint(program))  # as cfgrad.api builds them
+    plan = differentiate(program)  # as cfgrad.api builds them
     build_jvp(program)
-    machine = Machine(forward, [StoreAll() for _ in forward.loops], plan=plan)
-    outs = machine.run([np.asarray(a, p.type.dtype) for a, p in zip(args, program.params)])
-    run_adjoint(machine, [np.ones_like(o) for o in outs])
+    tape = execute(plan, [np.asarray(a, p.type.dtype) for a, p in zip(args, program.params)],
+                   [StoreAll() for _ in program.loops()])
+    tape.pullback([np.ones_like(o) for o in tape.outputs])
 
 
 #: Arguments the parameter mutants run on: the seed programs' own.

@@ -31,13 +31,14 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import cfgrad as cg
 import cfgrad.numpy as cnp
 from cfgrad.api import lowered
-from cfgrad.interpret import Machine, run_adjoint
+from cfgrad.interpret import differentiate, execute
 from cfgrad.testing import check_grads
 
 MAX_DEPTH = 3
@@ -562,14 +563,14 @@ def test_random_program_forward_log_vjp_jvp(case: tuple) -> None:
     # The log, at the level of the interpreter: exactly the oracle's path, consumed fully.
     entry, _ = lowered(program, (a, b, v))
     assert (len(entry.program.ifs()), len(entry.program.loops())) == (prog.n_ifs, prog.n_loops)
-    machine = Machine(entry.compiled, entry.strategies(None), plan=entry.grad_plan(None))
-    machine.run([np.float64(a), np.float64(b), v])
-    assert [list(d) for d in machine.log.decisions] == oracle.decisions
-    assert [list(t) for t in machine.log.trips] == oracle.trips
+    tape = execute(entry.grad_plan(None), [np.float64(a), np.float64(b), v],
+                   entry.strategies(None))
+    assert [list(d) for d in tape.log.decisions] == oracle.decisions
+    assert [list(t) for t in tape.log.trips] == oracle.trips
     rng = np.random.default_rng(0)
     u = State(rng.standard_normal(), rng.standard_normal(), rng.standard_normal(prog.dim))
-    low_level = run_adjoint(machine, state_leaves(u))
-    assert machine.log.is_empty()
+    low_level = tape.pullback(state_leaves(u))
+    assert tape.log.is_empty()
 
     cts = pullback(u)
     for x, y in zip(cts, low_level):
@@ -636,11 +637,15 @@ def test_control_log_is_empty_after_reverse_pass() -> None:
 
     x, n = 0.9, np.int64(4)
     entry, _ = lowered(f, (x, n))
-    machine = Machine(entry.compiled, entry.strategies(None), plan=entry.grad_plan(None))
-    machine.run([np.float64(x), n])
-    assert not machine.log.is_empty()
-    outer_trips, inner_trips = machine.log.trips
+    tape = execute(entry.grad_plan(None), [np.float64(x), n], entry.strategies(None))
+    assert not tape.log.is_empty()
+    outer_trips, inner_trips = tape.log.trips
     assert (outer_trips, inner_trips) == ([4], [0, 1, 2, 3])
-    assert len(machine.log.decisions[0]) == 4
-    run_adjoint(machine, [np.float64(1.0)])
-    assert machine.log.is_empty()
+    assert len(tape.log.decisions[0]) == 4
+    tape.pullback([np.float64(1.0)])
+    assert tape.log.is_empty()
+    with pytest.raises(cg.ArgumentValueError, match="already reversed"):
+        tape.pullback([np.float64(1.0)])
+    other = lowered(lambda x: x * 2.0, (1.0,))[0]
+    with pytest.raises(cg.ArgumentValueError, match="forward Compiled given is of"):
+        differentiate(entry.program, forward=other.compiled)
