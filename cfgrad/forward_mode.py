@@ -32,6 +32,7 @@ from .ir import (
     Return,
     Value,
 )
+from .passes import JVP_PIPELINE, run_passes
 from .primitives import PRIMITIVES
 from .trace import Trace
 from .verify import verify
@@ -169,7 +170,7 @@ def build_jvp(fwd: Program) -> Program:
     outs = [primal[v] for v in ret.term.values]
     touts = [_or_zeros(tangent.get(v), v, zeros) for v in ret.term.values]
     program = t.finish(params + tparams, outs + touts)
-    return verify(program)
+    return verify(run_passes(program, JVP_PIPELINE))
 
 
 def _copy_node(t: Trace, n: Node, primal: dict[Value, Value], tangent: dict[Value, Any]) -> None:

@@ -246,7 +246,12 @@ def eliminate_dead_code(program: Program) -> None:
 
     VJP rules are written for the general case (both partials of a `mul`, say); where a
     partial is unused, e.g. for a constant operand, this deletes it, so rules stay simple
-    and adjoints stay lean. Log pops are kept: they consume the log."""
+    and adjoints stay lean. Log pops are kept: they consume the log. A loop's exit Phis
+    stay one per header Phi (the loop-closed form the verifier checks): the exit Phi of a
+    live carry is kept even when nothing after the loop reads it."""
+    exit_of: dict[Value, Value] = {}  # a header Phi's result -> its exit Phi's
+    for r in program.loops():
+        exit_of.update((h.out, x.out) for h, x in zip(r.header.phis, r.exit.phis))
     live: set[Value] = set()
     defs: dict[Value, Node | Phi] = {}
     work: list[Value] = []
@@ -273,6 +278,8 @@ def eliminate_dead_code(program: Program) -> None:
         d = defs.get(v)
         if d is not None:
             work.extend(d.inputs)
+        if v in exit_of:
+            work.append(exit_of[v])
     for b in program.blocks:
         b.phis = [phi for phi in b.phis if phi.out in live]
         b.nodes = [n for n in b.nodes if _fixed(n) or any(o in live for o in n.outputs)]
@@ -391,5 +398,16 @@ ADJOINT_PIPELINE: tuple[Pass, ...] = (
     eliminate_dead_code,
     hoist_loop_invariants,
     accumulate_in_place,
+    eliminate_dead_code,
+)
+
+
+#: The passes a JVP program goes through: the tangent rules emit the same kind of
+#: redundancy as the adjoint's (`x * 1`, repeated powers, a primal subterm recomputed for
+#: the tangent). No hoisting: a forward loop may run zero times, and a hoisted node would
+#: then run where the program never asked for it (an anomaly check would see it).
+JVP_PIPELINE: tuple[Pass, ...] = (
+    simplify,
+    eliminate_common_subexpressions,
     eliminate_dead_code,
 )

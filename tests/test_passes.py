@@ -230,3 +230,34 @@ def test_gradients_with_and_without_the_simplifier_are_bitwise_equal(expr):
             patch.setattr(cfgrad.reverse, "ADJOINT_PIPELINE", without)
             plain_grads = cg.grad(lambda x, y: f(x, y), argnums=(0, 1))(*args)
     assert bits(simplified_grads) == bits(plain_grads)
+
+
+# -- JVP programs --------------------------------------------------------------------
+
+
+def jvp_program(f, *args) -> Program:
+    from cfgrad.api import lowered
+
+    return lowered(f, args)[0].jvp.program
+
+
+def test_jvp_program_is_simplified():
+    """The tangent rules' `x * 1` and unit powers are folded in JVP programs too."""
+    text = "\n".join(lines(jvp_program(lambda x: (x ** 2) * 1.0, 2.0)))
+    assert "{n=1}" not in text and "1.0" not in text
+    assert cg.jvp(lambda x: (x ** 2) * 1.0, (2.0,), (1.0,)) == (4.0, 4.0)
+
+
+def test_jvp_dead_code_keeps_a_live_carry_exit_phi():
+    """A carry the loop uses but nothing after it reads keeps its exit Phi: dead-code
+    elimination leaves the loop-closed form whole (this raised VerifyError)."""
+    def f(x):
+        return cg.fori_loop(0, 3, lambda i, c: (c[0] * c[1], c[1] + 1.0), (x, x))[0]
+
+    program = jvp_program(f, 2.0)
+    for loop in program.loops():
+        assert len(loop.exit.phis) == len(loop.header.phis)
+    value, tangent = cg.jvp(f, (2.0,), (1.0,))
+    # f(x) = x * x * (x + 1) * (x + 2)
+    assert value == 2.0 * 2.0 * 3.0 * 4.0
+    assert tangent == pytest.approx(2 * 2.0 * 3.0 * 4.0 + 4.0 * 4.0 + 4.0 * 3.0)
