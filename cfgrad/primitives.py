@@ -120,6 +120,36 @@ def _register(p: Primitive) -> Primitive:
     return p
 
 
+class Deferred:
+    """A result whose work is put off at run time, for a primitive whose entry declares
+    `deferred_result`. The interpreter hands it as it is only to the inputs an entry lists
+    in `deferred_inputs`; every other reader, and the program's caller, gets
+    `dense_value(...)`, the plain array. Subclasses implement both methods."""
+
+    __slots__ = ()
+
+    def materialize(self) -> np.ndarray:
+        """The value as a plain array, the pending work done. The Deferred may go on from
+        that array (a primitive that then updates it in place declares `mutates`)."""
+        raise NotImplementedError
+
+    def peek(self) -> np.ndarray:
+        """The value as a plain array, the pending work left pending: what anomaly
+        detection tests, since doing the work early could change the result's rounding
+        and a checked run must compute what an unchecked one does."""
+        raise NotImplementedError
+
+
+def dense_value(x: Any) -> Any:
+    """`x` as a reader may see it: a Deferred materialized, any other value as it is."""
+    return x.materialize() if isinstance(x, Deferred) else x
+
+
+def peeked_value(x: Any) -> Any:
+    """`x` as a reader would see it, a Deferred's pending work left pending (`peek`)."""
+    return x.peek() if isinstance(x, Deferred) else x
+
+
 def _trace_of(args: tuple) -> Any:
     for a in args:
         t = getattr(a, "_cfgrad_trace", None)
@@ -1030,36 +1060,6 @@ def _same_type(types: list[TensorType]) -> TensorType:
 def _accumulate_impl(acc: np.ndarray, contribution: np.ndarray) -> np.ndarray:
     np.add(acc, contribution, out=acc)
     return acc
-
-
-class Deferred:
-    """A result whose work is put off at run time, for a primitive whose entry declares
-    `deferred_result`. The interpreter hands it as it is only to the inputs an entry lists
-    in `deferred_inputs`; every other reader, and the program's caller, gets
-    `dense_value(...)`, the plain array. Subclasses implement both methods."""
-
-    __slots__ = ()
-
-    def materialize(self) -> np.ndarray:
-        """The value as a plain array, the pending work done. The Deferred may go on from
-        that array (a primitive that then updates it in place declares `mutates`)."""
-        raise NotImplementedError
-
-    def peek(self) -> np.ndarray:
-        """The value as a plain array, the pending work left pending: what anomaly
-        detection tests, since doing the work early could change the result's rounding
-        and a checked run must compute what an unchecked one does."""
-        raise NotImplementedError
-
-
-def dense_value(x: Any) -> Any:
-    """`x` as a reader may see it: a Deferred materialized, any other value as it is."""
-    return x.materialize() if isinstance(x, Deferred) else x
-
-
-def peeked_value(x: Any) -> Any:
-    """`x` as a reader would see it, a Deferred's pending work left pending (`peek`)."""
-    return x.peek() if isinstance(x, Deferred) else x
 
 
 class RankOneSum(Deferred):
