@@ -48,14 +48,12 @@ from .ir import (
     loop_owners,
 )
 from .nodespec import UNCHECKED
-from .primitives import PRIMITIVES, RankOneSum, dense_value
+from .primitives import PRIMITIVES, dense_value, peeked_value
 from .reverse import adjoint
 
 DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
 
 def _all_finite(x: Any) -> bool:
-    if type(x) is RankOneSum:
-        x = x.peek()
     return bool(np.isfinite(x).all())
 
 # numpy functions whose Python operator is exactly equivalent on numpy operands; emitting
@@ -141,7 +139,7 @@ class Compiled:
             li.event_regions = tuple(r for r in inside if r in self.if_index) + tuple(
                 r for r in inside if r in self.loop_index)
             li.empty_signature = ((),) * len(li.event_regions)
-        self.batched = _batched_accumulators(program)
+        self.deferred = _deferred_values(program)
         self.block_fns = [self._gen_block(b) for b in blocks]
         self._checked: list[Any] | None = None
         self.return_slots = tuple(self.slot[v] for v in program.outputs)
@@ -193,8 +191,12 @@ class Compiled:
     def _gen_block(self, b: Block, checked: bool = False) -> Any:
         """One Python function per block. With `checked` (anomaly detection), every float
         result is tested for NaN/Inf right after the node that made it; the unchecked
-        functions carry no such code, so detection costs nothing when it is off."""
-        ns: dict[str, Any] = {"_c": self, "_finite": _all_finite, "_dense": dense_value}
+        functions carry no such code, so detection costs nothing when it is off.
+
+        A value that may be deferred (`self.deferred`) is checked as `peek` shows it and
+        materialized at Return; only those values get that code."""
+        ns: dict[str, Any] = {"_c": self, "_finite": _all_finite, "_dense": dense_value,
+                              "_peek": peeked_value}
         lines = ["def block(env, fenv, m):"]
         line_nodes: dict[int, Node] = {}
         index = self.block_index[b]
@@ -203,7 +205,9 @@ class Compiled:
             line_nodes[len(lines)] = n
             if checked and n.op not in UNCHECKED and any(  # nodespec's flag `unchecked`
                     o.type.dtype.kind in "fc" for o in n.outputs):
-                tests = " and ".join(f"_finite(env[{self.slot[o]}])" for o in n.outputs)
+                tests = " and ".join(
+                    f"_finite(_peek(env[{self.slot[o]}]))" if o in self.deferred
+                    else f"_finite(env[{self.slot[o]}])" for o in n.outputs)
                 lines.append(f"    if not ({tests}): m.anomaly(_c, {index}, {k}, env)")
         t = b.term
         if isinstance(t, Jmp):
@@ -221,7 +225,7 @@ class Compiled:
         else:
             assert isinstance(t, Return)
             lines += [f"    env[{self.slot[v]}] = _dense(env[{self.slot[v]}])"
-                      for v in dict.fromkeys(t.values) if v in self.batched]
+                      for v in dict.fromkeys(t.values) if v in self.deferred]
             lines.append("    return -1")
         exec("\n".join(lines) + "\n", ns)  # noqa: S102
         fn = ns["block"]
@@ -237,11 +241,14 @@ class Compiled:
         return self._checked
 
     def _arg(self, n: Node, i: int) -> str:
-        """The code reading input i of `n`: a batched accumulator is made dense for every
-        reader but the `accumulate_outer` that carries it on."""
+        """The code reading input i of `n`: a value that may be deferred is materialized
+        for every reader but an input its primitive's entry lists in `deferred_inputs`
+        (runtime nodes, which are not in the table, take none)."""
         v = n.inputs[i]
-        if v in self.batched and not (n.op == "accumulate_outer" and i == 0):
-            return f"_dense(env[{self.slot[v]}])"
+        if v in self.deferred:
+            prim = PRIMITIVES.get(n.op)
+            if prim is None or i not in prim.deferred_inputs:
+                return f"_dense(env[{self.slot[v]}])"
         return f"env[{self.slot[v]}]"
 
     def _gen_node(self, n: Node, k: int, ns: dict[str, Any]) -> str:
@@ -554,9 +561,9 @@ class Machine:
         loops = {li.region.id: iterations[li.index] for li in self.c.loops}
         node = compiled.program.blocks[block].nodes[k]
         raise AnomalyError(anomaly_message(compiled.program, block, node,
-                                           [dense_value(env[compiled.slot[v]])
+                                           [peeked_value(env[compiled.slot[v]])
                                             for v in node.inputs],
-                                           [dense_value(env[compiled.slot[o]])
+                                           [peeked_value(env[compiled.slot[o]])
                                             for o in node.outputs],
                                            loops))
 
@@ -879,20 +886,22 @@ def _free_values(index: RegionIndex) -> dict[LoopRegion, set[Value]]:
     return result
 
 
-def _batched_accumulators(program: Program) -> frozenset[Value]:
-    """The values that may hold a RankOneSum at run time: the outputs of
-    `accumulate_outer` and the Phis that carry them (a reverse loop's header Phi)."""
-    batched = {o for b in program.blocks for n in b.nodes if n.op == "accumulate_outer"
-               for o in n.outputs}
-    grew = bool(batched)
+def _deferred_values(program: Program) -> frozenset[Value]:
+    """The values that may hold a primitives.Deferred at run time: the outputs of the
+    primitives whose entry declares `deferred_result`, and the Phis that carry them (a
+    reverse loop's header Phi, say)."""
+    deferring = {name for name, prim in PRIMITIVES.items() if prim.deferred_result}
+    deferred = {o for b in program.blocks for n in b.nodes if n.op in deferring
+                for o in n.outputs}
+    grew = bool(deferred)
     while grew:
         grew = False
         for b in program.blocks:
             for phi in b.phis:
-                if phi.out not in batched and any(v in batched for v in phi.inputs):
-                    batched.add(phi.out)
+                if phi.out not in deferred and any(v in deferred for v in phi.inputs):
+                    deferred.add(phi.out)
                     grew = True
-    return frozenset(batched)
+    return frozenset(deferred)
 
 
 def _slot_access(slots: tuple[int, ...]) -> tuple[Any, Any]:

@@ -63,6 +63,14 @@ class Primitive:
     # loop, or None (passes.accumulate_in_place).
     mutates: bool = False
     factors: Callable[[Any, Callable[[Any], Any]], list | None] | None = None
+    # Deferred results (see `Deferred`): `deferred_result` marks a primitive whose `impl`
+    # may return a Deferred, whose work is cheaper done later in one go than at each call
+    # (accumulate_outer's RankOneSum); `deferred_inputs` are the inputs that take one as it
+    # is, those of a primitive that carries it on. The interpreter reads both at compile
+    # time and materializes a Deferred for every other reader and at Return, so that no
+    # other entry, no caller and no per-node code of the interpreter has to know of it.
+    deferred_result: bool = False
+    deferred_inputs: tuple[int, ...] = ()
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
@@ -110,6 +118,36 @@ def _register(p: Primitive) -> Primitive:
 
     p = PRIMITIVES[p.name] = dataclasses.replace(p, abstract=abstract)
     return p
+
+
+class Deferred:
+    """A result whose work is put off at run time, for a primitive whose entry declares
+    `deferred_result`. The interpreter hands it as it is only to the inputs an entry lists
+    in `deferred_inputs`; every other reader, and the program's caller, gets
+    `dense_value(...)`, the plain array. Subclasses implement both methods."""
+
+    __slots__ = ()
+
+    def materialize(self) -> np.ndarray:
+        """The value as a plain array, the pending work done. The Deferred may go on from
+        that array (a primitive that then updates it in place declares `mutates`)."""
+        raise NotImplementedError
+
+    def peek(self) -> np.ndarray:
+        """The value as a plain array, the pending work left pending: what anomaly
+        detection tests, since doing the work early could change the result's rounding
+        and a checked run must compute what an unchecked one does."""
+        raise NotImplementedError
+
+
+def dense_value(x: Any) -> Any:
+    """`x` as a reader may see it: a Deferred materialized, any other value as it is."""
+    return x.materialize() if isinstance(x, Deferred) else x
+
+
+def peeked_value(x: Any) -> Any:
+    """`x` as a reader would see it, a Deferred's pending work left pending (`peek`)."""
+    return x.peek() if isinstance(x, Deferred) else x
 
 
 def _trace_of(args: tuple) -> Any:
@@ -1024,14 +1062,14 @@ def _accumulate_impl(acc: np.ndarray, contribution: np.ndarray) -> np.ndarray:
     return acc
 
 
-class RankOneSum:
+class RankOneSum(Deferred):
     """A gradient accumulator receiving one outer product per reverse-loop iteration (the
     weight gradient of `W @ h` in a recurrent body): the vector pairs are collected in
     preallocated buffers and added in blocks as one matrix product, `A.T @ B`, the way a
     hand-written backward pass batches them, instead of forming and adding an n×m outer
     product each iteration. The block size keeps the buffers no larger than the
-    accumulator itself (at least 8 pairs). Only the interpreter sees this object: every
-    reader other than `accumulate_outer` gets `dense_value(...)`, the plain array."""
+    accumulator itself (at least 8 pairs). `accumulate_outer` returns it and takes it
+    back as its accumulator (its entry's `deferred_result` and `deferred_inputs`)."""
 
     __slots__ = ("base", "left", "right", "count")
 
@@ -1049,25 +1087,19 @@ class RankOneSum:
         self.right[k] = b
         self.count = k + 1
         if self.count == len(self.left):
-            self.flush()
+            self.materialize()
 
     def peek(self) -> np.ndarray:
-        """The current sum, without adding the pending block in (which would change the
-        grouping of the sums, so a checked run would differ from an unchecked one)."""
         k = self.count
         return self.base + self.left[:k].T @ self.right[:k] if k else self.base
 
-    def flush(self) -> np.ndarray:
+    def materialize(self) -> np.ndarray:
+        """The pending block added into the accumulator, which goes on from there."""
         k = self.count
         if k:
             np.add(self.base, self.left[:k].T @ self.right[:k], out=self.base)
             self.count = 0
         return self.base
-
-
-def dense_value(x: Any) -> Any:
-    """`x`, with a RankOneSum's pending products added in: what any reader may see."""
-    return x.flush() if type(x) is RankOneSum else x
 
 
 def _accumulate_outer_impl(acc: Any, a: np.ndarray, b: np.ndarray) -> RankOneSum:
@@ -1119,6 +1151,7 @@ _register(Primitive(
 _register(Primitive(
     name="accumulate_outer", impl=_accumulate_outer_impl, abstract=_accumulate_outer_type,
     family="internal", promote="none", nondiff=True, mutates=True, factors=_outer_product_factors,
+    deferred_result=True, deferred_inputs=(0,),
     notes="acc += outer(a, b), batched into blocks of one matrix product each (RankOneSum); "
           "emitted only by the loop passes, in place of an accumulate of mul(reshape(a, "
           "(n, 1)), reshape(b, (1, m))) for a reverse loop's float32/float64 accumulator"))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +32,11 @@ from hypothesis.extra import numpy as hnp
 
 import cfgrad as cg
 import cfgrad.numpy as cnp
+import cfgrad.verify
 from cfgrad import tree as treelib
 from cfgrad.api import evaluate
-from cfgrad.primitives import PRIMITIVES, bind
+from cfgrad.interpret import Compiled, Machine
+from cfgrad.primitives import PRIMITIVES, Deferred, Primitive, bind
 from cfgrad.testing import check_grads
 
 F64, F32, F16 = np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16)
@@ -579,6 +581,92 @@ def test_batched_accumulator_read_inside_the_program_is_dense():
         got = cg.grad(f)(W, xs)
     assert type(got) is np.ndarray
     np.testing.assert_array_equal(got, cg.grad(f)(W, xs))
+
+
+class PendingSum(Deferred):
+    """The toy deferred value: a sum whose terms are added up only when it is read."""
+
+    __slots__ = ("terms",)
+    materialized = 0  # how often any PendingSum added pending terms (the test resets it)
+
+    def __init__(self, first: np.ndarray):
+        self.terms = [first]
+
+    def peek(self) -> np.ndarray:
+        return sum(self.terms[1:], self.terms[0])
+
+    def materialize(self) -> np.ndarray:
+        if len(self.terms) > 1:
+            PendingSum.materialized += 1
+            self.terms = [self.peek()]
+        return self.terms[0]
+
+
+@pytest.fixture
+def pending_add(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[type]]:
+    """`pending_add %acc, %x` (acc + x, deferred) in the table for one test, declared like
+    `accumulate_outer` (`deferred_result`, its accumulator in `deferred_inputs`); gives the
+    list of the accumulator types its implementation was called with. monkeypatch takes
+    the entry out again, and the verifier's per-op cache forgets it."""
+    seen: list[type] = []
+
+    def impl(acc: Any, x: np.ndarray) -> PendingSum:
+        seen.append(type(acc))
+        if not isinstance(acc, PendingSum):
+            acc = PendingSum(acc)
+        acc.terms.append(x)
+        return acc
+
+    monkeypatch.setitem(PRIMITIVES, "pending_add", Primitive(
+        name="pending_add", impl=impl, abstract=lambda types: types[0], family="internal",
+        promote="none", nondiff=True, deferred_result=True, deferred_inputs=(0,)))
+    yield seen
+    cfgrad.verify._operands.cache_clear()
+
+
+PENDING_LOOP = """program pending(%x: f64[3]) -> (f64[3], f64[3])
+  region loop#0 fori preheader b0 header b1 body b2 latch b2 exit b3 bounds (0, 3)
+b0:
+  Jmp b1
+b1: preds (b0, b2)
+  %0: i64[] = Phi (b0: 0, b2: %3)
+  %1: f64[3] = Phi (b0: %x, b2: %4)
+  %2: bool[] = lt %0, 3
+  Cond %2 -> Proj(T) b2 | Proj(F) b3
+b2: preds (b1.T)
+  %3: i64[] = add %0, 1
+  %4: f64[3] = pending_add %1, %x
+  Jmp b1
+b3: preds (b1.F)
+  %5: i64[] = Phi (b1.F: %0)
+  %6: f64[3] = Phi (b1.F: %1)
+  %7: f64[3] = mul {read}, 2.0
+  Return %6, %7
+"""
+
+
+@pytest.mark.parametrize("read", ["%6", "%x"])
+def test_a_deferred_result_is_the_table_entrys_business(pending_add, read):
+    """A primitive the interpreter has never heard of, declared with `deferred_result` and
+    `deferred_inputs` only: the loop carries its Deferred back into it as it is, and an
+    ordinary reader (`mul %6`, when there is one) and the Return see plain arrays, the
+    pending work done once, by the first of them. Under anomaly detection its result is
+    tested as `peek` shows it, which does no work early."""
+    x = np.array([1.0, -2.0, 0.5])
+    program = cg.parse_program(PENDING_LOOP.format(read=read))
+    for check in (False, True):
+        pending_add.clear()
+        PendingSum.materialized = 0
+        total, doubled = Machine(Compiled(program), check=check).run([x])
+        assert pending_add == [np.ndarray, PendingSum, PendingSum]
+        assert type(total) is np.ndarray and type(doubled) is np.ndarray
+        np.testing.assert_array_equal(total, 4 * x)
+        np.testing.assert_array_equal(doubled, (8 if read == "%6" else 2) * x)
+        assert PendingSum.materialized == 1
+    pending_add.clear()
+    with np.errstate(over="ignore"), pytest.raises(cg.AnomalyError, match="pending_add"):
+        Machine(Compiled(program), check=True).run([np.full(3, 1e308)])
+    assert pending_add == [np.ndarray]  # the first sum, x + x, is the anomaly
 
 
 # ---------------------------------------------------------------------------------
