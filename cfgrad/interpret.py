@@ -68,6 +68,12 @@ _OPERATOR_FORMS = {
 }
 
 
+def _unchecked(n: Node) -> bool:
+    """Whether anomaly detection skips `n`'s results: the node kind's flag `unchecked`, or
+    its table entry's."""
+    return n.op in UNCHECKED or (n.op in PRIMITIVES and PRIMITIVES[n.op].unchecked)
+
+
 def as_runtime_value(a: Any) -> Any:
     """0-d arrays run as numpy scalars: same arithmetic, far less per-operation overhead."""
     return a[()] if isinstance(a, np.ndarray) and a.ndim == 0 else a
@@ -203,7 +209,7 @@ class Compiled:
         for k, n in enumerate(b.nodes):
             lines.append("    " + self._gen_node(n, k, ns))
             line_nodes[len(lines)] = n
-            if checked and n.op not in UNCHECKED and any(  # nodespec's flag `unchecked`
+            if checked and not _unchecked(n) and any(
                     o.type.dtype.kind in "fc" for o in n.outputs):
                 tests = " and ".join(
                     f"_finite(_peek(env[{self.slot[o]}]))" if o in self.deferred

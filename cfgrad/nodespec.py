@@ -169,8 +169,6 @@ def kinds_with(flag: str) -> frozenset[str]:
 RUNTIME_NODES = kinds_with("runtime")
 TERMINATORS = kinds_with("terminator")
 SIDE_EFFECTS = kinds_with("side-effect")
-#: Primitives whose results anomaly detection does not test either: a `const` computes
-#: nothing, a `copy` copies a value tested where it was made. (Primitives carry no flags
-#: yet; when primitives.py declares its entries with named fields this belongs there.)
-UNCHECKED_PRIMITIVES = frozenset({"const", "copy"})
-UNCHECKED = kinds_with("unchecked") | UNCHECKED_PRIMITIVES
+#: Node kinds whose results anomaly detection does not test (primitives say so by their
+#: table entry's `unchecked`).
+UNCHECKED = kinds_with("unchecked")

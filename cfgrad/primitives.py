@@ -71,6 +71,9 @@ class Primitive:
     # other entry, no caller and no per-node code of the interpreter has to know of it.
     deferred_result: bool = False
     deferred_inputs: tuple[int, ...] = ()
+    # Anomaly detection does not test the result: it computes nothing (`const`) or only
+    # copies a value tested where it was made (`copy`).
+    unchecked: bool = False
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
@@ -1044,7 +1047,7 @@ def _const_type(types: list[TensorType], value: np.ndarray) -> TensorType:
 
 _register(Primitive(
     name="const", impl=lambda value: value, abstract=_const_type,
-    family="constant", promote="none", nondiff=True,
+    family="constant", promote="none", nondiff=True, unchecked=True,
     notes="a constant, materialized once when the program is compiled"))
 
 
@@ -1140,7 +1143,7 @@ def _accumulate_outer_type(types: list[TensorType]) -> TensorType:
 
 _register(Primitive(
     name="copy", impl=lambda x: np.array(x, copy=True), abstract=_same_type, family="internal",
-    promote="none", nondiff=True,
+    promote="none", nondiff=True, unchecked=True,
     notes="a fresh buffer: starts a gradient accumulator that `accumulate` then updates"))
 _register(Primitive(
     name="accumulate", impl=_accumulate_impl, abstract=_same_type, family="internal",
