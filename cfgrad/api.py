@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from . import nested
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
 from .checkpoint import RunStats, check_strategy, resolve
-from .errors import ArgumentTypeError, ArgumentValueError
+from .errors import ArgumentTypeError, ArgumentValueError, LoweringError
 from .forward_mode import build_jvp
 from .interpret import (
     Compiled,
@@ -37,7 +38,6 @@ from .trace import (
     argument_problem,
     check_arguments,
     lowering_epoch,
-    nested_transformation_error,
     trace_program,
 )
 from .trace_context import LOWERING_LOCK
@@ -186,10 +186,13 @@ def resolve_argnums(nums: tuple[int, ...], nargs: int, caller: str, name: str) -
 
 
 def _refuse_traced(leaves: list[Any]) -> None:
-    """Cotangents and tangents computed by a function being traced are nested
-    differentiation, which the pullback's or jvp's numpy run cannot take."""
+    """A pullback made by an eager `cg.vjp` runs on numpy arrays: it cannot take a
+    cotangent a function being traced computes."""
     if any(isinstance(x, Tracer) for x in leaves):
-        raise nested_transformation_error()
+        raise LoweringError(
+            "pullback: the cotangent is a traced value, but this pullback comes from a "
+            "cg.vjp called outside the traced function, on concrete values; call cg.vjp "
+            "inside the traced function, so that its pullback is traced too")
 
 
 def _check_aux_pair(program: Program, caller: str, name: str) -> None:
@@ -261,6 +264,8 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     Only the branches taken and the iterations run are differentiated. `checkpoint` sets
     the strategy of every loop that did not choose its own."""
     check_strategy(checkpoint, "cfgrad.vjp")
+    if nested.is_tracing(primals):  # inside a traced function: nodes, not a run
+        return nested.vjp(fun, primals, checkpoint, has_aux)
     entry, leaves = lowered(fun, primals)
     if has_aux:
         _check_aux_pair(entry.program, "vjp", getattr(fun, "__name__", "f"))
@@ -316,6 +321,9 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
 
     def value_and_grad_fn(*args: Any, **kwargs: Any) -> Any:
         nums = resolve_argnums(requested, len(args), caller, name)
+        if nested.is_tracing((args, kwargs)):  # a derivative of a derivative: one node
+            f = (lambda *a: fun(*a, **kwargs)) if kwargs else fun
+            return nested.value_and_grad(f, args, nums, single, has_aux, checkpoint, caller)
         entry, leaves = lowered(fun, args, kwargs=kwargs)
         program = entry.program
         prepared = entry._grad_calls.get((nums, has_aux))
@@ -393,6 +401,8 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
 def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
     """`(fun(*primals), J @ tangents)` by forward mode through the same control flow."""
     primals, tangents = tuple(primals), tuple(tangents)
+    if nested.is_tracing((primals, tangents)):  # inside a traced function: one node
+        return nested.jvp(fun, primals, tangents)
     entry, leaves = lowered(fun, primals)
     t_leaves, t_tree = treelib.flatten(tangents)
     _refuse_traced(t_leaves)

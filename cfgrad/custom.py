@@ -33,8 +33,9 @@ import numpy as np
 from . import tree as treelib
 from .checkpoint import StoreAll
 from .errors import ArgumentTypeError, TracerBoolError
-from .interpret import Compiled, GradPlan, Machine, as_runtime_value, differentiate, execute
+from .interpret import Compiled, Machine, as_runtime_value
 from .ir import Program, TensorType, type_of
+from .nested import Call, Pullback, add_contributions
 from .primitives import bind
 from .trace import Tracer, invalidate_lowerings, lowering_epoch, trace_program
 from .trace_context import LOWERING_LOCK, tracing
@@ -140,8 +141,8 @@ class _VJPRule(_Signature):
         self.fwd_program = self.lower(fwd_flat, in_types, f"{self.name}.fwd")
         self.fwd_compiled = Compiled(self.fwd_program)
         self.out_types = [v.type for v in self.fwd_program.outputs]
-        self.bwd_program: Program | None = None
-        self.bwd_compiled: Compiled | None = None
+        self._forward_call: Call | None = None
+        self._backward_call: Call | None = None
 
     # forward
     def forward_types(self) -> list[TensorType]:
@@ -150,25 +151,49 @@ class _VJPRule(_Signature):
     def forward(self, xs: tuple) -> tuple:
         return _run(self.fwd_compiled, xs)
 
-    # reverse, at build time: one custom_vjp_bwd node
+    # reverse, at build time: a `call` of the bwd program, which an outer transformation
+    # differentiates as ordinary code (as JAX does)
     def pullback(self, cts: list[Any], xs: list[Any], outs: list[Any]) -> tuple:
         main = [c if c is not None else np.zeros(t.shape, t.dtype)
                 for c, t in zip(cts[: self.n_out], self.out_types)]
-        float_cts = bind("custom_vjp_bwd", *outs[self.n_out:], *main, rule=self)
+        float_cts = bind("call", *outs[self.n_out:], *main, of=self.backward_call())
         result: list[Any] = [None] * len(xs)
         for i, ct in zip(self.float_inputs, float_cts):
             result[i] = ct
+        if any(c is not None for c in cts[self.n_out:]):
+            # a derivative of the gradient reaches the residuals: fwd is ordinary code there
+            through_fwd = self.forward_call().cotangents(
+                [None] * self.n_out + list(cts[self.n_out:]), xs)
+            result = [add_contributions(r, c) for r, c in zip(result, through_fwd)]
         return tuple(result)
 
-    def backward_types(self) -> list[TensorType]:
-        if self.bwd_program is None:
-            self._lower_backward()
-        return [self.in_types[i] for i in self.float_inputs]
+    # forward mode, at build time: the outputs' tangents transpose bwd (linear in its
+    # cotangents), so they are the custom rule's own derivative; the residuals' come from
+    # fwd as ordinary code
+    def tangents(self, ts: list[Any], xs: list[Any], outs: list[Any]) -> list[Any]:
+        n_res = len(self.out_types) - self.n_out
+        bwd = self.backward_call().program
+        dx = [np.zeros(self.in_types[i].shape, self.in_types[i].dtype) if ts[i] is None
+              else ts[i] for i in self.float_inputs]
+        cts = [np.zeros(t.shape, t.dtype) for t in self.out_types[: self.n_out]]
+        wrt = tuple(range(n_res, n_res + self.n_out))
+        transposed = bind("vjp_call", *outs[self.n_out:], *cts, *dx,
+                          of=Pullback(bwd, wrt, None))
+        result = [transposed[n_res + i] if t.is_float else None
+                  for i, t in enumerate(self.out_types[: self.n_out])]
+        return result + list(self.forward_call().tangents(ts, xs)[self.n_out:])
 
-    def backward(self, args: tuple) -> tuple:
-        if self.bwd_compiled is None:
+    def forward_call(self) -> Call:
+        if self._forward_call is None:
+            self._forward_call = Call(self.fwd_program)
+        return self._forward_call
+
+    def backward_call(self) -> Call:
+        """The bwd program as a `call` node's sub-program, lowered on first use."""
+        if self._backward_call is None:
             self._lower_backward()
-        return _run(self.bwd_compiled, args)
+        assert self._backward_call is not None
+        return self._backward_call
 
     def _lower_backward(self) -> None:
         n_res = len(self.out_types) - self.n_out
@@ -200,8 +225,7 @@ class _VJPRule(_Signature):
             return out
 
         types = self.out_types[self.n_out:] + self.out_types[: self.n_out]
-        self.bwd_program = self.lower(bwd_flat, types, f"{self.name}.bwd")
-        self.bwd_compiled = Compiled(self.bwd_program)
+        self._backward_call = Call(self.lower(bwd_flat, types, f"{self.name}.bwd"))
 
 
 class _JVPRule(_Signature):
@@ -210,7 +234,7 @@ class _JVPRule(_Signature):
         self.jvp_rule = fn.jvp  # as defined now (the transpose is lowered lazily)
         self.primal_program = self.lower_primal()
         self.primal_compiled = Compiled(self.primal_program)
-        self._transpose: GradPlan | None = None
+        self._transpose_pullback: Pullback | None = None
 
     def primal_types(self) -> list[TensorType]:
         return self.result_types
@@ -234,33 +258,24 @@ class _JVPRule(_Signature):
         with tracing(xs[0]._cfgrad_trace):
             return self._rule_tangents(list(xs), full)
 
-    # reverse mode, at build time: one custom_jvp_transpose node
+    # reverse mode, at build time: reverse mode of the rule's program of the tangents (a
+    # `vjp_call` with respect to the tangents), which for a rule linear in the tangents is
+    # its transpose; an outer transformation differentiates it like any vjp_call
     def transpose(self, cts: list[Any], xs: list[Any]) -> tuple:
+        n = len(self.in_types)
         main = [c if c is not None else np.zeros(t.shape, t.dtype)
                 for c, t in zip(cts, self.result_types)]
-        float_cts = bind("custom_jvp_transpose", *xs, *main, rule=self)
-        result: list[Any] = [None] * len(xs)
-        for i, ct in zip(self.float_inputs, float_cts):
-            result[i] = ct
+        cotangents = bind("vjp_call", *xs, *_dummies(self.in_types), *main,
+                          of=self._transpose())
+        result: list[Any] = [None] * n
+        for i in self.float_inputs:
+            result[i] = cotangents[n + i]
         return tuple(result)
 
-    def transpose_types(self) -> list[TensorType]:
-        return [self.in_types[i] for i in self.float_inputs]
-
-    def run_transpose(self, args: tuple) -> tuple:
-        plan = self._transpose_plan()
-        n = len(self.in_types)
-        primals = list(args[:n])
-        tangents = [np.zeros(t.shape, t.dtype) for t in self.in_types]
-        tape = execute(plan, [as_runtime_value(a) for a in primals + tangents],
-                       [StoreAll() for _ in plan.forward.loops])
-        cts = tape.pullback([as_runtime_value(c) for c in args[n:]])
-        return tuple(as_runtime_value(cts[n + i]) for i in self.float_inputs)
-
-    def _transpose_plan(self) -> GradPlan:
-        """The map tangents -> tangent output at given primals, compiled, with the plan of
-        its adjoint with respect to the tangents: for a linear rule, the transpose."""
-        if self._transpose is None:
+    def _transpose(self) -> Pullback:
+        """Reverse mode, with respect to the tangents, of the program (primals, tangents)
+        -> the rule's tangent output."""
+        if self._transpose_pullback is None:
             n = len(self.in_types)
 
             def linear(*leaves: Any) -> list[Any]:
@@ -268,8 +283,9 @@ class _JVPRule(_Signature):
 
             program = self.lower(linear, self.in_types + self.in_types,
                                  f"{self.name}.jvp_rule")
-            self._transpose = differentiate(program, range(n, 2 * n))
-        return self._transpose
+            self._transpose_pullback = Pullback(program, tuple(n + i for i in self.float_inputs),
+                                                None)
+        return self._transpose_pullback
 
 
 class _CustomFunction:

@@ -28,6 +28,7 @@ import numpy as np
 
 from .errors import LoweringError
 from .ir import DTYPE_CHOICES, TensorType, format_param, ir_dtype
+from .trace_context import current_trace
 
 # ---------------------------------------------------------------------------------
 # The table entry and binding
@@ -154,11 +155,19 @@ def peeked_value(x: Any) -> Any:
 
 
 def _trace_of(args: tuple) -> Any:
+    """The trace a node on `args` goes to: that of its traced arguments; when they come
+    from two traces (a nested transformation's function mixing its own values with those
+    of an enclosing trace it closes over), the innermost trace being built, which takes
+    the enclosing trace's values in as parameters."""
+    found = None
     for a in args:
         t = getattr(a, "_cfgrad_trace", None)
         if t is not None:
-            return t
-    return None
+            if found is None:
+                found = t
+            elif t is not found:
+                return current_trace() or found
+    return found
 
 
 def _promoted_dtype(prim: Primitive, args: list[Any]) -> np.dtype | None:
@@ -1167,16 +1176,13 @@ _register(Primitive(
 _register(Primitive(
     name="custom_vjp", impl=lambda *xs, rule: rule.forward(xs),
     abstract=lambda types, rule: rule.forward_types(),
-    vjp=lambda cts, xs, outs, rule: rule.pullback(cts, xs, outs), jvp=None, family="custom",
-    promote="none",
-    multi_output=True,
+    vjp=lambda cts, xs, outs, rule: rule.pullback(cts, xs, outs),
+    jvp=lambda ts, xs, outs, rule: rule.tangents(ts, xs, outs), family="custom",
+    promote="none", multi_output=True,
     notes="a cg.custom_vjp function: its fwd runs forward (outputs, then residuals), its bwd "
-          "gives the cotangents; forward mode through it is refused (define a custom_jvp)"))
-_register(Primitive(
-    name="custom_vjp_bwd", impl=lambda *args, rule: rule.backward(args),
-    abstract=lambda types, rule: rule.backward_types(), family="custom", promote="none",
-    nondiff=True, multi_output=True,
-    notes="the bwd of a cg.custom_vjp function, on its residuals and output cotangents"))
+          "(a `call` of its program) gives the cotangents; forward mode transposes bwd, "
+          "which is linear in its cotangents, so both modes give the rule's derivative; a "
+          "derivative of the gradient differentiates fwd and bwd as ordinary code"))
 _register(Primitive(
     name="custom_jvp", impl=lambda *xs, rule: rule.primal(xs),
     abstract=lambda types, rule: rule.primal_types(),
@@ -1184,9 +1190,30 @@ _register(Primitive(
     jvp=lambda ts, xs, outs, rule: rule.tangents(ts, xs, outs), family="custom", promote="none",
     multi_output=True,
     notes="a cg.custom_jvp function: forward mode traces its JVP rule inline; reverse mode "
-          "transposes that rule (it must be linear in the tangents, as in JAX)"))
+          "transposes that rule (it must be linear in the tangents, as in JAX) by a "
+          "`vjp_call` of the rule's program with respect to the tangents"))
+
+# -- Nested transformations (cfgrad.nested): a transformation applied inside another's trace
+# is one node standing for a sub-program. Its `of` parameter is the object that knows the
+# sub-program and builds the node's derivative rules from derived programs (the JVP
+# program, reverse mode of it), so both rules are ordinary nodes of the same two kinds and
+# nesting recurses to any depth.
+
 _register(Primitive(
-    name="custom_jvp_transpose", impl=lambda *args, rule: rule.run_transpose(args),
-    abstract=lambda types, rule: rule.transpose_types(), family="custom", promote="none",
-    nondiff=True, multi_output=True,
-    notes="the transpose of a cg.custom_jvp rule: input cotangents from output cotangents"))
+    name="call", impl=lambda *xs, of: of.run(xs), abstract=lambda types, of: of.result_types(),
+    vjp=lambda cts, xs, outs, of: of.cotangents(cts, xs),
+    jvp=lambda ts, xs, outs, of: of.tangents(ts, xs), family="transform", promote="none",
+    multi_output=True,
+    notes="runs a sub-program (a jvp or value applied inside a traced function); its JVP "
+          "is a call of the sub-program's JVP program, its VJP a vjp_call of it"))
+_register(Primitive(
+    name="vjp_call", impl=lambda *args, of: of.run(args),
+    abstract=lambda types, of: of.result_types(),
+    vjp=lambda cts, xs, outs, of: of.cotangents(cts, xs),
+    jvp=lambda ts, xs, outs, of: of.tangents(ts, xs), family="transform", promote="none",
+    multi_output=True,
+    notes="the pullback of a sub-program (grad or vjp applied inside a traced function): "
+          "its parameters' cotangents from its outputs' cotangents, by a taped run and its "
+          "adjoint under the call's checkpoint strategy; the JVP of it is reverse mode of "
+          "the sub-program's JVP program (a Hessian-vector product), its VJP a call of that "
+          "JVP program and reverse mode of it"))

@@ -234,13 +234,12 @@ class Tracer:
 # ---------------------------------------------------------------------------------
 
 def nested_transformation_error() -> LoweringError:
-    """The error for a transformation applied inside a function being transformed."""
+    """The error for a value of a function being traced reaching a program that is traced
+    on its own and cannot take it in (a custom rule closing over it)."""
     return LoweringError(
-        "nested differentiation is not supported yet: a cfgrad transformation (grad, "
-        "value_and_grad, vjp, jvp) was applied inside a function that is itself being "
-        "transformed, or to values it computes. cfgrad differentiates first order only for "
-        "now; write the inner derivative by hand, or define it with cg.custom_jvp / "
-        "cg.custom_vjp")
+        "a traced value of the function being transformed reached a program traced on its "
+        "own: a cg.custom_vjp's fwd or bwd, or a cg.custom_jvp's rule, closes over it. Pass "
+        "the value to the custom function as an argument instead")
 
 
 _lowering_epoch = 0
@@ -265,8 +264,12 @@ def _const_key(a: np.ndarray) -> Any:
 class Trace:
     """The state of one lowering: the blocks built so far and the insertion point."""
 
-    def __init__(self, name: str, check_scopes: bool = True):
+    def __init__(self, name: str, check_scopes: bool = True, capture: bool = False):
         self.name = name
+        # A nested transformation's trace (`capture`): a value of an enclosing trace that
+        # the function closes over becomes one more parameter of this Program, and the
+        # enclosing trace passes it in (outer Value -> (its tracer, the parameter here))
+        self.captured: dict[Value, tuple[Tracer, Value]] | None = {} if capture else None
         self.blocks: list[Block] = []
         self.regions: list[Region] = []
         self.entry = self.new_block(None, "entry")
@@ -326,7 +329,9 @@ class Trace:
         if isinstance(x, Tracer):
             if x._cfgrad_trace is not self:
                 if is_being_built(x._cfgrad_trace):  # an enclosing trace's value
-                    raise nested_transformation_error()
+                    if self.captured is None:
+                        raise nested_transformation_error()
+                    return self._captured_value(x, dtype)
                 raise LoweringError(
                     "a traced value from another (finished) trace was used; tracers must not "
                     "escape the function being transformed (store results, not tracers)")
@@ -346,6 +351,17 @@ class Trace:
         if isinstance(x, bool | int | float) and dtype is None:
             dtype = np.dtype(type(x).__name__ if not isinstance(x, bool) else np.bool_)
         return self.const(x, dtype)
+
+    def _captured_value(self, x: Tracer, dtype: np.dtype | None) -> Value:
+        """The parameter standing for `x`, a value of an enclosing trace this function
+        closes over (made on first use), cast to `dtype` when asked."""
+        entry = self.captured.get(x.value)
+        if entry is None:
+            entry = self.captured[x.value] = (x, Value(x.value.type, x.value.hint))
+        v = entry[1]
+        if dtype is not None and v.type.dtype != dtype:
+            v = self.emit(PRIMITIVES["astype"], [self.tracer(v)], {"dtype": dtype}, None).value
+        return v
 
     def _recomputed_value(self, v: Value) -> Value:
         """`v`, computed by a while_loop's cond_fun, recomputed in the current body block.
@@ -785,6 +801,26 @@ def _trace_program(fun: Callable, args: tuple, static_argnums: tuple[int, ...],
     program.in_tree, program.out_tree = in_tree, out_tree
     verify(program)
     return program
+
+
+def trace_nested(fun: Callable, leaves: list[Any], name: str) -> tuple[Program, list[Tracer]]:
+    """Trace `fun(*leaves)` (flat leaves, traced or concrete; `fun` returns a pytree) for
+    a transformation applied inside another's trace: the Program's parameters are the
+    leaves, then one per value of an enclosing trace `fun` closes over, which are
+    returned too, so the enclosing trace can pass them to the node it emits."""
+    params = [Value(x.value.type if isinstance(x, Tracer) else type_of(x), f"a{i}")
+              for i, x in enumerate(leaves)]
+    trace = Trace(name, capture=True)
+    with tracing(trace):
+        out_leaves, out_tree = treelib.flatten(fun(*(trace.tracer(p) for p in params)))
+        outputs = [trace.value_of(x) for x in out_leaves]
+    assert trace.captured is not None
+    captured = list(trace.captured.values())
+    program = trace.finish(params + [v for _, v in captured], outputs)
+    program.in_tree = treelib.flatten(tuple(params + [v for _, v in captured]))[1]
+    program.out_tree = out_tree
+    verify(program)
+    return program, [x for x, _ in captured]
 
 
 def lower(fun: Callable, *args: Any, static_argnums: int | Sequence[int] = ()) -> Program:

@@ -1,0 +1,297 @@
+"""Transformations applied inside another transformation's trace: derivatives of
+derivatives (design §12.2).
+
+When `grad`, `value_and_grad`, `vjp` or `jvp` is called while a function is being traced,
+it cannot run: its inputs are not known yet. It traces its own function into a sub-program
+P instead (values of the enclosing trace that the function closes over become extra
+parameters of P, `trace.trace_nested`) and emits one node into the enclosing trace:
+
+- `call` (of a `Call`): runs P, or P's JVP program for a `jvp`;
+- `vjp_call` (of a `Pullback`): P's parameters' cotangents from its outputs' cotangents,
+  by a taped run of P and its adjoint, under the call's checkpoint strategy.
+
+Both nodes are differentiable with rules built from two derived programs, which is all
+higher order needs (JAX's facts; notation: J = the JVP program of P, `jvp(P)`, with
+parameters (x, dx) and results (y, dy)):
+
+- JVP of `call P` along dx: the tangent results of `call J (x, dx)`.
+- VJP of `call P` for cotangents c: `vjp_call P (x, c)`.
+- JVP of `g = vjp_call P (x, c)` along (dx, dc): g is linear in c, so its tangent is
+  `vjp_call P (x, dc)` plus the derivative in x of `c · J_P(x)`, which is reverse mode of
+  J with cotangent (0, c) on its results: `vjp_call J (x, dx, 0, c)`, first n results.
+  This is a Hessian-vector product by reverse over forward, without reversing a reverse.
+- VJP of `g = vjp_call P (x, c)` for cotangents ḡ: since `ḡ · g = c · J_P(x) ḡ`, the
+  cotangent of c is `call J (x, ḡ)`'s tangent results and that of x is
+  `vjp_call J (x, ḡ, 0, c)`, first n results.
+
+Every reverse pass is an ordinary reverse pass of an ordinary Program, so while loops with
+data-dependent trip counts, the control log and every checkpoint strategy work at every
+order, and results do not depend on the strategy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import tree as treelib
+from .anomaly import anomaly_detection_enabled
+from .checkpoint import resolve
+from .errors import ArgumentTypeError
+from .forward_mode import build_jvp
+from .interpret import Compiled, GradPlan, Machine, as_runtime_value, differentiate, execute
+from .ir import Program, TensorType
+from .primitives import bind
+from .trace import Tracer, trace_nested
+from .trace_context import LOWERING_LOCK, current_trace
+
+
+def _zeros(t: TensorType) -> np.ndarray:
+    return np.zeros(t.shape, t.dtype)
+
+
+def add_contributions(a: Any, b: Any) -> Any:
+    """The sum of two contributions, either of which may be None (zero)."""
+    if a is None:
+        return b
+    return a if b is None else a + b
+
+
+class _Derived:
+    """What both node parameters share: the sub-program and, built on first use, its JVP
+    program (for the derivative rules) and compiled form (for running)."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self._jvp: Program | None = None
+        self._compiled: Compiled | None = None
+
+    @property
+    def jvp_program(self) -> Program:
+        if self._jvp is None:
+            with LOWERING_LOCK:
+                if self._jvp is None:
+                    self._jvp = build_jvp(self.program)
+        return self._jvp
+
+    @property
+    def compiled(self) -> Compiled:
+        if self._compiled is None:
+            with LOWERING_LOCK:
+                if self._compiled is None:
+                    self._compiled = Compiled(self.program)
+        return self._compiled
+
+    def float_params(self) -> list[int]:
+        return [i for i, p in enumerate(self.program.params) if p.type.is_float]
+
+    def jvp_call(self, xs: list[Any], tangents: list[Any]) -> list[Any]:
+        """The tangent results of P at `xs` along `tangents` (one per parameter, None for
+        zero; those of non-float parameters are ignored), as a `call` of J."""
+        params = self.program.params
+        dx = [_zeros(params[i].type) if tangents[i] is None else tangents[i]
+              for i in self.float_params()]
+        outs = bind("call", *xs, *dx, of=Call(self.jvp_program))
+        return outs[len(self.program.outputs):]
+
+    def jvp_pullback(self, xs: list[Any], tangents: list[Any], cts: list[Any],
+                     wrt: tuple[int, ...], checkpoint: Any) -> list[Any]:
+        """The derivative in x of `cts · J_P(x) tangents`: reverse mode of J with cotangent
+        zero on its primal results and `cts` on its tangent results; one per parameter of
+        P, for those in `wrt`."""
+        program, jvp = self.program, self.jvp_program
+        params = program.params
+        dx = [_zeros(params[i].type) if tangents[i] is None else tangents[i]
+              for i in self.float_params()]
+        zeros = [_zeros(v.type) for v in program.outputs]
+        cts = [_zeros(v.type) if c is None else c for v, c in zip(program.outputs, cts)]
+        g = bind("vjp_call", *xs, *dx, *zeros, *cts, of=Pullback(jvp, wrt, checkpoint))
+        return list(g[:len(params)])
+
+
+class Call(_Derived):
+    """The `of` of a `call` node: run the sub-program P on the node's inputs."""
+
+    def __repr__(self) -> str:
+        return self.program.name
+
+    def result_types(self) -> list[TensorType]:
+        return [v.type for v in self.program.outputs]
+
+    def run(self, xs: tuple) -> tuple:
+        m = Machine(self.compiled, [resolve(r.checkpoint, None) for r in self.program.loops()],
+                    check=anomaly_detection_enabled())
+        return tuple(as_runtime_value(o) for o in m.run([as_runtime_value(x) for x in xs]))
+
+    def tangents(self, ts: list[Any], xs: list[Any]) -> list[Any]:
+        return self.jvp_call(list(xs), ts)
+
+    def cotangents(self, cts: list[Any], xs: list[Any]) -> list[Any]:
+        wrt = tuple(self.float_params())
+        outs = self.program.outputs
+        full = [_zeros(v.type) if c is None else c for v, c in zip(outs, cts)]
+        g = bind("vjp_call", *xs, *full, of=Pullback(self.program, wrt, None))
+        return [g[i] if i in wrt else None for i in range(len(xs))]
+
+
+class Pullback(_Derived):
+    """The `of` of a `vjp_call` node: inputs (x, c) — P's parameters, then a cotangent
+    per result of P; results: the cotangent of each parameter (zeros outside `wrt`)."""
+
+    def __init__(self, program: Program, wrt: tuple[int, ...], checkpoint: Any):
+        super().__init__(program)
+        self.wrt = wrt
+        self.checkpoint = checkpoint
+        self._plan: GradPlan | None = None
+
+    def __repr__(self) -> str:
+        strategy = "" if self.checkpoint is None else f", checkpoint={self.checkpoint!r}"
+        return f"vjp({self.program.name}, wrt={list(self.wrt)}{strategy})"
+
+    def result_types(self) -> list[TensorType]:
+        return [p.type for p in self.program.params]
+
+    @property
+    def plan(self) -> GradPlan:
+        if self._plan is None:
+            with LOWERING_LOCK:
+                if self._plan is None:
+                    self._plan = differentiate(self.program, self.wrt, forward=self.compiled)
+        return self._plan
+
+    def run(self, args: tuple) -> tuple:
+        n = len(self.program.params)
+        strategies = [resolve(r.checkpoint, self.checkpoint) for r in self.program.loops()]
+        tape = execute(self.plan, [as_runtime_value(a) for a in args[:n]], strategies,
+                       check=anomaly_detection_enabled())
+        cts = tape.pullback([as_runtime_value(c) for c in args[n:]])
+        return tuple(as_runtime_value(c) for c in cts)
+
+    def tangents(self, ts: list[Any], xs: list[Any]) -> list[Any]:
+        n = len(self.program.params)
+        x, c, dx, dc = list(xs[:n]), list(xs[n:]), ts[:n], ts[n:]
+        parts = []
+        if any(t is not None for t in dc):  # linear in c
+            full = [_zeros(v.type) if t is None else t for v, t in zip(self.program.outputs, dc)]
+            parts.append(bind("vjp_call", *x, *full, of=self))
+        if any(dx[i] is not None for i in self.float_params()):
+            parts.append(self.jvp_pullback(x, dx, c, self.wrt, self.checkpoint))
+        result: list[Any] = [None] * n
+        for i in self.wrt:
+            for part in parts:
+                result[i] = add_contributions(result[i], part[i])
+        return result
+
+    def cotangents(self, cts: list[Any], xs: list[Any]) -> list[Any]:
+        program = self.program
+        n = len(program.params)
+        x, c = list(xs[:n]), list(xs[n:])
+        # the results outside `wrt` are constant zeros: their cotangents reach nothing
+        along = [cts[i] if i in self.wrt else None for i in range(n)]
+        if all(a is None for a in along):
+            return [None] * len(xs)
+        ct_c = self.jvp_call(x, along)
+        ct_x = self.jvp_pullback(x, along, c, tuple(self.float_params()), self.checkpoint)
+        ct_x = [g if program.params[i].type.is_float else None for i, g in enumerate(ct_x)]
+        ct_c = [g if v.type.is_float else None for v, g in zip(program.outputs, ct_c)]
+        return ct_x + ct_c
+
+
+# ---------------------------------------------------------------------------------
+# The transformations, applied inside a trace
+# ---------------------------------------------------------------------------------
+
+
+class Traced:
+    """`fun` at argument leaves of the enclosing trace, traced into a sub-program: what
+    each transformation below starts from."""
+
+    def __init__(self, fun: Callable, args: tuple, caller: str):
+        leaves, self.in_tree = treelib.flatten(args)
+        self.nargs = len(args)
+        name = getattr(fun, "__name__", "f")
+
+        def flat(*xs: Any) -> Any:
+            return fun(*treelib.unflatten(self.in_tree, list(xs)))
+
+        self.program, captured = trace_nested(flat, leaves, f"{caller}({name})")
+        self.inputs = list(leaves) + captured
+        self.n_leaves = len(leaves)
+
+    def outputs(self) -> list[Any]:
+        return list(bind("call", *self.inputs, of=Call(self.program)))
+
+    def pullback(self, cts: list[Any], wrt: tuple[int, ...], checkpoint: Any) -> list[Any]:
+        g = bind("vjp_call", *self.inputs, *cts, of=Pullback(self.program, wrt, checkpoint))
+        return list(g[: self.n_leaves])
+
+
+def value_and_grad(fun: Callable, args: tuple, nums: tuple[int, ...], single: bool,
+                   has_aux: bool, checkpoint: Any, caller: str) -> Any:
+    """`cg.value_and_grad(fun, argnums)(*args)` inside a trace."""
+    traced = Traced(fun, args, caller)
+    program = traced.program
+    out = treelib.unflatten(program.out_tree, traced.outputs())
+    value_type = program.outputs[0].type
+    if value_type.shape != () or not value_type.is_float:
+        raise ArgumentTypeError(f"{caller}: the function must return a float scalar"
+                                f"{' (with has_aux, as the first of the pair)' if has_aux else ''}"
+                                f", got {value_type}")
+    seeds = [np.ones((), value_type.dtype)] + [_zeros(v.type) for v in program.outputs[1:]]
+    starts = [0]
+    for child in traced.in_tree.children:
+        starts.append(starts[-1] + child.num_leaves)
+    wrt = tuple(j for i in nums for j in range(starts[i], starts[i + 1])
+                if program.params[j].type.is_float)
+    flat = traced.pullback(seeds, wrt, checkpoint)
+    per_arg = treelib.unflatten(traced.in_tree, flat)
+    grads = per_arg[nums[0]] if single else tuple(per_arg[i] for i in nums)
+    return out, grads
+
+
+def vjp(fun: Callable, primals: tuple, checkpoint: Any, has_aux: bool) -> Any:
+    """`cg.vjp(fun, *primals)` inside a trace: the pullback emits a `vjp_call` node."""
+    traced = Traced(fun, primals, "vjp")
+    program = traced.program
+    out = treelib.unflatten(program.out_tree, traced.outputs())
+    wrt = tuple(i for i, p in enumerate(program.params[: traced.n_leaves]) if p.type.is_float)
+
+    def pullback(cotangent: Any) -> tuple:
+        if has_aux:
+            aux_zeros = treelib.tree_map(lambda a: np.zeros(a.shape, a.dtype), out[1])
+            cotangent = (cotangent, aux_zeros)
+        leaves, tree = treelib.flatten(cotangent)
+        if tree != program.out_tree:
+            raise ArgumentTypeError(f"pullback: the cotangent's structure {tree.describe()} "
+                                    f"differs from the output's {program.out_tree.describe()}")
+        flat = traced.pullback(leaves, wrt, checkpoint)
+        return tuple(treelib.unflatten(traced.in_tree, flat))[: traced.nargs]
+
+    if has_aux:
+        return out[0], pullback, out[1]
+    return out, pullback
+
+
+def jvp(fun: Callable, primals: tuple, tangents: tuple) -> tuple[Any, Any]:
+    """`cg.jvp(fun, primals, tangents)` inside a trace: one `call` of the JVP program."""
+    traced = Traced(fun, primals, "jvp")
+    t_leaves, t_tree = treelib.flatten(tangents)
+    if t_tree != traced.in_tree:
+        raise ArgumentTypeError("jvp: tangents must have the same structure as primals")
+    program = traced.program
+    params = program.params
+    full = t_leaves + [None] * (len(params) - len(t_leaves))  # closed-over: no tangent
+    derived = Call(program)
+    touts = derived.jvp_call(traced.inputs, full)
+    outs = traced.outputs()
+    return (treelib.unflatten(program.out_tree, outs),
+            treelib.unflatten(program.out_tree, list(touts)))
+
+
+def is_tracing(args: tuple) -> bool:
+    """Whether a transformation called now runs inside a trace (so it must emit a node):
+    a trace is being built in this thread, or an argument is traced."""
+    return current_trace() is not None or any(
+        isinstance(x, Tracer) for x in treelib.flatten(args)[0])
