@@ -42,6 +42,7 @@ DOC = ROOT / "docs" / "inspector.md"
 REGEN = bool(os.environ.get("CFGRAD_REGEN_GOLDEN"))
 
 sys.path.insert(0, str(Path(__file__).parent))
+from test_docs_api import normalized, run_example, runnable_examples  # noqa: E402
 from test_inspector import has_colour, schedule_sections, totals_of  # noqa: E402
 
 
@@ -534,6 +535,23 @@ def test_docs_python_examples_run(capsys, monkeypatch):
     for code in snippets:
         exec(compile(code, "snippet.py", "exec"), {})  # noqa: S102 - our own documentation
     assert "run of collatz_like" in capsys.readouterr().out
+
+
+def test_docs_python_examples_print_what_is_shown(monkeypatch):
+    """A Python example followed directly by a text block prints exactly that text (run as
+    docs/api.md's are: a fresh namespace, the file `example.py`)."""
+    monkeypatch.chdir(EXAMPLES)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    examples = runnable_examples(DOC.read_text())
+    assert examples
+    for line, code, out in examples:
+        printed = run_example(code.group(2))
+        if REGEN:
+            text = DOC.read_text()
+            DOC.write_text(text.replace(out.group(0), f"```text\n{printed}```"))
+            continue
+        assert normalized(printed) == normalized(out.group(2)), (
+            f"docs/inspector.md:{line} prints something else now")
 
 
 def test_docs_svg_is_what_the_cli_saves(tmp_path, capsys, monkeypatch):
