@@ -18,6 +18,7 @@ are bitwise identical whichever is chosen; only memory and recomputation differ.
 
 from __future__ import annotations
 
+import copy
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -516,3 +517,18 @@ def first_path(trips: int, snapshots: int) -> list[tuple[int, int]]:
 def resolve(region_choice: Any, call_choice: Any) -> Any:
     """The loop's own choice wins over the call's; StoreAll when neither chose."""
     return region_choice if region_choice is not None else (call_choice or StoreAll())
+
+
+def traced(strategy: Any) -> Any:
+    """`strategy` with its schedule events listened to: a copy made with `trace=True`.
+
+    For a viewer (the inspector) that shows the schedule of a run whose strategies were
+    made without `trace=True`: tracing changes no decision of a strategy, only whether its
+    events are recorded, so the copy runs the same schedule, and the user's object is left
+    as it was. A strategy without a `trace` attribute (StoreAll, which recomputes nothing
+    and has no schedule, or one of the user's own) is returned as it is."""
+    if not hasattr(strategy, "trace") or strategy.trace:  # nothing to trace, or traced
+        return strategy
+    copied = copy.copy(strategy)
+    copied.trace = True
+    return copied

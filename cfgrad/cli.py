@@ -1,6 +1,7 @@
 """The `cfgrad` command line (also `python -m cfgrad`).
 
-    cfgrad inspect path/to/file.py:function [--args '2.0, 1.0'] [--adjoint] [--run] ...
+    cfgrad inspect path/to/file.py:function [--args '2.0, 1.0'] [--adjoint] [--run]
+                   [--schedule] [--checkpoint 'Binomial(4)'] ...
     cfgrad demo
 
 `inspect` imports the file as a module, takes the function's arguments from `--args` or
@@ -38,7 +39,7 @@ import numpy as np
 from rich.console import Console
 from rich.text import Text
 
-from . import inspector
+from . import checkpoint, inspector
 from .api import lowered
 from .dot import to_dot
 from .errors import ArgumentValueError, CfgradError
@@ -115,6 +116,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="show each forward block beside its adjoint (mirrored view)")
     p.add_argument("--run", action="store_true",
                    help="run forward and backward and show what the run did")
+    p.add_argument("--schedule", action="store_true",
+                   help="run with every loop's checkpoint strategy traced and show each "
+                   "loop's schedule of events (implies --run)")
+    p.add_argument("--checkpoint", metavar="STRATEGY",
+                   help="the call's checkpoint strategy for the run, e.g. 'Binomial(4)': "
+                   f"{', '.join(STRATEGY_FORMS)} (a loop's own choice wins)")
     p.add_argument("--text", action="store_true",
                    help="print the plain IR text instead (the adjoint's with --adjoint)")
     p.add_argument("--values", metavar="NAMES",
@@ -153,11 +160,15 @@ def _output_options(p: argparse.ArgumentParser) -> None:
 
 
 def _inspect(ns: argparse.Namespace) -> int:
-    if ns.text and (ns.run or ns.svg or ns.html or ns.values):
+    if ns.text and (ns.run or ns.schedule or ns.checkpoint or ns.svg or ns.html or ns.values):
         raise UsageError("--text prints the plain IR; it does not combine with --run, "
-                         "--values, --svg or --html")
-    if ns.values and not ns.run:
+                         "--schedule, --checkpoint, --values, --svg or --html")
+    runs = ns.run or ns.schedule
+    if ns.values and not runs:
         raise UsageError("--values summarizes values of a run: add --run")
+    if ns.checkpoint is not None and not runs:
+        raise UsageError("--checkpoint chooses the strategy of a run: add --run or --schedule")
+    strategy = parse_strategy(ns.checkpoint) if ns.checkpoint is not None else None
     if ns.fold < 0:
         raise UsageError("--fold must be 0 (never fold) or a positive number of rows")
     console = _console(ns)
@@ -168,20 +179,22 @@ def _inspect(ns: argparse.Namespace) -> int:
     with _user_code(f"inspecting {ns.target}", passthrough=CfgradError):
         shown = adjoint(program) if ns.adjoint else program
         run = None
-        if ns.run:
+        if runs:
             values = [v.strip() for v in ns.values.split(",") if v.strip()] if ns.values else []
             try:
                 inspector.find_values(program, values)
             except ArgumentValueError as exc:
                 raise UsageError(f"--values: {exc}") from None
-            run = inspector.record_run(fun, *args, values=values)
+            run = inspector.record_run(fun, *args, values=values, checkpoint=strategy,
+                                       schedule=ns.schedule)
         if ns.dot:
             _write(ns.dot, "--dot", lambda path: Path(path).write_text(
                 to_dot(shown, None if ns.adjoint else run), encoding="utf-8"))
         if ns.text:
             sys.stdout.write(shown.text())
             return 0
-        view = inspector.view(run or program, adjoint=ns.adjoint, fold=ns.fold or None)
+        view = inspector.view(run or program, adjoint=ns.adjoint, fold=ns.fold or None,
+                              schedule=ns.schedule)
     console.print(view)
     _save(console, ns, f"cfgrad inspect {ns.target}")
     return 0
@@ -368,6 +381,31 @@ def parse_args(text: str) -> tuple:
         return tuple(_arrays(a) for a in args)
     except ValueError as exc:
         raise UsageError(f"--args {text!r}: a list is not a rectangular array: {exc}") from None
+
+
+#: What --checkpoint takes: the strategies of cfgrad.checkpoint, as a call writes them.
+STRATEGY_FORMS = ("StoreAll()", "Recompute()", "EveryK(k)", "Binomial(s)", "Online(s)")
+
+
+def parse_strategy(text: str) -> Any:
+    """`'Binomial(4)'` -> Binomial(4): one of the strategies of cfgrad.checkpoint, called
+    with literal arguments as in Python. Nothing else is evaluated: the text comes from a
+    command line, and a strategy is all it may name."""
+    names = {form.partition("(")[0] for form in STRATEGY_FORMS}
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        node = None
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in names):
+        raise UsageError(f"--checkpoint {text!r} is not a strategy: write one of "
+                         f"{', '.join(STRATEGY_FORMS)}")
+    try:
+        args = [ast.literal_eval(a) for a in node.args]
+        kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+        return getattr(checkpoint, node.func.id)(*args, **kwargs)
+    except (ValueError, TypeError, SyntaxError) as exc:
+        raise UsageError(f"--checkpoint {text!r}: {exc}") from None
 
 
 def _arrays(x: Any) -> Any:

@@ -12,7 +12,9 @@ Three views, all built from the same block panels:
 * the **run view** (`record_run` + `render_run`, or a `Run` given to `rich.print`): the
   program view annotated with what one execution did (visit counts, decision counts,
   trip counts), the executed path run-length encoded, per-loop checkpoint accounting from
-  the reverse pass, and value summaries.
+  the reverse pass, and value summaries; with traced strategies (`schedule=True`), each
+  loop's checkpoint schedule: the strategy's events grouped into runs, per phase, a
+  per-iteration count of each kind and totals set against the interpreter's counts.
 
 `inspect()` prints a view; `view()` returns it as a rich renderable. The inspector only
 reads: it runs programs through the public machinery of api.py and interpret.py, with the
@@ -27,21 +29,36 @@ second.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from . import tree as treelib
 from .api import Lowering, Pullback, lowered
-from .checkpoint import RunStats, check_strategy, resolve
+from .checkpoint import (
+    ADVANCE,
+    FREE,
+    RESTORE,
+    REVERSE,
+    STORE,
+    TAPED,
+    LoopStats,
+    RunStats,
+    StoreAll,
+    check_strategy,
+    resolve,
+    traced,
+)
 from .errors import ArgumentTypeError, ArgumentValueError
 from .interpret import Tape, execute
 from .ir import (
@@ -54,6 +71,7 @@ from .ir import (
     Piece,
     Program,
     Region,
+    RegionNest,
     Value,
     back_edge_sources,
     const_literal,
@@ -666,7 +684,11 @@ class Run:
     stats: RunStats  # per loop: trip counts, strategy, recomputation, snapshots, bytes
     values: list[ValueSummary]
     reversed: bool  # whether the reverse pass ran (checkpoint accounting is complete)
+    # per loop, how many of its schedule events the forward run emitted (the rest came
+    # from the reverse pass): the events themselves do not say which phase they are of
+    forward_events: list[int]
     reverse_error: str = ""
+    traced: bool = False  # every loop's strategy was traced (record_run(schedule=True))
 
     def __rich_console__(self, console: Console, options: Any) -> Any:
         yield render_run(self)
@@ -718,13 +740,15 @@ def _name_order(name: str) -> tuple[int, Any]:
 
 
 def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence[str] = (),
-               reverse: bool = True) -> Run:
+               reverse: bool = True, schedule: bool = False) -> Run:
     """Run `target` (a function, a forward Program, or a Pullback, which is re-run on its
     inputs) forward with the path recorded, then (with `reverse`) its adjoint with unit
     cotangents for float outputs, so the checkpoint accounting is complete.
 
     `values` names more values to summarize (`"%3"`); parameters, outputs and the
-    gradients are always summarized."""
+    gradients are always summarized. With `schedule`, every loop's strategy runs traced
+    (`checkpoint.traced`: the same decisions, with their events recorded), so the run view
+    shows each loop's schedule; a strategy made with `trace=True` is traced anyway."""
     check_strategy(checkpoint, "cfgrad.inspect")
     pb = _pullback_of(target)
     if pb is not None:
@@ -747,9 +771,13 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
     names = Naming.of(program)
     chosen = find_values(program, values)
     path, hook = _hook_recorder()
+    strategies = entry.strategies(checkpoint)
+    if schedule:
+        strategies = [traced(s) for s in strategies]
     with np.errstate(all="ignore"):
-        tape = execute(entry.grad_plan(None), entry.arguments(leaves),
-                       entry.strategies(checkpoint), block_hook=hook)
+        tape = execute(entry.grad_plan(None), entry.arguments(leaves), strategies,
+                       block_hook=hook)
+    forward_events = [len(s.schedule or ()) for s in tape.stats.loops]
     visits = np.bincount(np.asarray(path, dtype=np.int64),
                          minlength=len(program.blocks)).tolist()
     summaries = _summaries(program, names, tape, chosen, visits)
@@ -771,7 +799,7 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
     recomputed = np.bincount(np.asarray(recomputed_path, dtype=np.int64),
                              minlength=len(program.blocks)).tolist()
     return Run(program, path, visits, recomputed, _count_edges(program, path), tape.stats,
-               summaries, did_reverse, error)
+               summaries, did_reverse, forward_events, error, schedule)
 
 
 def _pullback_of(target: Any) -> Pullback | None:
@@ -886,36 +914,42 @@ class Repeat:
 def path_text(tokens: Sequence[Any], labels: Sequence[str],
               limit: int = MAX_PATH_TOKENS) -> Text:
     """`b0 → (b1 → b2)×33 → b3`, eliding the middle of very long paths."""
-    shown: list[Any] = list(tokens)
-    hidden = 0
-    if len(shown) > limit + limit // 4:  # elide only when it saves a good part
-        hidden = len(shown) - limit
-        shown = shown[: limit // 2] + [None] + shown[len(shown) - (limit - limit // 2):]
     out = Text()
-    for i, tok in enumerate(shown):
+    for i, item in enumerate(token_items(
+            tokens, lambda b: Text.assemble((labels[b], LABEL_STYLE)), limit)):
         if i:
             out.append(" → ", style="dim")
-        if tok is None:
-            out.append(f"… {hidden} more …", style=NOTE_STYLE)
-        else:
-            _token_text(tok, labels, out)
+        out.append_text(item)
     return out
 
 
-def _token_text(tok: Any, labels: Sequence[str], out: Text) -> None:
-    if isinstance(tok, Repeat):
-        single = len(tok.unit) == 1 and not isinstance(tok.unit[0], Repeat)
-        if not single:
-            out.append("(")
-        for j, u in enumerate(tok.unit):
-            if j:
-                out.append(" → ", style="dim")
-            _token_text(u, labels, out)
-        if not single:
-            out.append(")")
-        out.append(f"×{tok.count}", style=COUNT_STYLE)
-    else:
-        out.append(labels[tok], style=LABEL_STYLE)
+def token_items(tokens: Sequence[Any], atom: Callable[[Any], Text], limit: int) -> list[Text]:
+    """A compressed sequence (`compress_path`) as the items a line shows between its
+    separators: `atom` of each plain token (styled by a span, not as its base style, so
+    that the parentheses and `×n` a repeat attaches to its first and last item keep
+    their own), and the middle of a sequence longer than `limit` tokens replaced by
+    `… 26 more …` when that saves a good part of it."""
+    shown: list[Any] = list(tokens)
+    hidden = 0
+    if len(shown) > limit + limit // 4:
+        hidden = len(shown) - limit
+        shown = shown[: limit // 2] + [None] + shown[len(shown) - (limit - limit // 2):]
+    out: list[Text] = []
+    for tok in shown:
+        out += [Text(f"… {hidden} more …", style=NOTE_STYLE)] if tok is None else \
+            _items(tok, atom)
+    return out
+
+
+def _items(tok: Any, atom: Callable[[Any], Text]) -> list[Text]:
+    if not isinstance(tok, Repeat):
+        return [atom(tok)]
+    items = [item for unit in tok.unit for item in _items(unit, atom)]
+    if len(tok.unit) > 1 or isinstance(tok.unit[0], Repeat):
+        items[0] = Text("(") + items[0]
+        items[-1] = items[-1] + Text(")")
+    items[-1] = items[-1] + Text(f"×{tok.count}", style=COUNT_STYLE)
+    return items
 
 
 def counts_text(counts: Sequence[int]) -> str:
@@ -952,8 +986,11 @@ def _num(x: float | None) -> str:
     return f"{x:.6g}"
 
 
-def render_run(run: Run, fold: int | None = DEFAULT_FOLD) -> RenderableType:
-    """The run view: path, annotated program, loops and values."""
+def render_run(run: Run, fold: int | None = DEFAULT_FOLD,
+               schedule: bool = False) -> RenderableType:
+    """The run view: path, annotated program, loops, schedules and values. The schedules
+    are shown when a loop's strategy was traced, or, with `schedule`, in any case (a loop
+    not traced says how to trace it)."""
     program = run.program
     names = Naming.of(program)
     labels = [names.blocks[b] for b in program.blocks]
@@ -988,6 +1025,8 @@ def render_run(run: Run, fold: int | None = DEFAULT_FOLD) -> RenderableType:
                                    render_program(program, fold, annotate, strategies)]
     if run.stats.loops:
         parts.append(loops_table(program, run))
+        if schedule or run.traced or any(s.schedule is not None for s in run.stats.loops):
+            parts.append(render_schedules(run))
     parts.append(values_table(run.values))
     return Group(*parts)
 
@@ -1025,6 +1064,288 @@ def values_table(values: Iterable[ValueSummary]) -> Table:
     return t
 
 
+# -- checkpoint schedules -------------------------------------------------------------
+
+#: The timeline's rows, in this order: memory (snapshots), then body evaluations.
+EVENTS = (STORE, FREE, RESTORE, ADVANCE, TAPED, REVERSE)
+EVENT_STYLE = {STORE: "green", FREE: "red", RESTORE: "cyan", ADVANCE: "yellow",
+               TAPED: "magenta", REVERSE: "bold"}
+MAX_SCHEDULE_TOKENS = 40  # grouped events shown per phase before the middle is elided
+
+
+class EventRun(NamedTuple):
+    """Events of one kind on consecutive iterations, one right after the other: iterations
+    `first` to `last` inclusive, in the order they happened (`last < first` when they went
+    down, as the reverse does). A token of a compressed schedule (a tuple, so the long
+    schedules of long loops compare and hash quickly)."""
+
+    what: str
+    first: int
+    last: int
+
+    def __str__(self) -> str:
+        span = str(self.first) if self.last == self.first else f"{self.first}→{self.last}"
+        return f"{self.what} {span}"
+
+
+def group_events(events: Iterable[tuple[str, int]]) -> list[EventRun]:
+    """`advance 3, advance 4, advance 5` becomes `advance 3→5`: a run grows while the kind
+    stays the same and each iteration is one more (or, going down, one less) than the
+    one before."""
+    out: list[EventRun] = []
+    what, first, last = "", 0, 0
+    for w, t in events:
+        step = t - last
+        if w == what and abs(step) == 1 and (last - first) * step >= 0:
+            last = t  # (last - first) is 0 while the run has one event: either way fits
+            continue
+        if what:
+            out.append(EventRun(what, first, last))
+        what, first, last = w, t, t
+    if what:
+        out.append(EventRun(what, first, last))
+    return out
+
+
+def schedule_items(events: Sequence[tuple[str, int]],
+                   limit: int = MAX_SCHEDULE_TOKENS) -> list[Text]:
+    """`store 0`, `advance 0→4`, `taped 5`, `(restore 0`, `taped 0)×2`: the events grouped
+    into runs, repeated stretches folded (as in the path), the middle of a long list
+    elided; the items of a line that wraps only between them (`FlowRows`)."""
+    return token_items(compress_path(group_events(events)),
+                       lambda run: Text.assemble((str(run), EVENT_STYLE.get(run.what, ""))),
+                       limit)
+
+
+class FlowRows:
+    """Rows of a label and items (`advance 0→4`, …) joined by ` · `, wrapped only between
+    items, so an event never splits from its iteration; continuation lines start under the
+    first item (under the label, indented, when the label takes more than half the width).
+    Everything is `indent` columns in; an item wider than the whole width is cropped."""
+
+    SEP = " · "
+
+    def __init__(self, rows: list[tuple[str, list[Text]]], indent: int = 0):
+        self.rows = rows
+        self.indent = indent
+        self.label_w = max(len(label) for label, _ in rows)
+
+    def __rich_measure__(self, console: Console, options: Any) -> Measurement:
+        widest = max(item.cell_len for _, items in self.rows for item in items)
+        longest = max(sum(i.cell_len for i in items) + len(self.SEP) * (len(items) - 1)
+                      for _, items in self.rows)
+        lhs = self.indent + self.label_w + 2
+        return Measurement(lhs + widest, lhs + longest)
+
+    def __rich_console__(self, console: Console, options: Any) -> Any:
+        width = max(options.max_width, 8)
+        stacked = self.indent + self.label_w + 2 > width // 2
+        indent = self.indent + (4 if stacked else self.label_w + 2)
+        lines: list[Text] = []
+        for label, items in self.rows:
+            if stacked:
+                lines.append(Text(" " * self.indent + label))
+                line = Text(" " * indent)
+            else:
+                line = Text(" " * self.indent + f"{label:<{self.label_w}}  ")
+            col = indent
+            for i, item in enumerate(items):
+                # an item that is not the last keeps room for the " ·" a break leaves
+                need = item.cell_len + (len(self.SEP.rstrip()) if i + 1 < len(items) else 0)
+                if i and col + len(self.SEP) + need > width:
+                    line.append(self.SEP.rstrip(), style="dim")
+                    lines.append(line)
+                    line, col = Text(" " * indent), indent
+                elif i:
+                    line.append(self.SEP, style="dim")
+                    col += len(self.SEP)
+                line.append_text(item)
+                col += item.cell_len
+            lines.append(line)
+        text = Text("\n").join(lines)
+        text.no_wrap = True
+        text.overflow = "crop"
+        yield text
+
+
+@dataclass
+class ScheduleTotals:
+    """What one loop's schedule events add up to: the events of each phase by kind, and
+    the most snapshots held at once (stores not yet freed). The view sets these against
+    the interpreter's own counts (`LoopStats`), so a strategy whose events disagree with
+    what it ran shows."""
+
+    forward: Counter[str]
+    reverse: Counter[str]
+    peak_snapshots: int
+
+    @staticmethod
+    def of(schedule: Sequence[tuple[str, int]], forward_events: int) -> ScheduleTotals:
+        held = peak = 0
+        for what, _ in schedule:
+            if what == STORE:
+                held += 1
+                peak = max(peak, held)
+            elif what == FREE:
+                held -= 1
+        return ScheduleTotals(Counter(what for what, _ in schedule[:forward_events]),
+                              Counter(what for what, _ in schedule[forward_events:]), peak)
+
+    @property
+    def forward_steps(self) -> int:
+        """Body evaluations of the forward run: the sweep's `advance`s and its `taped`."""
+        return self.forward[ADVANCE] + self.forward[TAPED]
+
+    @property
+    def recompute_steps(self) -> int:
+        """Body evaluations of the reverse pass that the schedule shows. A loop nested in
+        another also runs inside its enclosing loops' untaped re-runs, where its strategy
+        is not involved: those the interpreter counts but no event shows."""
+        return self.reverse[ADVANCE] + self.reverse[TAPED]
+
+
+def render_schedules(run: Run) -> RenderableType:
+    """Per loop, its checkpoint strategy's schedule in this run: the events of the forward
+    run and of the reverse pass grouped into runs, how many events of each kind touched
+    each iteration, and the totals against `LoopStats` (forward steps, recomputed steps,
+    peak snapshots)."""
+    nest = RegionNest(run.program.regions)
+    parts: list[RenderableType] = [Text("schedules", style="bold")]
+    for r, stats, forward_events in zip(run.program.loops(), run.stats.loops,
+                                        run.forward_events):
+        nested = nest.loop_of[r.parent] is not None
+        parts.append(_loop_schedule(r, stats, forward_events, nested, run))
+    return Group(*parts)
+
+
+def _loop_schedule(r: LoopRegion, stats: LoopStats, forward_events: int, nested: bool,
+                   run: Run) -> RenderableType:
+    head = Text(f"{r.id} {r.kind}", style="bold blue")
+    trips = f"trips {counts_text(stats.trip_counts)}" if stats.trip_counts else "never ran"
+    head.append(f" · {stats.strategy} · {trips}", style="dim")
+    schedule = stats.schedule
+    if schedule is None:
+        if stats.strategy == repr(StoreAll()):
+            note = "no schedule: StoreAll() keeps every iteration's tape and recomputes nothing"
+        elif run.traced:
+            note = f"no schedule: {stats.strategy} does not trace its events"
+        else:
+            note = "not traced: record the run with schedule=True (cfgrad inspect --schedule)"
+        return Group(head, Padding(Text(note, style=NOTE_STYLE), (0, 0, 0, 2), expand=False))
+    totals = ScheduleTotals.of(schedule, forward_events)
+    forward, reverse = schedule[:forward_events], schedule[forward_events:]
+    rows = [("forward run", schedule_items(forward) if forward else
+             [Text("no events", style=NOTE_STYLE)]),
+            ("reverse pass", schedule_items(reverse) if reverse else
+             [Text("no events" if run.reversed else "not run", style=NOTE_STYLE)]),
+            ("totals", totals_items(stats, totals, nested))]
+    body: list[RenderableType] = [head, FlowRows(rows, indent=2)]
+    if schedule:
+        body.append(EventTimeline(schedule, indent=2))
+    return Group(*body)
+
+
+def totals_items(stats: LoopStats, totals: ScheduleTotals, nested: bool) -> list[Text]:
+    """`forward 6 = 5 advance + 1 taped`, `recomputed 7 = 2 advance + 5 taped`, `peak
+    snapshots 3`, from the events; a number the interpreter counted differently follows
+    in red. The body evaluations a nested loop ran inside its enclosing loops' untaped
+    re-runs have no events: they are the difference, named as such."""
+
+    def total(label: str, events: Counter[str], counted: int, untaped: int = 0) -> Text:
+        shown = events[ADVANCE] + events[TAPED] + untaped
+        out = Text(f"{label} {shown}")
+        parts = [f"{events[k]} {k}" for k in (ADVANCE, TAPED) if events[k]]
+        if untaped:
+            parts.append(f"{untaped} untaped inside enclosing loops' re-runs")
+        if parts:
+            out.append(" = " + " + ".join(parts), style="dim")
+        if shown != counted:
+            out.append(f" (the interpreter counted {counted})", style="bold red")
+        return out
+
+    untaped = stats.recompute_steps - totals.recompute_steps
+    peak = Text(f"peak snapshots {totals.peak_snapshots}")
+    if totals.peak_snapshots != stats.peak_snapshots:
+        peak.append(f" (the interpreter counted {stats.peak_snapshots})", style="bold red")
+    return [total("forward", totals.forward, stats.forward_steps),
+            total("recomputed", totals.reverse, stats.recompute_steps,
+                  untaped if nested and untaped > 0 else 0),
+            peak]
+
+
+class EventTimeline:
+    """How many events of each kind touched each iteration t of a loop (over all its
+    executions and both phases): one row per kind, a column per iteration and a total
+    column. It shows where the snapshots were and which iterations were re-run how often,
+    which the event list, in time order, does not show at a glance. When the iterations do
+    not fit the width, each column counts a bucket of them (2, 5, 10, 20, 50, …
+    iterations), labelled by its first."""
+
+    GAP = 1  # spaces between columns
+
+    def __init__(self, schedule: Sequence[tuple[str, int]], indent: int = 0):
+        self.indent = indent
+        self.n = max(t for _, t in schedule) + 1
+        seen = {what for what, _ in schedule}
+        kinds = [k for k in EVENTS if k in seen] + sorted(seen - set(EVENTS))  # and others
+        self.counts = {k: [0] * self.n for k in kinds}
+        for what, t in schedule:
+            self.counts[what][t] += 1
+        self.label_w = max(len("t"), *map(len, kinds))
+        self.total_w = max(len("total"), *(len(str(sum(c))) for c in self.counts.values()))
+
+    def _sizes(self) -> Iterable[int]:
+        """Bucket sizes to try, smallest first: 1, 2, 5, 10, 20, 50, … up to one column."""
+        size = 1
+        while True:
+            for step in (1, 2, 5):
+                if step * size >= self.n:
+                    yield step * size
+                    return
+                yield step * size
+            size *= 10
+
+    def _columns(self, size: int) -> tuple[list[str], dict[str, list[int]], int]:
+        """Column labels, each kind's bucketed counts and the common column width."""
+        starts = range(0, self.n, size)
+        cells = {k: [sum(c[a:a + size]) for a in starts] for k, c in self.counts.items()}
+        width = max(max(len(str(a)) for a in starts),
+                    *(len(str(v)) for row in cells.values() for v in row))
+        return [str(a) for a in starts], cells, width
+
+    def _width(self, size: int) -> int:
+        labels, _, w = self._columns(size)
+        return self.indent + self.label_w + 2 + len(labels) * (w + self.GAP) + 2 + self.total_w
+
+    def __rich_measure__(self, console: Console, options: Any) -> Measurement:
+        *_, one_column = self._sizes()
+        return Measurement(self._width(one_column), self._width(1))
+
+    def __rich_console__(self, console: Console, options: Any) -> Any:
+        size = next((z for z in self._sizes() if self._width(z) <= options.max_width),
+                    max(self._sizes()))
+        labels, cells, w = self._columns(size)
+        pad = " " * self.indent
+        lines = [Text(f"{pad}{'t':<{self.label_w}}  ", style="dim")]
+        for label in labels:
+            lines[0].append(f"{label:>{w + self.GAP}}", style="dim")
+        lines[0].append(f"  {'total':>{self.total_w}}", style="dim")
+        for kind, row in cells.items():
+            line = Text(pad)
+            line.append(f"{kind:<{self.label_w}}  ", style=EVENT_STYLE.get(kind, ""))
+            for v in row:
+                line.append(f"{v if v else '·':>{w + self.GAP}}", style="" if v else "dim")
+            line.append(f"  {sum(row):>{self.total_w}}")
+            lines.append(line)
+        text = Text("\n").join(lines)
+        text.no_wrap = True
+        text.overflow = "crop"
+        yield text
+        if size > 1:
+            yield Padding(Text(f"each column counts {size} iterations, from the t above it",
+                               style=NOTE_STYLE), (0, 0, 0, self.indent), expand=False)
+
+
 # ---------------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------------
@@ -1032,25 +1353,27 @@ def values_table(values: Iterable[ValueSummary]) -> Table:
 
 def view(target: Any, *args: Any, adjoint: bool = False, run: bool = False,
          fold: int | None = DEFAULT_FOLD, values: Sequence[str] = (),
-         checkpoint: Any = None) -> RenderableType:
+         checkpoint: Any = None, schedule: bool = False) -> RenderableType:
     """The renderable `inspect` prints (see `inspect` for the arguments)."""
     if isinstance(target, Block):
-        if adjoint or run:
-            raise ArgumentValueError("inspect: a Block is shown on its own; adjoint=True and "
-                                     "run=True need its Program or a function")
+        if adjoint or run or schedule:
+            raise ArgumentValueError("inspect: a Block is shown on its own; adjoint=True, "
+                                     "run=True and schedule=True need its Program or a "
+                                     "function")
         return render_block(target, fold)
     if isinstance(target, Run):
         recorded: Run | None = target
         program = target.program
-    elif run or _pullback_of(target) is not None:
-        recorded = record_run(target, *args, checkpoint=checkpoint, values=values)
+    elif run or schedule or _pullback_of(target) is not None:
+        recorded = record_run(target, *args, checkpoint=checkpoint, values=values,
+                              schedule=schedule)
         program = recorded.program
     else:
         recorded = None
         program = target if isinstance(target, Program) else _lower(target, args)
     parts: list[RenderableType] = []
     if recorded is not None:
-        parts.append(render_run(recorded, fold))
+        parts.append(render_run(recorded, fold, schedule))
     if adjoint:
         parts.append(render_mirrored(program, fold))
     if not parts:
@@ -1067,7 +1390,8 @@ def _lower(fun: Any, args: tuple) -> Program:
 
 def inspect(target: Any, *args: Any, adjoint: bool = False, run: bool = False,
             fold: int | None = DEFAULT_FOLD, values: Sequence[str] = (),
-            checkpoint: Any = None, console: Console | None = None) -> None:
+            checkpoint: Any = None, schedule: bool = False,
+            console: Console | None = None) -> None:
     """Print a view of `target` to `console` (a new rich Console on stdout by default).
 
     `target` is a function (lowered at `args`, as `cg.lower` does), a Program, a Block
@@ -1077,9 +1401,11 @@ def inspect(target: Any, *args: Any, adjoint: bool = False, run: bool = False,
     and backward and prints the run view (visit and decision counts, the path, trip
     counts, checkpoint accounting and the `values` named, e.g. `values=["%3"]`, besides
     parameters, outputs and gradients); `checkpoint` is the call's checkpoint strategy for
-    that run. Blocks with more than `fold` rows show their first and last rows only
-    (`fold=None` shows everything).
+    that run; `schedule=True` (which implies `run=True`) runs every loop's strategy traced
+    and adds each loop's checkpoint schedule to the run view. Blocks with more than `fold`
+    rows show their first and last rows only (`fold=None` shows everything).
 
     Returns None, like `rich.inspect`: use `cfgrad.inspector.view` for the renderable."""
     (console or Console()).print(view(target, *args, adjoint=adjoint, run=run, fold=fold,
-                                      values=values, checkpoint=checkpoint))
+                                      values=values, checkpoint=checkpoint,
+                                      schedule=schedule))

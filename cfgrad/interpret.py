@@ -585,6 +585,8 @@ class _Runner:
         self.m, self.loop, self.saves = m, loop, saves
         self.carry_bytes, self.tape_bytes = loop.carry_bytes, saves.nbytes
         self.tracing = bool(getattr(strategy, "trace", False))
+        if self.tracing:  # a traced loop that runs no iteration still has a schedule: empty
+            stats.schedule = []
         self.tape = functools.partial(saves.read, m.env)
         self.load = functools.partial(saves.write, m.env)
         self.held = stats.held

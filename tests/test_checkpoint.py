@@ -36,7 +36,16 @@ from hypothesis import strategies as st
 import cfgrad as cg
 import cfgrad.numpy as cnp
 import cfgrad.primitives
-from cfgrad.checkpoint import Binomial, EveryK, LoopStats, Online, Recompute, StoreAll, first_path
+from cfgrad.checkpoint import (
+    Binomial,
+    EveryK,
+    LoopStats,
+    Online,
+    Recompute,
+    StoreAll,
+    first_path,
+    traced,
+)
 from cfgrad.revolve import optimal_cost, repetition_number, reversal_cost
 from cfgrad.testing import check_grads
 
@@ -797,7 +806,8 @@ def test_snapshots_beyond_the_trip_count_clamp() -> None:
 
 
 def test_while_loop_false_at_once() -> None:
-    """The condition is false on entry: no iteration, identity gradient, nothing held."""
+    """The condition is false on entry: no iteration, identity gradient, nothing held; a
+    traced strategy's schedule is empty (not None, which means "not traced")."""
 
     def f(x: Any) -> Any:
         return cg.while_loop(lambda c: c > 10.0, lambda c: c * 0.5, x * 2.0)
@@ -808,7 +818,7 @@ def test_while_loop_false_at_once() -> None:
         stats = pb.stats.loops[0]
         assert stats.trip_counts == [0]
         assert (stats.forward_steps, stats.recompute_steps, stats.peak_snapshots) == (0, 0, 0)
-        assert not stats.schedule
+        assert stats.schedule == ([] if strategy in RECOMPUTING else None)
 
 
 def test_loop_choice_wins_over_call_choice() -> None:
@@ -834,6 +844,22 @@ def test_loop_choice_wins_over_call_choice() -> None:
     _, pb = cg.vjp(f, 0.4)
     assert pb(1.0) == got
     assert [s.strategy for s in pb.stats.loops] == ["Binomial(2)", "StoreAll()"]
+
+
+def test_traced_copies_run_the_same_schedule() -> None:
+    """`traced(s)` records the schedule `s` made with trace=True records, and leaves `s`
+    and what has nothing to trace alone."""
+    pairs = [(EveryK(3), EveryK(3, trace=True)), (Recompute(), Recompute(trace=True)),
+             (Binomial(3), Binomial(3, trace=True)), (Online(2), Online(2, trace=True))]
+    for plain, made_traced in pairs:
+        copy = traced(plain)
+        assert copy is not plain and copy == made_traced and repr(copy) == repr(plain)
+        assert not plain.trace and traced(made_traced) is made_traced
+        got, want = (run_stats(scalar_while, (0.3, 11), s)[1] for s in (copy, made_traced))
+        assert got.schedule == want.schedule and got.schedule
+        assert run_stats(scalar_while, (0.3, 11), plain)[1].schedule is None
+    store_all = StoreAll()
+    assert traced(store_all) is store_all
 
 
 # ---------------------------------------------------------------------------------

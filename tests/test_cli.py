@@ -42,7 +42,8 @@ DOC = ROOT / "docs" / "inspector.md"
 REGEN = bool(os.environ.get("CFGRAD_REGEN_GOLDEN"))
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_inspector import has_colour  # noqa: E402
+from test_docs_api import normalized, run_example, runnable_examples  # noqa: E402
+from test_inspector import has_colour, schedule_sections, totals_of  # noqa: E402
 
 
 def cfgrad(*argv: str, env: dict | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -125,6 +126,28 @@ def test_run_and_values():
     assert re.search(r"%3 +f64\[\] ", out)
 
 
+def test_schedule_and_checkpoint():
+    """--schedule runs with every strategy traced (and implies --run); --checkpoint is the
+    call's strategy. The schedule's totals are what cg.vjp counts for the same call."""
+    seeds = load(EXAMPLES / "seeds.py")
+    args = ("--args", "0.5, 1.0, 7", "--width", "100")
+    out = ok("inspect", f"{SEEDS}:loop", "--schedule", "--checkpoint", "Binomial(2)", *args)
+    assert out.startswith("run of loop") and "\nschedules\n" in out
+    section = schedule_sections(out)["loop#0"]
+    assert section["head"] == "loop#0 while · Binomial(2) · trips 7"
+    _, pullback = cg.vjp(seeds.loop, 0.5, 1.0, 7, checkpoint=cg.checkpoint.Binomial(2))
+    pullback(1.0)
+    stats = pullback.stats.loops[0]
+    totals = totals_of(section["totals"])
+    assert (totals["forward"][0], totals["recomputed"][0], totals["peak snapshots"][0]) == (
+        stats.forward_steps, stats.recompute_steps, stats.peak_snapshots)
+    out = ok("inspect", f"{SEEDS}:loop", "--run", "--checkpoint", "EveryK(2)", *args)
+    assert re.search(r"loop#0 while\s+7\s+EveryK\(2\)\s+6\s", out) and "schedules" not in out
+    out = ok("inspect", f"{SEEDS}:loop", "--schedule", *args)  # the default: StoreAll()
+    assert schedule_sections(out)["loop#0"]["notes"] == [
+        "no schedule: StoreAll() keeps every iteration's tape and recomputes nothing"]
+
+
 def test_run_with_adjoint_shows_both():
     out = ok("inspect", f"{SEEDS}:branch", "--run", "--adjoint", "--width", "100")
     assert out.index("run of branch") < out.index("mirrored branch")
@@ -196,7 +219,8 @@ def test_python_m_and_the_console_script():
 
 
 def test_help():
-    assert "--adjoint" in ok("inspect", "--help")
+    text = ok("inspect", "--help")
+    assert "--adjoint" in text and "--schedule" in text and "--checkpoint STRATEGY" in text
 
 
 # ---------------------------------------------------------------------------------
@@ -232,6 +256,18 @@ def test_usage_errors_exit_2(tmp_path):
         (["inspect", f"{SEEDS}:loop", "--run", "--values", "%99"],
          "--values: inspect: loop has no value named '%99'"),
         (["inspect", f"{SEEDS}:tree", "--text", "--run"], "--text prints the plain IR"),
+        (["inspect", f"{SEEDS}:tree", "--text", "--schedule"], "--text prints the plain IR"),
+        (["inspect", f"{SEEDS}:loop", "--checkpoint", "Binomial(2)"],
+         "--checkpoint chooses the strategy of a run: add --run or --schedule"),
+        (["inspect", f"{SEEDS}:loop", "--run", "--checkpoint", "Revolve(2)"],
+         "--checkpoint 'Revolve(2)' is not a strategy: write one of StoreAll(), Recompute(), "
+         "EveryK(k), Binomial(s), Online(s)"),
+        (["inspect", f"{SEEDS}:loop", "--run", "--checkpoint", "__import__('os').getcwd()"],
+         "is not a strategy"),
+        (["inspect", f"{SEEDS}:loop", "--schedule", "--checkpoint", "EveryK(0)"],
+         "--checkpoint 'EveryK(0)': EveryK: k must be an integer >= 1, got 0"),
+        (["inspect", f"{SEEDS}:loop", "--schedule", "--checkpoint", "Online(n)"],
+         "--checkpoint 'Online(n)': "),
         (["inspect", f"{SEEDS}:tree", "--text", "--svg", "x.svg"], "--text prints the plain IR"),
         (["inspect", f"{SEEDS}:tree", "--fold", "-1"], "--fold must be 0"),
         (["inspect", f"{SEEDS}:tree", "--width", "5"], "--width 5 is too narrow"),
@@ -499,6 +535,23 @@ def test_docs_python_examples_run(capsys, monkeypatch):
     for code in snippets:
         exec(compile(code, "snippet.py", "exec"), {})  # noqa: S102 - our own documentation
     assert "run of collatz_like" in capsys.readouterr().out
+
+
+def test_docs_python_examples_print_what_is_shown(monkeypatch):
+    """A Python example followed directly by a text block prints exactly that text (run as
+    docs/api.md's are: a fresh namespace, the file `example.py`)."""
+    monkeypatch.chdir(EXAMPLES)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    examples = runnable_examples(DOC.read_text())
+    assert examples
+    for line, code, out in examples:
+        printed = run_example(code.group(2))
+        if REGEN:
+            text = DOC.read_text()
+            DOC.write_text(text.replace(out.group(0), f"```text\n{printed}```"))
+            continue
+        assert normalized(printed) == normalized(out.group(2)), (
+            f"docs/inspector.md:{line} prints something else now")
 
 
 def test_docs_svg_is_what_the_cli_saves(tmp_path, capsys, monkeypatch):

@@ -24,7 +24,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -376,6 +378,270 @@ def test_compress_path_round_trips(seq):
     assert len(tokens) <= len(seq)
     loops = {0: frozenset({0, 1}), 2: frozenset({1, 2, 3})}
     assert expand(compress_path(seq, loops)) == seq
+
+
+# ---------------------------------------------------------------------------------
+# Checkpoint schedules
+# ---------------------------------------------------------------------------------
+
+
+def fori(x, n):
+    return cg.fori_loop(0, n, lambda i, c: cnp.sin(c) * 0.9 + 0.1, x)
+
+
+def while_(x, n):
+    return cg.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, cnp.sin(c[1]) * 0.9 + 0.1),
+                         (0, x))[1]
+
+
+LOOPS = {"fori": fori, "while": while_}
+ROWS = ("forward run", "reverse pass", "totals")
+ITEM = re.compile(r"(\(*)(\w+) (\d+)(?:→(\d+))?((?:\)|×\d+)*)")
+
+
+def schedule_sections(text: str) -> dict[str, dict[str, Any]]:
+    """The schedules of a rendered run view, per loop id: its head line, each row's items
+    (wrapped lines joined) and each timeline row's cells (`timeline`: kind -> cells, `t`
+    the column labels), plus the lines after the timeline."""
+    sections: dict[str, dict[str, Any]] = {}
+    current: dict[str, Any] | None = None
+    row = None
+    for line in text.split("\nschedules\n", 1)[1].splitlines():
+        if re.match(r"loop#\d+ ", line):
+            current = sections[line.split()[0]] = {"head": line, "timeline": {}, "notes": []}
+            row = None
+        elif current is None or not line.startswith("  "):
+            break  # the values table
+        elif (label := next((r for r in ROWS if line[2:].startswith(r + " ")), None)):
+            row, current[label] = label, line[2 + len(label):].strip()
+        elif row is not None and line.startswith(" " * 16):
+            current[row] += " " + line.strip()
+        elif (words := line.split()) and (words[0] == "t" or words[0] in inspector.EVENTS):
+            row = None
+            current["timeline"][words[0]] = words[1:]
+        else:
+            current["notes"].append(line.strip())
+    return sections
+
+
+def events_of(row: str) -> list[tuple[str, int]]:
+    """The events a rendered row lists: `advance 0→2` is three, `(a · b)×2` is a, b, a, b,
+    `x×3` is x three times (the inverse of `schedule_items` when nothing is elided)."""
+    stack: list[list[tuple[str, int]]] = [[]]
+    for item in row.split(" · "):
+        m = ITEM.fullmatch(item)
+        assert m, item
+        stack += [[] for _ in m.group(1)]
+        first = int(m.group(3))
+        last_t = int(m.group(4) or first)
+        step = 1 if last_t >= first else -1
+        last = [(m.group(2), t) for t in range(first, last_t + step, step)]
+        stack[-1] += last
+        for close in re.findall(r"\)|×\d+", m.group(5)):
+            if close == ")":
+                last = stack.pop()
+                stack[-1] += last
+            else:
+                stack[-1] += last * (int(close[1:]) - 1)
+    (events,) = stack
+    return events
+
+
+def totals_of(row: str) -> dict[str, tuple[int, dict[str, int]]]:
+    """`forward 6 = 5 advance + 1 taped · …` -> {"forward": (6, {"advance": 5, "taped":
+    1}), …}; the breakdown's own words are its keys (`untaped`)."""
+    out = {}
+    for part in row.split(" · "):
+        m = re.fullmatch(r"(forward|recomputed|peak snapshots) (\d+)(?: = (.*))?", part)
+        assert m, part
+        parts = (p.split(" ", 2) for p in (m.group(3) or "").split(" + ") if p)
+        out[m.group(1)] = (int(m.group(2)), {p[1]: int(p[0]) for p in parts})
+    return out
+
+
+def peak_of(events: list[tuple[str, int]]) -> int:
+    held = peak = 0
+    for what, _ in events:
+        held += (what == "store") - (what == "free")
+        peak = max(peak, held)
+    return peak
+
+
+def check_schedule(section: dict[str, Any], stats, forward_events: int,
+                   untaped: int = 0) -> None:
+    """A loop's rendered schedule lists exactly its events, split where the reverse pass
+    began; its totals are what those events add up to and what the run counted; the
+    timeline counts each kind per iteration."""
+    forward, reverse = stats.schedule[:forward_events], stats.schedule[forward_events:]
+    if "… " not in section["forward run"] + section["reverse pass"]:
+        assert events_of(section["forward run"]) == forward
+        assert events_of(section["reverse pass"]) == reverse
+    totals = totals_of(section["totals"])
+    evaluations = ("advance", "taped")
+    fw, rv = Counter(w for w, _ in forward), Counter(w for w, _ in reverse)
+    assert totals["forward"] == (stats.forward_steps, {k: fw[k] for k in evaluations if fw[k]})
+    assert stats.forward_steps == fw["advance"] + fw["taped"]
+    breakdown = {k: rv[k] for k in evaluations if rv[k]}
+    if untaped:
+        breakdown["untaped"] = untaped
+    assert totals["recomputed"] == (stats.recompute_steps, breakdown)
+    assert stats.recompute_steps == rv["advance"] + rv["taped"] + untaped
+    assert totals["peak snapshots"] == (stats.peak_snapshots, {})
+    assert stats.peak_snapshots == peak_of(stats.schedule)
+    timeline = section["timeline"]
+    labels = timeline.pop("t")
+    assert labels[-1] == "total"
+    size = int(labels[1]) if len(labels) > 2 else 1
+    count = Counter(stats.schedule)
+    assert set(timeline) == {w for w, _ in stats.schedule}
+    for kind, cells in timeline.items():
+        per_t = [sum(count[kind, t] for t in range(a, a + size))
+                 for a in map(int, labels[:-1])]
+        assert [0 if c == "·" else int(c) for c in cells] == per_t + [sum(per_t)], kind
+
+
+def schedules_text(run, width: int = 100) -> str:
+    """The run view of `run`, schedules included."""
+    return render(view(run), width)
+
+
+@pytest.mark.parametrize("strategy", [cg.checkpoint.Binomial(3), cg.checkpoint.EveryK(3),
+                                      cg.checkpoint.Online(3)], ids=repr)
+@pytest.mark.parametrize("kind", sorted(LOOPS))
+def test_schedule_counts_agree_with_the_run_statistics(kind, strategy):
+    """Every event is listed, in order, on the row of its phase; the totals are the
+    RunStats numbers, which tracing does not change (a plain cg.vjp counts the same)."""
+    fun = LOOPS[kind]
+    run = record_run(fun, 0.3, 11, checkpoint=strategy, schedule=True)
+    (stats,) = run.stats.loops
+    _, pullback = cg.vjp(fun, 0.3, 11, checkpoint=strategy)
+    pullback(1.0)
+    fields = ("forward_steps", "recompute_steps", "peak_snapshots", "peak_bytes")
+    assert [getattr(stats, f) for f in fields] == [getattr(pullback.stats.loops[0], f)
+                                                   for f in fields]
+    assert stats.recompute_steps > 0 and not strategy.trace  # the user's object, untouched
+    section = schedule_sections(schedules_text(run))["loop#0"]
+    assert section["head"] == f"loop#0 {kind} · {strategy!r} · trips 11"
+    assert "…" not in section["forward run"] + section["reverse pass"]
+    check_schedule(section, stats, run.forward_events[0])
+    assert "interpreter counted" not in section["totals"] and not section["notes"]
+
+
+@pytest.mark.parametrize("kind", sorted(LOOPS))
+def test_schedule_of_a_loop_that_runs_no_iteration(kind):
+    run = record_run(LOOPS[kind], 0.3, 0, checkpoint=cg.checkpoint.Online(2), schedule=True)
+    assert run.stats.loops[0].schedule == []
+    section = schedule_sections(schedules_text(run))["loop#0"]
+    assert section["head"] == f"loop#0 {kind} · Online(2) · trips 0"
+    assert section["forward run"] == section["reverse pass"] == "no events"
+    assert section["totals"] == "forward 0 · recomputed 0 · peak snapshots 0"
+    assert section["timeline"] == {}
+
+
+def nested_fori(x):
+    return cg.fori_loop(0, 7, lambda i, c: cg.fori_loop(
+        0, 4, lambda j, d: cnp.sin(d) * 1.01 + 0.1, c), x)
+
+
+@pytest.mark.parametrize("strategy", [cg.checkpoint.Binomial(2), cg.checkpoint.EveryK(2),
+                                      cg.checkpoint.Online(2)], ids=repr)
+@pytest.mark.parametrize(("fun", "args"), [(nested, (0.7, 6)), (nested_fori, (0.3,))],
+                         ids=["while in while", "fori in fori"])
+def test_schedules_of_nested_loops(fun, args, strategy):
+    """The outer loop's events account for all its work. The inner loop also runs inside
+    the outer loop's untaped re-runs (its `advance` events), where its strategy is not
+    involved: the view names those evaluations, and their number is the inner trip counts
+    of the outer iterations re-advanced."""
+    run = record_run(fun, *args, checkpoint=strategy, schedule=True)
+    outer, inner = run.stats.loops
+    sections = schedule_sections(schedules_text(run))
+    check_schedule(sections["loop#0"], outer, run.forward_events[0])
+    readvanced = [t for what, t in outer.schedule[run.forward_events[0]:] if what == "advance"]
+    untaped = sum(inner.trip_counts[t] for t in readvanced)
+    assert (untaped > 0) == (not isinstance(strategy, cg.checkpoint.EveryK))
+    check_schedule(sections["loop#1"], inner, run.forward_events[1], untaped)
+    assert sections["loop#1"]["head"].endswith(f"trips {counts_text(inner.trip_counts)}")
+    assert "interpreter counted" not in sections["loop#1"]["totals"]
+
+
+def test_schedule_totals_show_what_the_interpreter_counted_otherwise():
+    """A strategy whose events disagree with what it ran (here: the counts of a real run
+    changed after it) shows the interpreter's numbers beside the events' in the totals."""
+    run = record_run(fori, 0.3, 5, checkpoint=cg.checkpoint.Binomial(2), schedule=True)
+    stats = run.stats.loops[0]
+    events = (stats.forward_steps, stats.recompute_steps, stats.peak_snapshots)
+    stats.forward_steps += 1
+    stats.recompute_steps += 2
+    stats.peak_snapshots += 3
+    totals = schedule_sections(schedules_text(run))["loop#0"]["totals"]
+    assert re.fullmatch(rf"forward {events[0]} = .* \(the interpreter counted "
+                        rf"{events[0] + 1}\) · recomputed {events[1]} = .* \(the interpreter "
+                        rf"counted {events[1] + 2}\) · peak snapshots {events[2]} \(the "
+                        rf"interpreter counted {events[2] + 3}\)", totals), totals
+
+
+def test_schedules_show_when_traced_or_asked(capsys):
+    binomial = cg.checkpoint.Binomial(2)
+    assert "schedules" not in render(view(fori, 0.3, 4, run=True, checkpoint=binomial))
+    # a strategy made with trace=True shows its schedule without being asked
+    made_traced = cg.checkpoint.Binomial(2, trace=True)
+    assert "forward run" in render(view(fori, 0.3, 4, run=True, checkpoint=made_traced))
+    # schedule=True implies run=True; StoreAll has no schedule
+    text = render(view(fori, 0.3, 4, schedule=True))
+    assert text.startswith("run of fori") and schedule_sections(text)["loop#0"]["notes"] == [
+        "no schedule: StoreAll() keeps every iteration's tape and recomputes nothing"]
+    # a Run recorded untraced says how to trace it when asked
+    untraced = record_run(fori, 0.3, 4, checkpoint=binomial)
+    assert "schedules" not in render(untraced)
+    assert schedule_sections(render(view(untraced, schedule=True)))["loop#0"]["notes"] == [
+        "not traced: record the run with schedule=True (cfgrad inspect --schedule)"]
+    # a forward-only run has no reverse pass to show
+    forward_only = record_run(fori, 0.3, 4, checkpoint=binomial, reverse=False, schedule=True)
+    assert schedule_sections(render(forward_only))["loop#0"]["reverse pass"] == "not run"
+    # cg.inspect passes schedule= on; a pullback's run is traced the same way
+    cg.inspect(fori, 0.3, 4, checkpoint=binomial, schedule=True, console=Console(width=100))
+    out = capsys.readouterr().out
+    assert "loop#0 fori · Binomial(2) · trips 4" in out and "forward run" in out
+    _, pullback = cg.vjp(fori, 0.3, 4, checkpoint=binomial)
+    assert render(view(pullback, schedule=True)) == render(view(fori, 0.3, 4, schedule=True,
+                                                                checkpoint=binomial))
+    with pytest.raises(ArgumentValueError, match="schedule=True need"):
+        view(cg.lower(fori, 0.3, 4).blocks[0], schedule=True)
+
+
+def test_group_events_and_schedule_items():
+    events = [("store", 0), ("advance", 0), ("advance", 1), ("advance", 2), ("reverse", 5),
+              ("reverse", 4), ("reverse", 3), ("reverse", 4), ("taped", 1), ("taped", 1),
+              ("free", 2), ("free", 3)]
+    assert [str(r) for r in inspector.group_events(events)] == [
+        "store 0", "advance 0→2", "reverse 5→3", "reverse 4", "taped 1", "taped 1",
+        "free 2→3"]
+    assert inspector.group_events([]) == []
+    sweep = [("store", 0), ("advance", 0), ("advance", 1), ("taped", 2)]
+    items = [i.plain for i in inspector.schedule_items(sweep * 3 + [("free", 0)])]
+    assert items == ["(store 0", "advance 0→1", "taped 2)×3", "free 0"]
+    assert events_of(" · ".join(items)) == sweep * 3 + [("free", 0)]
+
+
+@settings(max_examples=80)
+@given(st.lists(st.tuples(st.sampled_from(inspector.EVENTS), st.integers(0, 4)), max_size=60))
+def test_schedule_items_round_trip(events):
+    items = inspector.schedule_items(events, limit=10**6)
+    assert events_of(" · ".join(i.plain for i in items)) == events if events else not items
+
+
+def test_long_schedules_bucket_the_timeline_and_fit_narrow_consoles():
+    run = record_run(while_, 0.3, 200, checkpoint=cg.checkpoint.Online(4), schedule=True)
+    text = schedules_text(run)
+    section = schedule_sections(text)["loop#0"]
+    assert section["timeline"]["t"] == [str(t) for t in range(0, 200, 10)] + ["total"]
+    assert section["notes"] == ["each column counts 10 iterations, from the t above it"]
+    assert "more …" in section["reverse pass"]  # the middle of the list is elided
+    check_schedule(section, run.stats.loops[0], run.forward_events[0])
+    for width in (60, 40, 20):  # (at 20 columns an item wider than the room is cropped)
+        narrow = schedules_text(run, width)
+        assert max(map(len, narrow.splitlines())) <= width, width
+        assert width == 20 or re.search(r"peak\s+snapshots\s+4", narrow)
 
 
 # ---------------------------------------------------------------------------------
