@@ -8,7 +8,7 @@ from . import (
 )
 from .anomaly import detect_anomaly
 from .api import grad, jvp, value_and_grad, vjp
-from .custom import custom_jvp, custom_vjp, stop_gradient
+from .custom import custom_jvp, custom_root, custom_vjp, stop_gradient
 from .errors import (
     AnomalyError,
     ArgumentTypeError,
@@ -35,7 +35,7 @@ __all__ = [
     "LossScaler", "LoweringError", "NonFiniteError", "PathInstabilityError", "Program",
     "ReplayMismatchError", "ScalerStateError", "TracerBoolError", "VerifyError",
     "adjoint", "checkpoint", "clip_by_global_norm", "clip_by_value", "cond", "custom_jvp",
-    "custom_vjp", "detect_anomaly", "fori_loop", "grad", "inspect", "jvp", "lower", "optim",
-    "parse_program", "stop_gradient", "switch", "testing", "value_and_grad", "vjp",
-    "while_loop",
+    "custom_root", "custom_vjp", "detect_anomaly", "fori_loop", "grad", "inspect", "jvp",
+    "lower", "optim", "parse_program", "stop_gradient", "switch", "testing", "value_and_grad",
+    "vjp", "while_loop",
 ]

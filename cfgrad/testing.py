@@ -99,17 +99,20 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
     """Check `f`'s JVP and/or VJP at `args` against central differences along a random
     direction, contracted with a random output cotangent (the JAX/autograd scheme).
 
+    With `order` > 1 the derivatives are checked in turn, as in JAX: in forward mode the
+    function `(primals, tangents) -> jvp(f, primals, tangents)` at `(args, args)`, in
+    reverse mode `x -> pullback of f at x applied to f(x)`, each to order - 1.
+
     Raises AssertionError on a mismatch, PathInstabilityError when the perturbed points
     take another path through the program's control flow, ArgumentTypeError for `args`
     that are not a tuple or list of arguments or a parameter that is not a number, and
-    ArgumentValueError for an order other than 1, modes that are empty or not a subset of
-    ("fwd", "rev"), an `eps` that is not positive and finite, or an `atol` or `rtol` that
-    is negative or not finite."""
-    # bool is an int: order=True would pass `order != 1`, and 1.0 would too
-    if isinstance(order, bool) or not isinstance(order, int | np.integer) or order != 1:
-        raise ArgumentValueError(f"check_grads: order={order!r}; only order=1 (the int) is "
-                                 "supported: cfgrad does not differentiate adjoint programs "
-                                 "(higher order) yet")
+    ArgumentValueError for an order that is not a positive int, modes that are empty or
+    not a subset of ("fwd", "rev"), an `eps` that is not positive and finite, or an `atol`
+    or `rtol` that is negative or not finite."""
+    # bool is an int: order=True would pass as 1, and 1.0 would too
+    if isinstance(order, bool) or not isinstance(order, int | np.integer) or order < 1:
+        raise ArgumentValueError(f"check_grads: order={order!r}; the order is a positive int "
+                                 "(1: first derivatives, 2: also the derivatives of those, …)")
     if isinstance(modes, str):
         raise ArgumentValueError(f"check_grads: modes={modes!r} is a string; pass a tuple of "
                                  f"modes: modes=({modes!r},)")
@@ -127,7 +130,31 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
     eps = _parameter("eps", eps, "a positive finite float", lambda v: v > 0)
     atol = _parameter("atol", atol, "a non-negative finite float", lambda v: v >= 0)
     rtol = _parameter("rtol", rtol, "a non-negative finite float", lambda v: v >= 0)
-    args = tuple(args)
+    _check_orders(f, tuple(args), int(order), tuple(modes), eps, atol, rtol, seed)
+
+
+def _check_orders(f: Callable, args: tuple, order: int, modes: tuple[str, ...],
+                  eps: float | None, atol: float | None, rtol: float | None,
+                  seed: int) -> None:
+    """First derivatives of `f`, then (JAX's recursion) those of its derivatives."""
+    _check_first_order(f, args, modes, eps, atol, rtol, seed)
+    if order == 1:
+        return
+    if "fwd" in modes:
+        def f_jvp(primals: tuple, tangents: tuple) -> Any:
+            return jvp(f, primals, tangents)
+
+        _check_orders(f_jvp, (args, args), order - 1, modes, eps, atol, rtol, seed)
+    if "rev" in modes:
+        def f_vjp(*primals: Any) -> Any:
+            out, pullback = vjp(f, *primals)
+            return pullback(out)
+
+        _check_orders(f_vjp, args, order - 1, modes, eps, atol, rtol, seed)
+
+
+def _check_first_order(f: Callable, args: tuple, modes: tuple[str, ...], eps: float | None,
+                       atol: float | None, rtol: float | None, seed: int) -> None:
     rng = np.random.default_rng(seed)
     leaves, td = treelib.flatten(args)
     dtypes = [np.asarray(x).dtype for x in leaves]
@@ -177,7 +204,11 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
             raise PathInstabilityError(
                 f"check_grads: the control path changes within eps={eps} of the input: "
                 f"{where} at x, but not at x ± eps·v; finite differences are not "
-                f"meaningful here (move the point away from the branch boundary){own_dtypes}")
+                f"meaningful here (move the point away from the branch boundary){own_dtypes}. "
+                "If the path changes at every point, as in a bisection or another solver "
+                "whose result depends on the input only through comparisons, the derivative "
+                "along any one path is exactly 0: differentiate the solution with "
+                "cg.custom_root instead (docs/api.md, Differentiating solvers)")
     fd = sum(float(np.sum(np.asarray(w, np.float64) * (
         np.asarray(p, np.float64) - np.asarray(m, np.float64))))
         for w, p, m in zip(u, treelib.flatten(out_plus)[0], treelib.flatten(out_minus)[0])
