@@ -311,9 +311,11 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: 
 
 
 def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
-                    checkpoint: Any, detect_anomaly: bool, caller: str) -> Callable:
+                    checkpoint: Any, detect_anomaly: bool, caller: str,
+                    want_value: bool = True) -> Callable:
     """value_and_grad under the name the user called (errors name `grad` or
-    `value_and_grad`)."""
+    `value_and_grad`). Without `want_value` (`grad`, no aux) a nested call emits no node
+    for the value."""
     check_strategy(checkpoint, caller)
     requested = argnums_tuple(argnums, caller)
     single = isinstance(argnums, int | np.integer)
@@ -323,7 +325,10 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
         nums = resolve_argnums(requested, len(args), caller, name)
         if nested.is_tracing((args, kwargs)):  # a derivative of a derivative: one node
             f = (lambda *a: fun(*a, **kwargs)) if kwargs else fun
-            return nested.value_and_grad(f, args, nums, single, has_aux, checkpoint, caller)
+            return nested.value_and_grad(
+                f, args, nums, single, checkpoint,
+                lambda program: _check_grad_io(program, args, nums, has_aux, name),
+                want_value)
         entry, leaves = lowered(fun, args, kwargs=kwargs)
         program = entry.program
         prepared = entry._grad_calls.get((nums, has_aux))
@@ -376,7 +381,7 @@ def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux
                                 "reduce it (cnp.sum) or use cg.vjp for non-scalar outputs")
     for i in nums:
         for leaf in treelib.flatten(args[i])[0]:
-            dtype = np.asarray(leaf).dtype
+            dtype = leaf.dtype if isinstance(leaf, Tracer) else np.asarray(leaf).dtype
             if dtype.kind != "f":
                 raise ArgumentTypeError(
                     f"grad of {name} with respect to argument {i}: it has dtype {dtype} (shape "
@@ -388,7 +393,8 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
          checkpoint: Any = None, detect_anomaly: bool = False) -> Callable:
     """The gradient of a float-scalar function, like `jax.grad`. `detect_anomaly=True`
     checks every result for NaN/Inf, as under `cg.detect_anomaly()`."""
-    vg = _value_and_grad(fun, argnums, has_aux, checkpoint, detect_anomaly, "cfgrad.grad")
+    vg = _value_and_grad(fun, argnums, has_aux, checkpoint, detect_anomaly, "cfgrad.grad",
+                         want_value=has_aux)
 
     def grad_fn(*args: Any, **kwargs: Any) -> Any:
         value, g = vg(*args, **kwargs)

@@ -52,6 +52,18 @@ def _zeros(t: TensorType) -> np.ndarray:
     return np.zeros(t.shape, t.dtype)
 
 
+def _as_type(x: Any, t: TensorType) -> Any:
+    """A tangent given for a value of type `t` (a Python scalar, an array or a tracer of
+    another float dtype) as a value of that type; a shape that differs is an error."""
+    shape = x.value.type.shape if isinstance(x, Tracer) else np.shape(x)
+    if tuple(shape) != t.shape:
+        raise ArgumentTypeError(f"jvp: a tangent has shape {tuple(shape)}, its primal has "
+                                f"{t.shape}")
+    if isinstance(x, Tracer):
+        return x if x.value.type.dtype == t.dtype else bind("astype", x, dtype=t.dtype)
+    return np.asarray(x, t.dtype)
+
+
 def add_contributions(a: Any, b: Any) -> Any:
     """The sum of two contributions, either of which may be None (zero)."""
     if a is None:
@@ -90,11 +102,15 @@ class _Derived:
     def jvp_call(self, xs: list[Any], tangents: list[Any]) -> list[Any]:
         """The tangent results of P at `xs` along `tangents` (one per parameter, None for
         zero; those of non-float parameters are ignored), as a `call` of J."""
+        return self.jvp_outputs(xs, tangents)[len(self.program.outputs):]
+
+    def jvp_outputs(self, xs: list[Any], tangents: list[Any]) -> list[Any]:
+        """P's results at `xs`, then their tangents along `tangents`: one `call` of J."""
         params = self.program.params
-        dx = [_zeros(params[i].type) if tangents[i] is None else tangents[i]
+        dx = [_zeros(params[i].type) if tangents[i] is None else _as_type(tangents[i],
+                                                                          params[i].type)
               for i in self.float_params()]
-        outs = bind("call", *xs, *dx, of=Call(self.jvp_program))
-        return outs[len(self.program.outputs):]
+        return list(bind("call", *xs, *dx, of=Call(self.jvp_program)))
 
     def jvp_pullback(self, xs: list[Any], tangents: list[Any], cts: list[Any],
                      wrt: tuple[int, ...], checkpoint: Any) -> list[Any]:
@@ -208,7 +224,7 @@ class Traced:
     """`fun` at argument leaves of the enclosing trace, traced into a sub-program: what
     each transformation below starts from."""
 
-    def __init__(self, fun: Callable, args: tuple, caller: str):
+    def __init__(self, fun: Callable, args: tuple):
         leaves, self.in_tree = treelib.flatten(args)
         self.nargs = len(args)
         name = getattr(fun, "__name__", "f")
@@ -216,7 +232,7 @@ class Traced:
         def flat(*xs: Any) -> Any:
             return fun(*treelib.unflatten(self.in_tree, list(xs)))
 
-        self.program, captured = trace_nested(flat, leaves, f"{caller}({name})")
+        self.program, captured = trace_nested(flat, leaves, name)
         self.inputs = list(leaves) + captured
         self.n_leaves = len(leaves)
 
@@ -229,17 +245,18 @@ class Traced:
 
 
 def value_and_grad(fun: Callable, args: tuple, nums: tuple[int, ...], single: bool,
-                   has_aux: bool, checkpoint: Any, caller: str) -> Any:
-    """`cg.value_and_grad(fun, argnums)(*args)` inside a trace."""
-    traced = Traced(fun, args, caller)
+                   checkpoint: Any, check: Callable[[Program], None],
+                   want_value: bool = True) -> Any:
+    """`cg.value_and_grad(fun, argnums)(*args)` inside a trace: `check(program)` refuses a
+    function that is not a float scalar (or a (value, aux) pair), as the eager path does.
+    Without `want_value` (a `cg.grad` without aux) no node computes the value, so the
+    sub-program runs once, in its pullback; the value comes back as None."""
+    traced = Traced(fun, args)
     program = traced.program
-    out = treelib.unflatten(program.out_tree, traced.outputs())
-    value_type = program.outputs[0].type
-    if value_type.shape != () or not value_type.is_float:
-        raise ArgumentTypeError(f"{caller}: the function must return a float scalar"
-                                f"{' (with has_aux, as the first of the pair)' if has_aux else ''}"
-                                f", got {value_type}")
-    seeds = [np.ones((), value_type.dtype)] + [_zeros(v.type) for v in program.outputs[1:]]
+    check(program)
+    out = treelib.unflatten(program.out_tree, traced.outputs()) if want_value else None
+    seeds = [np.ones((), program.outputs[0].type.dtype)] + [
+        _zeros(v.type) for v in program.outputs[1:]]
     starts = [0]
     for child in traced.in_tree.children:
         starts.append(starts[-1] + child.num_leaves)
@@ -253,7 +270,7 @@ def value_and_grad(fun: Callable, args: tuple, nums: tuple[int, ...], single: bo
 
 def vjp(fun: Callable, primals: tuple, checkpoint: Any, has_aux: bool) -> Any:
     """`cg.vjp(fun, *primals)` inside a trace: the pullback emits a `vjp_call` node."""
-    traced = Traced(fun, primals, "vjp")
+    traced = Traced(fun, primals)
     program = traced.program
     out = treelib.unflatten(program.out_tree, traced.outputs())
     wrt = tuple(i for i, p in enumerate(program.params[: traced.n_leaves]) if p.type.is_float)
@@ -276,18 +293,17 @@ def vjp(fun: Callable, primals: tuple, checkpoint: Any, has_aux: bool) -> Any:
 
 def jvp(fun: Callable, primals: tuple, tangents: tuple) -> tuple[Any, Any]:
     """`cg.jvp(fun, primals, tangents)` inside a trace: one `call` of the JVP program."""
-    traced = Traced(fun, primals, "jvp")
+    traced = Traced(fun, primals)
     t_leaves, t_tree = treelib.flatten(tangents)
     if t_tree != traced.in_tree:
         raise ArgumentTypeError("jvp: tangents must have the same structure as primals")
     program = traced.program
     params = program.params
     full = t_leaves + [None] * (len(params) - len(t_leaves))  # closed-over: no tangent
-    derived = Call(program)
-    touts = derived.jvp_call(traced.inputs, full)
-    outs = traced.outputs()
-    return (treelib.unflatten(program.out_tree, outs),
-            treelib.unflatten(program.out_tree, list(touts)))
+    outs = Call(program).jvp_outputs(traced.inputs, full)
+    m = len(program.outputs)
+    return (treelib.unflatten(program.out_tree, outs[:m]),
+            treelib.unflatten(program.out_tree, outs[m:]))
 
 
 def is_tracing(args: tuple) -> bool:
