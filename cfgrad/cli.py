@@ -122,6 +122,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="STRATEGY",
                    help="the call's checkpoint strategy for the run, e.g. 'Binomial(4)': "
                    f"{', '.join(STRATEGY_FORMS)} (a loop's own choice wins)")
+    p.add_argument("--expand", action="store_true",
+                   help="also show the sub-programs that nested transformations (a grad "
+                   "inside the function) stand for")
     p.add_argument("--text", action="store_true",
                    help="print the plain IR text instead (the adjoint's with --adjoint)")
     p.add_argument("--values", metavar="NAMES",
@@ -192,9 +195,11 @@ def _inspect(ns: argparse.Namespace) -> int:
                 to_dot(shown, None if ns.adjoint else run), encoding="utf-8"))
         if ns.text:
             sys.stdout.write(shown.text())
+            for what, sub in (inspector.sub_programs(shown) if ns.expand else ()):
+                sys.stdout.write(f"\n; sub-program of {{of={what}}}\n{sub.text()}")
             return 0
         view = inspector.view(run or program, adjoint=ns.adjoint, fold=ns.fold or None,
-                              schedule=ns.schedule)
+                              schedule=ns.schedule, expand=ns.expand)
     console.print(view)
     _save(console, ns, f"cfgrad inspect {ns.target}")
     return 0

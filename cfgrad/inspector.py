@@ -84,6 +84,7 @@ from .ir import (
     term_pieces,
     type_of,
 )
+from .nested import sub_programs
 from .nodespec import KIND_BY_NAME, PRIMITIVE
 from .reverse import adjoint as adjoint_of
 
@@ -1353,7 +1354,8 @@ class EventTimeline:
 
 def view(target: Any, *args: Any, adjoint: bool = False, run: bool = False,
          fold: int | None = DEFAULT_FOLD, values: Sequence[str] = (),
-         checkpoint: Any = None, schedule: bool = False) -> RenderableType:
+         checkpoint: Any = None, schedule: bool = False,
+         expand: bool = False) -> RenderableType:
     """The renderable `inspect` prints (see `inspect` for the arguments)."""
     if isinstance(target, Block):
         if adjoint or run or schedule:
@@ -1378,7 +1380,21 @@ def view(target: Any, *args: Any, adjoint: bool = False, run: bool = False,
         parts.append(render_mirrored(program, fold))
     if not parts:
         parts.append(render_program(program, fold))
+    if expand:
+        parts += render_sub_programs(program, fold, adjoint)
     return parts[0] if len(parts) == 1 else Group(*parts)
+
+
+def render_sub_programs(program: Program, fold: int | None = DEFAULT_FOLD,
+                        adjoint: bool = False) -> list[RenderableType]:
+    """What the `call` / `vjp_call` nodes of `program` stand for: each sub-program (at any
+    depth, once), under a line naming the node parameter that refers to it (a `vjp(f, …)`
+    is the pullback of `f`'s program; `f.jvp` is a JVP program)."""
+    parts: list[RenderableType] = []
+    for what, sub in sub_programs(program):
+        parts.append(Text(f"\nsub-program of {{of={what}}}", style="bold"))
+        parts.append(render_mirrored(sub, fold) if adjoint else render_program(sub, fold))
+    return parts
 
 
 def _lower(fun: Any, args: tuple) -> Program:
@@ -1390,7 +1406,7 @@ def _lower(fun: Any, args: tuple) -> Program:
 
 def inspect(target: Any, *args: Any, adjoint: bool = False, run: bool = False,
             fold: int | None = DEFAULT_FOLD, values: Sequence[str] = (),
-            checkpoint: Any = None, schedule: bool = False,
+            checkpoint: Any = None, schedule: bool = False, expand: bool = False,
             console: Console | None = None) -> None:
     """Print a view of `target` to `console` (a new rich Console on stdout by default).
 
@@ -1402,10 +1418,12 @@ def inspect(target: Any, *args: Any, adjoint: bool = False, run: bool = False,
     counts, checkpoint accounting and the `values` named, e.g. `values=["%3"]`, besides
     parameters, outputs and gradients); `checkpoint` is the call's checkpoint strategy for
     that run; `schedule=True` (which implies `run=True`) runs every loop's strategy traced
-    and adds each loop's checkpoint schedule to the run view. Blocks with more than `fold`
-    rows show their first and last rows only (`fold=None` shows everything).
+    and adds each loop's checkpoint schedule to the run view; `expand=True` adds the
+    sub-programs that nested transformations' `call` / `vjp_call` nodes stand for (their
+    mirrored views with `adjoint=True`). Blocks with more than `fold` rows show their first
+    and last rows only (`fold=None` shows everything).
 
     Returns None, like `rich.inspect`: use `cfgrad.inspector.view` for the renderable."""
     (console or Console()).print(view(target, *args, adjoint=adjoint, run=run, fold=fold,
                                       values=values, checkpoint=checkpoint,
-                                      schedule=schedule))
+                                      schedule=schedule, expand=expand))

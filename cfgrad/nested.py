@@ -311,3 +311,22 @@ def is_tracing(args: tuple) -> bool:
     a trace is being built in this thread, or an argument is traced."""
     return current_trace() is not None or any(
         isinstance(x, Tracer) for x in treelib.flatten(args)[0])
+
+
+def sub_programs(program: Program) -> list[tuple[str, Program]]:
+    """The sub-programs `program`'s `call` and `vjp_call` nodes stand for, at any depth,
+    each once, outermost first: (what the node does, the sub-program), e.g.
+    ("vjp(f, wrt=[0])", f's Program), so a viewer can show what a nested derivative is."""
+    found: list[tuple[str, Program]] = []
+    seen: set[int] = set()
+    pending = [program]
+    while pending:
+        current = pending.pop(0)
+        for block in current.blocks:
+            for node in block.nodes:
+                of = node.params.get("of") if node.op in ("call", "vjp_call") else None
+                if of is not None and id(of.program) not in seen:
+                    seen.add(id(of.program))
+                    found.append((repr(of), of.program))
+                    pending.append(of.program)
+    return found

@@ -564,3 +564,15 @@ def test_docs_svg_is_what_the_cli_saves(tmp_path, capsys, monkeypatch):
     if REGEN:
         documented.write_text(saved.read_text())
     assert documented.read_text() == saved.read_text()
+
+
+def test_expand_shows_the_sub_programs(tmp_path, capsys):
+    """--expand adds the programs a nested grad stands for, in the view and in --text."""
+    path = write(tmp_path, "import cfgrad as cg\n\ndef f(x):\n    return cg.grad("
+                           "lambda y: y * y * x)(x)\n")
+    assert cli.main(["inspect", f"{path}:f", "--args", "2.0", "--text", "--expand"]) == 0
+    text = capsys.readouterr().out
+    assert "vjp_call" in text and "; sub-program of {of=vjp(<lambda>, wrt=[0])}" in text
+    assert cli.main(["inspect", f"{path}:f", "--args", "2.0", "--expand", "--width",
+                     "100", "--no-color"]) == 0
+    assert "sub-program of {of=vjp(<lambda>, wrt=[0])}" in capsys.readouterr().out

@@ -753,3 +753,25 @@ def test_rich_print_of_a_program_just_works(capsys):
     fun, args = seeds.SEEDS["tree"]
     rich.print(cg.lower(fun, *args))
     assert "program tree_example(%x: f64[], %z: f64[]" in capsys.readouterr().out
+
+
+# -- nested derivatives ----------------------------------------------------------------
+
+
+def test_expand_shows_the_sub_programs_of_nested_derivatives():
+    """A nested grad is one vjp_call node; expand=True shows what it stands for, at every
+    depth, each sub-program once, in the program and the mirrored view alike."""
+    def f(x):
+        return cg.while_loop(lambda c: c[1] < 3, lambda c: (cnp.sin(c[0]) * x, c[1] + 1),
+                             (x, 0))[0]
+
+    second = cg.grad(cg.grad(f))
+    plain = render(inspector.view(second, 0.5))
+    assert "vjp_call %args, 1.0 {of=vjp(grad(f), wrt=[0])}" in plain
+    assert "sub-program" not in plain
+    expanded = render(inspector.view(second, 0.5, expand=True))
+    headers = re.findall(r"^sub-program of \{of=(.*)\}$", expanded, re.M)
+    assert headers == ["vjp(grad(f), wrt=[0])", "vjp(f, wrt=[0])"]
+    assert "loop#0 while" in expanded and "sin %0" in expanded
+    mirrored = render(inspector.view(second, 0.5, adjoint=True, expand=True))
+    assert mirrored.count("sub-program of") == 2 and "TripPop" in mirrored
