@@ -181,7 +181,7 @@ class _VJPRule(_Signature):
                           of=Pullback(bwd, wrt, None))
         result = [transposed[n_res + i] if t.is_float else None
                   for i, t in enumerate(self.out_types[: self.n_out])]
-        return result + list(self.forward_call().tangents(ts, xs)[self.n_out:])
+        return result + self.forward_call().jvp_call(list(xs), ts)[self.n_out:]
 
     def forward_call(self) -> Call:
         if self._forward_call is None:

@@ -190,11 +190,18 @@ def _emit_with_tangent(t: Trace, n: Node, primal: dict[Value, Value],
                        tangent: dict[Value, Any]) -> None:
     prim = PRIMITIVES[n.op]
     ins = [t.tracer(primal[v]) for v in n.inputs]
+    ts = [tangent.get(v) for v in n.inputs]
+    if prim.jvp_gives_primal and any(x is not None for x in ts):
+        outs, tans = prim.jvp(ts, ins, None, **n.params)
+        for o, new_out, tan in zip(n.outputs, outs, tans):
+            primal[o] = t.value_of(new_out)  # a tracer, or a constant (zeros)
+            if tan is not None and o.type.is_float:
+                tangent[o] = tan
+        return
     emitted = t.emit(prim, ins, n.params, None)
     outs = emitted if prim.multi_output else [emitted]
     for o, new_out in zip(n.outputs, outs):
         primal[o] = new_out.value
-    ts = [tangent.get(v) for v in n.inputs]
     if all(x is None for x in ts):
         return
     if prim.jvp is None:

@@ -113,18 +113,24 @@ class _Derived:
         return list(bind("call", *xs, *dx, of=Call(self.jvp_program)))
 
     def jvp_pullback(self, xs: list[Any], tangents: list[Any], cts: list[Any],
-                     wrt: tuple[int, ...], checkpoint: Any) -> list[Any]:
+                     wrt: tuple[int, ...], checkpoint: Any,
+                     also_primal: bool = False) -> list[Any]:
         """The derivative in x of `cts · J_P(x) tangents`: reverse mode of J with cotangent
         zero on its primal results and `cts` on its tangent results; one per parameter of
-        P, for those in `wrt`."""
+        P, for those in `wrt`. With `also_primal`, then one per float parameter of P:
+        what the same reverse pass gives J's tangent parameters, J_P(x)ᵀ cts, which is
+        P's pullback of `cts` (for those in `wrt`), so no second pass computes it."""
         program, jvp = self.program, self.jvp_program
         params = program.params
-        dx = [_zeros(params[i].type) if tangents[i] is None else tangents[i]
-              for i in self.float_params()]
+        floats = self.float_params()
+        dx = [_zeros(params[i].type) if tangents[i] is None else tangents[i] for i in floats]
         zeros = [_zeros(v.type) for v in program.outputs]
         cts = [_zeros(v.type) if c is None else c for v, c in zip(program.outputs, cts)]
+        n = len(params)
+        if also_primal:
+            wrt = wrt + tuple(n + k for k, i in enumerate(floats) if i in wrt)
         g = bind("vjp_call", *xs, *dx, *zeros, *cts, of=Pullback(jvp, wrt, checkpoint))
-        return list(g[:len(params)])
+        return list(g[:n + len(floats)] if also_primal else g[:n])
 
 
 class Call(_Derived):
@@ -141,8 +147,11 @@ class Call(_Derived):
                     check=anomaly_detection_enabled())
         return tuple(as_runtime_value(o) for o in m.run([as_runtime_value(x) for x in xs]))
 
-    def tangents(self, ts: list[Any], xs: list[Any]) -> list[Any]:
-        return self.jvp_call(list(xs), ts)
+    def outputs_and_tangents(self, ts: list[Any], xs: list[Any]) -> tuple[list, list]:
+        """Both from one `call` of the JVP program."""
+        outs = self.jvp_outputs(list(xs), ts)
+        m = len(self.program.outputs)
+        return outs[:m], outs[m:]
 
     def cotangents(self, cts: list[Any], xs: list[Any]) -> list[Any]:
         wrt = tuple(self.float_params())
@@ -185,20 +194,28 @@ class Pullback(_Derived):
         cts = tape.pullback([as_runtime_value(c) for c in args[n:]])
         return tuple(as_runtime_value(c) for c in cts)
 
-    def tangents(self, ts: list[Any], xs: list[Any]) -> list[Any]:
-        n = len(self.program.params)
+    def outputs_and_tangents(self, ts: list[Any], xs: list[Any]) -> tuple[list, list]:
+        """g = P's pullback of c at x, and its tangent along (dx, dc): g is linear in c,
+        so dc contributes P's pullback of dc; dx contributes the derivative in x of
+        c · J_P(x) dx, reverse mode of the JVP program, whose same pass gives g."""
+        program = self.program
+        n = len(program.params)
         x, c, dx, dc = list(xs[:n]), list(xs[n:]), ts[:n], ts[n:]
-        parts = []
-        if any(t is not None for t in dc):  # linear in c
-            full = [_zeros(v.type) if t is None else t for v, t in zip(self.program.outputs, dc)]
-            parts.append(bind("vjp_call", *x, *full, of=self))
+        tangents: list[Any] = [None] * n
         if any(dx[i] is not None for i in self.float_params()):
-            parts.append(self.jvp_pullback(x, dx, c, self.wrt, self.checkpoint))
-        result: list[Any] = [None] * n
-        for i in self.wrt:
-            for part in parts:
-                result[i] = add_contributions(result[i], part[i])
-        return result
+            g = self.jvp_pullback(x, dx, c, self.wrt, self.checkpoint, also_primal=True)
+            position = {i: n + k for k, i in enumerate(self.float_params())}
+            outs = [g[position[i]] if i in self.wrt else _zeros(p.type)
+                    for i, p in enumerate(program.params)]
+            tangents = [g[i] if i in self.wrt else None for i in range(n)]
+        else:
+            outs = list(bind("vjp_call", *x, *c, of=self))
+        if any(t is not None for t in dc):  # linear in c
+            full = [_zeros(v.type) if t is None else t for v, t in zip(program.outputs, dc)]
+            by_c = bind("vjp_call", *x, *full, of=self)
+            tangents = [add_contributions(t, by_c[i]) if i in self.wrt else t
+                        for i, t in enumerate(tangents)]
+        return outs, tangents
 
     def cotangents(self, cts: list[Any], xs: list[Any]) -> list[Any]:
         program = self.program

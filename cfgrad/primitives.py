@@ -56,6 +56,11 @@ class Primitive:
     # and the rules take and return lists (cotangents of every output, tangents of every
     # output) instead of single values.
     multi_output: bool = False
+    # The JVP rule computes the outputs too, as a by-product of the tangents, and returns
+    # (outputs, tangents): forward mode then emits no copy of the node itself. A nested
+    # pullback's tangent comes from reverse mode of the JVP program, whose other results
+    # are the pullback itself; emitting both would run the sub-program's gradient twice.
+    jvp_gives_primal: bool = False
     # In-place accumulators (family "internal", emitted by the loop passes): `mutates` marks
     # a primitive that updates its first input in place, which passes never merge, move or
     # drop. `factors`, for an accumulator that takes its contribution in a factored form,
@@ -1202,16 +1207,16 @@ _register(Primitive(
 _register(Primitive(
     name="call", impl=lambda *xs, of: of.run(xs), abstract=lambda types, of: of.result_types(),
     vjp=lambda cts, xs, outs, of: of.cotangents(cts, xs),
-    jvp=lambda ts, xs, outs, of: of.tangents(ts, xs), family="transform", promote="none",
-    multi_output=True,
+    jvp=lambda ts, xs, outs, of: of.outputs_and_tangents(ts, xs), family="transform",
+    promote="none", multi_output=True, jvp_gives_primal=True,
     notes="runs a sub-program (a jvp or value applied inside a traced function); its JVP "
           "is a call of the sub-program's JVP program, its VJP a vjp_call of it"))
 _register(Primitive(
     name="vjp_call", impl=lambda *args, of: of.run(args),
     abstract=lambda types, of: of.result_types(),
     vjp=lambda cts, xs, outs, of: of.cotangents(cts, xs),
-    jvp=lambda ts, xs, outs, of: of.tangents(ts, xs), family="transform", promote="none",
-    multi_output=True,
+    jvp=lambda ts, xs, outs, of: of.outputs_and_tangents(ts, xs), family="transform",
+    promote="none", multi_output=True, jvp_gives_primal=True,
     notes="the pullback of a sub-program (grad or vjp applied inside a traced function): "
           "its parameters' cotangents from its outputs' cotangents, by a taped run and its "
           "adjoint under the call's checkpoint strategy; the JVP of it is reverse mode of "

@@ -315,3 +315,21 @@ def test_ode_gradient_matches_finite_differences_and_forward_mode():
     proc = run_script("-c", script, str(EXAMPLES / "ode.py"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+# ---------------------------------------------------------------------------------
+# newton_optim.py: Newton-CG with Hessian-vector products through a fori_loop
+# ---------------------------------------------------------------------------------
+
+
+def test_newton_optim_converges_quadratically_to_the_true_parameters():
+    out = output("newton_optim.py")
+    fitted = re.search(r"fitted \[([^\]]*)\]", out).group(1).split()
+    assert [float(v) for v in fitted] == pytest.approx([4.0, 0.3, 1.0, 0.0], abs=1e-9)
+    losses = [float(v) for v in re.findall(r"^\s+\d+\s+(\d\.\d+e[-+]\d+)\s", out, re.M)]
+    assert losses[0] > 0.1 and losses[-1] < 1e-25 and len(losses) <= 15
+    tail = [v for v in losses if v < 1e-3]
+    # quadratic convergence: each loss about the square of the one before, in scale
+    assert all(b < a ** 1.5 for a, b in zip(tail, tail[1:]) if a < 1e-4)
+    assert "equals H assembled column by column: True" in out
+    assert re.search(r"time of one H v / time of one gradient: \d+\.\d", out)
