@@ -31,14 +31,16 @@ order, and results do not depend on the strategy.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextvars
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
-from .checkpoint import resolve
+from .checkpoint import RunStats, resolve
 from .errors import ArgumentTypeError
 from .forward_mode import build_jvp
 from .interpret import Compiled, GradPlan, Machine, as_runtime_value, differentiate, execute
@@ -46,6 +48,25 @@ from .ir import Program, TensorType
 from .primitives import bind
 from .trace import Tracer, trace_nested
 from .trace_context import LOWERING_LOCK, current_trace
+
+# Where the statistics of nested pullbacks' runs go while `recorded_runs()` is active.
+_RUN_SINK: contextvars.ContextVar[list[tuple[str, RunStats]] | None] = \
+    contextvars.ContextVar("cfgrad_nested_runs", default=None)
+
+
+@contextmanager
+def recorded_runs() -> Iterator[list[tuple[str, RunStats]]]:
+    """Collect, while active, the statistics of every taped run a `vjp_call` node makes:
+    (the node's `of`, e.g. "vjp(f, wrt=[0])", its RunStats). A second derivative's
+    outer run reports only its own loops; the loops of the sub-programs it differentiates
+    run inside these nodes, each under its strategy, and this is where their trip counts,
+    recomputations and peak snapshots can be read."""
+    runs: list[tuple[str, RunStats]] = []
+    token = _RUN_SINK.set(runs)
+    try:
+        yield runs
+    finally:
+        _RUN_SINK.reset(token)
 
 
 def _zeros(t: TensorType) -> np.ndarray:
@@ -192,6 +213,9 @@ class Pullback(_Derived):
         tape = execute(self.plan, [as_runtime_value(a) for a in args[:n]], strategies,
                        check=anomaly_detection_enabled())
         cts = tape.pullback([as_runtime_value(c) for c in args[n:]])
+        sink = _RUN_SINK.get()
+        if sink is not None:
+            sink.append((repr(self), tape.stats))
         return tuple(as_runtime_value(c) for c in cts)
 
     def outputs_and_tangents(self, ts: list[Any], xs: list[Any]) -> tuple[list, list]:

@@ -12,6 +12,8 @@ Cases (the functions are the ones in newton.py and rnn.py):
   cond    sum(cond(sum(A) > 0, tanh(A @ B), A @ B.T)) on 512x512 matrices, each branch
   per-node interpreter overhead: a fori_loop over a chain of adds, time per executed node
   minus the time numpy itself takes for the same operation
+  hvp     a Hessian-vector product on the RNN and Newton cases, forward over reverse and
+          reverse over reverse, against one gradient; peak snapshots under Binomial(4)
   heat    the reaction-diffusion stepping of heat.py (100 000 points, 500 steps): gradient
           of the final energy w.r.t. the initial state under each checkpointing strategy,
           wall time and peak resident memory, each implementation in a subprocess of its own
@@ -741,6 +743,70 @@ def library_tables(console: Console, sizes: Sizes, libs: dict[str, Any],
                           "code, control events per iteration)"])
 
 
+def second_order_thunks(fun: Callable, calls: list[tuple], direction: tuple,
+                        checkpoint: Any) -> tuple[Callable, Callable, Callable]:
+    """Gradient, Hessian-vector product by forward over reverse (`cg.jvp` of `cg.grad`)
+    and by reverse over reverse (`cg.grad` of `grad · v`) of `fun` in its first argument,
+    each run at every argument tuple of `calls`; `direction` holds one tangent per
+    argument (zeros but the first)."""
+    grad = cg.grad(fun, checkpoint=checkpoint)
+    v = direction[0]
+    rev_rev = cg.grad(lambda x, *rest: cnp.sum(grad(x, *rest) * v), checkpoint=checkpoint)
+
+    def gradient() -> None:
+        for args in calls:
+            grad(*args)
+
+    def forward_over_reverse() -> None:
+        for args in calls:
+            cg.jvp(grad, args, direction)
+
+    def reverse_over_reverse() -> None:
+        for args in calls:
+            rev_rev(*args)
+
+    return gradient, forward_over_reverse, reverse_over_reverse
+
+
+def hvp_section(console: Console, sizes: Sizes) -> None:
+    """Second order: a Hessian-vector product, both ways, against one gradient, and the
+    peak checkpoint snapshots of the nested runs under Binomial(4)."""
+    from cfgrad.checkpoint import Binomial
+    from cfgrad.nested import recorded_runs
+
+    W, U, b, X, target, _ = make_problem(sizes.hidden, sizes.inputs, sizes.steps, 1e9)
+    rnn_args = (W, U, b, X, target, 1e9)
+    rnn_direction = (np.random.default_rng(1).standard_normal(W.shape),
+                     *(np.zeros_like(np.asarray(a, float)) for a in rnn_args[1:]))
+    points = [(a,) for a in np.linspace(0.5, 50.0, max(sizes.newton_calls // 10, 2))]
+    cases = [(f"RNN hidden {sizes.hidden}, {sizes.steps} steps, d/dW", rnn_loss, [rnn_args],
+              rnn_direction),
+             (f"Newton cube root, {len(points)} scalar calls", cube_root, points, (1.0,))]
+    table = Table(title="Second order: one Hessian-vector product against one gradient")
+    for column in ("case", "gradient", "jvp of grad", "÷ gradient", "grad of grad·v",
+                   "÷ gradient", "peak snapshots, Binomial(4)"):
+        table.add_column(column, justify="left" if column == "case" else "right")
+    for label, fun, calls, direction in cases:
+        thunks = second_order_thunks(fun, calls, direction, None)
+        for thunk in thunks:
+            thunk()  # lower and compile before timing
+        t_grad, t_fr, t_rr = (best_time(thunk, sizes) for thunk in thunks)
+        _, *second = second_order_thunks(fun, calls, direction, Binomial(4))
+        with recorded_runs() as runs:
+            for thunk in second:
+                thunk()
+        peak = max((lp.peak_snapshots for _, st in runs for lp in st.loops), default=0)
+        table.add_row(label, fmt_time(t_grad), fmt_time(t_fr), f"{t_fr / t_grad:.2f}×",
+                      fmt_time(t_rr), f"{t_rr / t_grad:.2f}×", str(peak))
+    console.print(table)
+    print_notes(console, [
+        "jvp of grad: forward mode through the gradient, i.e. reverse mode of the JVP program "
+        "in one pass (cfgrad/nested.py); grad of grad·v: reverse over reverse",
+        "peak snapshots: the most checkpoints any nested run's loop held at once, over the "
+        "runs both orders made; Binomial(4) bounds it by 4 at every order",
+        "the RNN's threshold is out of reach here, so every step runs"])
+
+
 def many_branches(x):
     """110 conds in a row, about 2000 nodes: a large program for the inspector timing."""
     for i in range(110):
@@ -796,6 +862,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if not opts.heat_only:
         library_tables(console, sizes, libs, missing)
+        hvp_section(console, sizes)
         inspector_section(console)
     heat_section(console, heat_n, heat_steps, present, opts.quick)
 
