@@ -294,6 +294,35 @@ def test_hessian_through_data_dependent_while_is_the_same_under_every_strategy()
     assert all(np.array_equal(j, jacobians[0]) for j in jacobians)
 
 
+def test_hessian_through_custom_rules() -> None:
+    """A custom rule's derivative is differentiated as ordinary code (api.md,
+    Higher-order derivatives): the Hessians are those of the functions the rules define."""
+    @cg.custom_vjp
+    def double_tanh(x):
+        return cnp.tanh(x) * 2.0
+
+    def fwd(x):
+        y = cnp.tanh(x)
+        return y * 2.0, y
+
+    double_tanh.defvjp(fwd, lambda y, ct: (ct * 2.0 * (1 - y * y),))
+
+    @cg.custom_jvp
+    def softplus(x):
+        return cnp.log1p(cnp.exp(x))
+
+    softplus.defjvp(lambda p, t: (softplus(p[0]), t[0] * cnp.sigmoid(p[0])))
+
+    x = np.array([0.3, -0.8])
+    t, s = np.tanh(x), 1 / (1 + np.exp(-x))  # d²(4 tanh²)/dx², d²(softplus³)/dx²
+    sp = np.log1p(np.exp(x))
+    np.testing.assert_allclose(cg.hessian(lambda x: cnp.sum(double_tanh(x) ** 2))(x),
+                               np.diag(8 * (1 - t ** 2) * (1 - 3 * t ** 2)), rtol=1e-12)
+    np.testing.assert_allclose(cg.hessian(lambda x: cnp.sum(softplus(x) ** 3))(x),
+                               np.diag(6 * sp * s ** 2 + 3 * sp ** 2 * s * (1 - s)),
+                               rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------------
 # Inside a trace
 # ---------------------------------------------------------------------------------
