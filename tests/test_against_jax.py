@@ -103,9 +103,9 @@ def test_hessians_agree_with_jax(program):
     assert cg.hessian(ours)(POINT) == pytest.approx(want, rel=1e-10, abs=1e-12)
     basis = np.eye(3)
     forward_over_reverse = np.stack([cg.jvp(cg.grad(ours), (POINT,), (e,))[1] for e in basis])
-    reverse_over_reverse = np.stack([cg.grad(lambda x: cnp.sum(cg.grad(ours)(x) * e))(POINT)
+    reverse_over_reverse = np.stack([cg.grad(lambda x, e=e: cnp.sum(cg.grad(ours)(x) * e))(POINT)
                                      for e in basis])
-    reverse_over_forward = np.stack([cg.grad(lambda x: cg.jvp(ours, (x,), (e,))[1])(POINT)
+    reverse_over_forward = np.stack([cg.grad(lambda x, e=e: cg.jvp(ours, (x,), (e,))[1])(POINT)
                                      for e in basis])
     for got in (forward_over_reverse, reverse_over_reverse, reverse_over_forward):
         assert got == pytest.approx(want, rel=1e-10, abs=1e-12)
