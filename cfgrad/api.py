@@ -264,7 +264,7 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     Only the branches taken and the iterations run are differentiated. `checkpoint` sets
     the strategy of every loop that did not choose its own."""
     check_strategy(checkpoint, "cfgrad.vjp")
-    if nested.is_tracing(primals):  # inside a traced function: nodes, not a run
+    if nested.is_tracing():  # inside a traced function: nodes, not a run
         return nested.vjp(fun, primals, checkpoint, has_aux)
     entry, leaves = lowered(fun, primals)
     if has_aux:
@@ -323,7 +323,7 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
 
     def value_and_grad_fn(*args: Any, **kwargs: Any) -> Any:
         nums = resolve_argnums(requested, len(args), caller, name)
-        if nested.is_tracing((args, kwargs)):  # a derivative of a derivative: one node
+        if nested.is_tracing():  # a derivative of a derivative: one node
             f = (lambda *a: fun(*a, **kwargs)) if kwargs else fun
             return nested.value_and_grad(
                 f, args, nums, single, checkpoint,
@@ -407,7 +407,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
 def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
     """`(fun(*primals), J @ tangents)` by forward mode through the same control flow."""
     primals, tangents = tuple(primals), tuple(tangents)
-    if nested.is_tracing((primals, tangents)):  # inside a traced function: one node
+    if nested.is_tracing():  # inside a traced function: one node
         return nested.jvp(fun, primals, tangents)
     entry, leaves = lowered(fun, primals)
     t_leaves, t_tree = treelib.flatten(tangents)

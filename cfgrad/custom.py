@@ -406,7 +406,7 @@ def custom_root(f: Callable, initial_guess: Any, solve: Callable, tangent_solve:
     gives both partial derivatives, so the rule and all its derivatives are nodes of the
     same kinds as any nested transformation."""
     solved = solve(f, initial_guess)
-    if not is_tracing((initial_guess, solved)):  # nothing traced: nothing to differentiate
+    if not is_tracing():  # nothing traced: nothing to differentiate
         return solved
     solution, aux = solved if has_aux else (solved, None)
     solution = stop_gradient(solution)

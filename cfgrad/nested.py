@@ -347,11 +347,11 @@ def jvp(fun: Callable, primals: tuple, tangents: tuple) -> tuple[Any, Any]:
             treelib.unflatten(program.out_tree, outs[m:]))
 
 
-def is_tracing(args: tuple) -> bool:
-    """Whether a transformation called now runs inside a trace (so it must emit a node):
-    a trace is being built in this thread, or an argument is traced."""
-    return current_trace() is not None or any(
-        isinstance(x, Tracer) for x in treelib.flatten(args)[0])
+def is_tracing() -> bool:
+    """Whether a transformation called now runs inside a trace, so it must emit a node: a
+    trace is being built in this thread. (A traced argument without one is a tracer that
+    escaped its finished trace, which lowering refuses by name.)"""
+    return current_trace() is not None
 
 
 def sub_programs(program: Program) -> list[tuple[str, Program]]:

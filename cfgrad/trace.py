@@ -714,7 +714,10 @@ def argument_problem(x: Any) -> str | None:
     is a matrix product; a complex array, whose gradient would come out as zeros) or a raw
     exception deep in the interpreter (object, string, structured, datetime dtypes)."""
     if isinstance(x, Tracer):
-        raise nested_transformation_error()
+        raise LoweringError(
+            "a traced value from a finished trace was passed to a transformation; tracers "
+            "must not escape the function being transformed (return values instead of "
+            "storing them)")
     if isinstance(x, int) and not isinstance(x, bool) and not -2**63 <= x < 2**63:
         return (f"the Python int {x}, beyond int64; pass it as a float, or close over it "
                 "(cfgrad's integers are numpy's int64)")
