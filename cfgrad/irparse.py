@@ -64,7 +64,9 @@ from .verify import verify
 _NAME = r"[A-Za-z_]\w*"
 _TYPE = r"(\w+)\[([\d,\s]*)\]"
 _VALUE_NAME = re.compile(r"%(\w+)$")
-_HEADER = re.compile(r"program\s+([^\s(]+)\((.*)\)\s*->\s*\((.*)\)$")
+# the name may hold parentheses (`grad(f)`): it ends where the parameter list starts,
+# which is empty or begins with `%`
+_HEADER = re.compile(r"program\s+(\S+?)\(((?:%[^)]*)?)\)\s*->\s*\((.*)\)$")
 _OUTPUT = re.compile(r"\s*%(\w+)\s*:\s*(\w+\[[\d,\s]*\])\s*$")
 _BLOCK = re.compile(rf"({_NAME}):(?:\s+preds\s+\((.*)\))?$")
 _DEF = re.compile(r"(%[^=]*?)\s*=\s*(.*)$")

@@ -361,3 +361,19 @@ def test_custom_rules_hold_while_other_threads_lower() -> None:
     for t in threads:
         t.join()
     assert results == [100.0] * 40
+
+
+def test_an_escaped_tracer_passed_to_a_transformation_is_named() -> None:
+    """A tracer kept from a finished trace and passed to grad, jvp or vjp later."""
+    kept = []
+
+    def f(x):
+        kept.append(x)
+        return x * x
+
+    cg.grad(f)(1.0)
+    for call in (lambda: cg.grad(lambda y: y * y)(kept[0]),
+                 lambda: cg.jvp(lambda y: y * y, (kept[0],), (1.0,)),
+                 lambda: cg.vjp(lambda y: y, kept[0])):
+        with pytest.raises(cg.LoweringError, match="from a finished trace"):
+            call()

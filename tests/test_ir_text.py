@@ -284,3 +284,16 @@ def test_random_program_round_trip(expr, dtype):
     jvp_text = build_jvp(p).text()
     assert build_jvp(q).text() == jvp_text
     assert cg.parse_program(jvp_text).text() == jvp_text
+
+
+def test_names_with_parentheses_parse_and_object_parameters_are_named():
+    """A transformation's program is named `grad(f)`: it reads back. A nested
+    transformation's node refers to a sub-program the text does not hold: ParseError
+    naming the parameter, not a wrong program."""
+    def f(x):
+        return cg.fori_loop(0, 3, lambda i, c: c * x, x)
+
+    text = cg.lower(f, 1.0).text().replace("program f(", "program grad(f)(", 1)
+    assert cg.parse_program(text).text() == text
+    with pytest.raises(ParseError, match=r"vjp\(f, wrt=\[0\]\)"):
+        cg.parse_program(cg.lower(cg.grad(f), 1.0).text())
