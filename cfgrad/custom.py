@@ -172,13 +172,12 @@ class _VJPRule(_Signature):
     # fwd as ordinary code
     def tangents(self, ts: list[Any], xs: list[Any], outs: list[Any]) -> list[Any]:
         n_res = len(self.out_types) - self.n_out
-        bwd = self.backward_call().program
         dx = [np.zeros(self.in_types[i].shape, self.in_types[i].dtype) if ts[i] is None
               else ts[i] for i in self.float_inputs]
         cts = [np.zeros(t.shape, t.dtype) for t in self.out_types[: self.n_out]]
         wrt = tuple(range(n_res, n_res + self.n_out))
         transposed = bind("vjp_call", *outs[self.n_out:], *cts, *dx,
-                          of=Pullback(bwd, wrt, None))
+                          of=self.backward_call().pullback_of(wrt, None, of_jvp=False))
         result = [transposed[n_res + i] if t.is_float else None
                   for i, t in enumerate(self.out_types[: self.n_out])]
         return result + self.forward_call().jvp_call(list(xs), ts)[self.n_out:]

@@ -93,29 +93,47 @@ def add_contributions(a: Any, b: Any) -> Any:
 
 
 class _Derived:
-    """What both node parameters share: the sub-program and, built on first use, its JVP
-    program (for the derivative rules) and compiled form (for running)."""
+    """What both node parameters share: the sub-program and what is built from it on first
+    use: its JVP program, its compiled form, and the parameters of the nodes its
+    derivative rules emit. A cached outer program keeps its nodes' parameters, so each of
+    these is built once however often the program runs, and the n nodes of a Hessian's n
+    columns share one compiled JVP program."""
 
     def __init__(self, program: Program):
         self.program = program
-        self._jvp: Program | None = None
-        self._compiled: Compiled | None = None
+        self._built: dict[Any, Any] = {}
+
+    def _once(self, key: Any, build: Callable[[], Any]) -> Any:
+        """`build()`, made once per `key` (under the lowering lock: threads running the
+        same cached program share its nodes' parameters); an unhashable key (a strategy
+        of the user's that cannot be hashed) builds every time."""
+        try:
+            value = self._built.get(key)
+        except TypeError:
+            return build()
+        if value is None:
+            with LOWERING_LOCK:
+                value = self._built.get(key)
+                if value is None:
+                    value = self._built[key] = build()
+        return value
 
     @property
     def jvp_program(self) -> Program:
-        if self._jvp is None:
-            with LOWERING_LOCK:
-                if self._jvp is None:
-                    self._jvp = build_jvp(self.program)
-        return self._jvp
+        return self._once("jvp", lambda: build_jvp(self.program))
 
     @property
     def compiled(self) -> Compiled:
-        if self._compiled is None:
-            with LOWERING_LOCK:
-                if self._compiled is None:
-                    self._compiled = Compiled(self.program)
-        return self._compiled
+        return self._once("compiled", lambda: Compiled(self.program))
+
+    def jvp_call_of(self) -> Call:
+        """The parameter of a `call` of the JVP program."""
+        return self._once("jvp call", lambda: Call(self.jvp_program))
+
+    def pullback_of(self, wrt: tuple[int, ...], checkpoint: Any, of_jvp: bool) -> Pullback:
+        """The parameter of a `vjp_call` of P (or of its JVP program)."""
+        return self._once(("pullback", wrt, checkpoint, of_jvp), lambda: Pullback(
+            self.jvp_program if of_jvp else self.program, wrt, checkpoint))
 
     def float_params(self) -> list[int]:
         return [i for i, p in enumerate(self.program.params) if p.type.is_float]
@@ -131,7 +149,7 @@ class _Derived:
         dx = [_zeros(params[i].type) if tangents[i] is None else _as_type(tangents[i],
                                                                           params[i].type)
               for i in self.float_params()]
-        return list(bind("call", *xs, *dx, of=Call(self.jvp_program)))
+        return list(bind("call", *xs, *dx, of=self.jvp_call_of()))
 
     def jvp_pullback(self, xs: list[Any], tangents: list[Any], cts: list[Any],
                      wrt: tuple[int, ...], checkpoint: Any,
@@ -141,7 +159,7 @@ class _Derived:
         P, for those in `wrt`. With `also_primal`, then one per float parameter of P:
         what the same reverse pass gives J's tangent parameters, J_P(x)ᵀ cts, which is
         P's pullback of `cts` (for those in `wrt`), so no second pass computes it."""
-        program, jvp = self.program, self.jvp_program
+        program = self.program
         params = program.params
         floats = self.float_params()
         dx = [_zeros(params[i].type) if tangents[i] is None else tangents[i] for i in floats]
@@ -150,7 +168,8 @@ class _Derived:
         n = len(params)
         if also_primal:
             wrt = wrt + tuple(n + k for k, i in enumerate(floats) if i in wrt)
-        g = bind("vjp_call", *xs, *dx, *zeros, *cts, of=Pullback(jvp, wrt, checkpoint))
+        g = bind("vjp_call", *xs, *dx, *zeros, *cts,
+                 of=self.pullback_of(wrt, checkpoint, of_jvp=True))
         return list(g[:n + len(floats)] if also_primal else g[:n])
 
 
@@ -178,7 +197,7 @@ class Call(_Derived):
         wrt = tuple(self.float_params())
         outs = self.program.outputs
         full = [_zeros(v.type) if c is None else c for v, c in zip(outs, cts)]
-        g = bind("vjp_call", *xs, *full, of=Pullback(self.program, wrt, None))
+        g = bind("vjp_call", *xs, *full, of=self.pullback_of(wrt, None, of_jvp=False))
         return [g[i] if i in wrt else None for i in range(len(xs))]
 
 
@@ -190,7 +209,6 @@ class Pullback(_Derived):
         super().__init__(program)
         self.wrt = wrt
         self.checkpoint = checkpoint
-        self._plan: GradPlan | None = None
 
     def __repr__(self) -> str:
         strategy = "" if self.checkpoint is None else f", checkpoint={self.checkpoint!r}"
@@ -201,11 +219,8 @@ class Pullback(_Derived):
 
     @property
     def plan(self) -> GradPlan:
-        if self._plan is None:
-            with LOWERING_LOCK:
-                if self._plan is None:
-                    self._plan = differentiate(self.program, self.wrt, forward=self.compiled)
-        return self._plan
+        return self._once("plan", lambda: differentiate(self.program, self.wrt,
+                                                         forward=self.compiled))
 
     def run(self, args: tuple) -> tuple:
         n = len(self.program.params)
@@ -274,14 +289,16 @@ class Traced:
             return fun(*treelib.unflatten(self.in_tree, list(xs)))
 
         self.program, captured = trace_nested(flat, leaves, name)
+        self.call = Call(self.program)  # shared by every node emitted for this function
         self.inputs = list(leaves) + captured
         self.n_leaves = len(leaves)
 
     def outputs(self) -> list[Any]:
-        return list(bind("call", *self.inputs, of=Call(self.program)))
+        return list(bind("call", *self.inputs, of=self.call))
 
     def pullback(self, cts: list[Any], wrt: tuple[int, ...], checkpoint: Any) -> list[Any]:
-        g = bind("vjp_call", *self.inputs, *cts, of=Pullback(self.program, wrt, checkpoint))
+        g = bind("vjp_call", *self.inputs, *cts,
+                 of=self.call.pullback_of(wrt, checkpoint, of_jvp=False))
         return list(g[: self.n_leaves])
 
 
@@ -341,7 +358,7 @@ def jvp(fun: Callable, primals: tuple, tangents: tuple) -> tuple[Any, Any]:
     program = traced.program
     params = program.params
     full = t_leaves + [None] * (len(params) - len(t_leaves))  # closed-over: no tangent
-    outs = Call(program).jvp_outputs(traced.inputs, full)
+    outs = traced.call.jvp_outputs(traced.inputs, full)
     m = len(program.outputs)
     return (treelib.unflatten(program.out_tree, outs[:m]),
             treelib.unflatten(program.out_tree, outs[m:]))
