@@ -599,6 +599,53 @@ def test_newtons_method_with_grad_and_hessian_in_the_loop_body() -> None:
         assert cg.grad(inner)(t0) == want["grad.grad"], s
 
 
+class CountingStoreAll(StoreAll):
+    """StoreAll that counts the loop executions it is given."""
+
+    def __init__(self) -> None:
+        self.executions = 0
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def begin(self, run: Any) -> Any:
+        self.executions += 1
+        return super().begin(run)
+
+
+def test_the_outer_strategy_reaches_the_loops_its_reverse_pass_reverses() -> None:
+    """A call's `checkpoint` "is the strategy for every loop that did not choose its own"
+    (api.md, grad and vjp). The reverse pass of a second derivative reverses the loops of f (in
+    the JVP program of f's nested sub-program); when neither those loops nor the inner
+    transformation chose a strategy, the outer call's choice should be theirs, or
+    checkpointing a Hessian-vector product by reverse over forward is impossible (jvp
+    takes no `checkpoint=`)."""
+    f = lambda x: cg.fori_loop(0, 3, lambda i, c: cnp.sin(c) * x, x)  # noqa: E731
+    # control: a loop of the outer program itself
+    spy = CountingStoreAll()
+    cg.grad(lambda x: f(x) + cg.grad(f)(x), checkpoint=spy)(0.7)
+    assert spy.executions >= 1
+    spy = CountingStoreAll()
+    cg.grad(cg.grad(f, checkpoint=spy))(0.7)
+    assert spy.executions >= 1, "the inner grad's strategy"
+    missed = []
+    for name, outer in [
+        ("grad(x -> jvp(f, x, 1), checkpoint=s)",
+         lambda s: cg.grad(lambda x: cg.jvp(f, (x,), (1.0,))[1], checkpoint=s)(0.7)),
+        ("grad(grad(f), checkpoint=s)", lambda s: cg.grad(cg.grad(f), checkpoint=s)(0.7)),
+        ("vjp(grad(f), x, checkpoint=s)",
+         lambda s: cg.vjp(cg.grad(f), 0.7, checkpoint=s)[1](1.0)),
+    ]:
+        spy = CountingStoreAll()
+        outer(spy)
+        if spy.executions == 0:
+            missed.append(name)
+    assert not missed, f"the outer strategy is never used by: {missed}"
+
+
 # ---------------------------------------------------------------------------------
 # Third derivatives
 # ---------------------------------------------------------------------------------
@@ -865,6 +912,33 @@ def test_integer_arguments_mixed_with_float_ones() -> None:
     assert_close(hessian, np.array(fwd).T, RTOL, "reverse vs forward over reverse")
     assert_close(hessian, hessian.T, RTOL, "symmetry")
     assert_close(hessian[0, 1], hxy, RTOL, "argnums=2 alone")
+
+
+@pytest.mark.parametrize("call, match", [
+    pytest.param(lambda x, n: cg.grad(lambda y, m: y * y, argnums=1)(x, n),
+                 "gradients need float inputs", id="grad-in-an-int-argument"),
+    pytest.param(lambda x, n: cg.grad(lambda y: (y * y, y))(x), "scalar output",
+                 id="grad-of-a-pair-without-has_aux"),
+    pytest.param(lambda x, n: cg.grad(lambda y: y * y, has_aux=True)(x),
+                 r"pair \(value, aux\)", id="has_aux-without-a-pair"),
+    pytest.param(lambda x, n: cg.grad(lambda y: (y * y, y, y), has_aux=True)(x),
+                 r"pair \(value, aux\)", id="has_aux-with-a-triple"),
+    pytest.param(lambda x, n: cg.vjp(lambda y: y * y, x, has_aux=True),
+                 r"pair \(value, aux\)", id="vjp-has_aux-without-a-pair"),
+    pytest.param(lambda x, n: cg.grad(lambda y: cnp.astype(y, cnp.int64))(x), "float scalar",
+                 id="grad-of-an-int-output"),
+])
+def test_nested_transformations_refuse_what_eager_ones_refuse(call: Callable,
+                                                              match: str) -> None:
+    """A misuse of grad/vjp is the same ArgumentTypeError whether the transformation runs
+    eagerly or inside another one's trace (where it is a node, not a run): a nested grad in
+    an integer argument must not silently return an integer zero, nor one of a function
+    returning a pair differentiate its first element."""
+    x0, n0 = 0.7, np.int64(3)
+    with pytest.raises(cg.ArgumentTypeError, match=match):
+        call(x0, n0)
+    with pytest.raises(cg.ArgumentTypeError, match=match):
+        cg.grad(lambda x, n: (call(x, n), x)[1])(x0, n0)
 
 
 def test_has_aux_in_the_inner_grad() -> None:
