@@ -240,7 +240,7 @@ class Pullback:
             tape = _forward(entry, entry.grad_plan(None), self.primals, self.checkpoint,
                             check=self._check)
         self._tape = None
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), nested.call_checkpoint(self.checkpoint):
             results = [as_runtime_value(r) for r in tape.pullback(cts)]
         self.stats = tape.stats
         grads = treelib.unflatten(program.in_tree, results)
@@ -250,7 +250,7 @@ class Pullback:
 def _forward(entry: Lowering, plan: GradPlan, leaves: list[Any], checkpoint: Any,
              check: bool = False) -> Tape:
     """The forward run, taped for `plan`'s adjoint; its outputs as runtime values."""
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), nested.call_checkpoint(checkpoint):
         tape = execute(plan, entry.arguments(leaves), entry.strategies(checkpoint),
                        check=check or anomaly_detection_enabled())
     tape.outputs = [as_runtime_value(o) for o in tape.outputs]
@@ -265,7 +265,9 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     the strategy of every loop that did not choose its own."""
     check_strategy(checkpoint, "cfgrad.vjp")
     if nested.is_tracing():  # inside a traced function: nodes, not a run
-        return nested.vjp(fun, primals, checkpoint, has_aux)
+        name = getattr(fun, "__name__", "f")
+        return nested.vjp(fun, primals, checkpoint, has_aux,
+                          lambda program: has_aux and _check_aux_pair(program, "vjp", name))
     entry, leaves = lowered(fun, primals)
     if has_aux:
         _check_aux_pair(entry.program, "vjp", getattr(fun, "__name__", "f"))
@@ -344,7 +346,7 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
         plan, seeds = prepared
         tape = _forward(entry, plan, leaves, checkpoint, check=detect_anomaly)
         out = treelib.unflatten(program.out_tree, tape.outputs)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), nested.call_checkpoint(checkpoint):
             results = [as_runtime_value(r) for r in tape.pullback(seeds)]
         per_arg = treelib.unflatten(program.in_tree, results)
         grads = per_arg[nums[0]] if single else tuple(per_arg[i] for i in nums)
@@ -381,12 +383,12 @@ def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux
                                 "reduce it (cnp.sum) or use cg.vjp for non-scalar outputs")
     for i in nums:
         for leaf in treelib.flatten(args[i])[0]:
-            dtype = leaf.dtype if isinstance(leaf, Tracer) else np.asarray(leaf).dtype
-            if dtype.kind != "f":
+            array = leaf if isinstance(leaf, Tracer) else np.asarray(leaf)
+            if array.dtype.kind != "f":
                 raise ArgumentTypeError(
-                    f"grad of {name} with respect to argument {i}: it has dtype {dtype} (shape "
-                    f"{np.shape(leaf)}); gradients need float inputs, e.g. pass 2.0 instead of 2 "
-                    "or use .astype(float)")
+                    f"grad of {name} with respect to argument {i}: it has dtype {array.dtype} "
+                    f"(shape {array.shape}); gradients need float inputs, e.g. pass 2.0 "
+                    "instead of 2 or use .astype(float)")
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,

@@ -84,7 +84,7 @@ from .ir import (
     term_pieces,
     type_of,
 )
-from .nested import sub_programs
+from .nested import call_checkpoint, sub_programs
 from .nodespec import KIND_BY_NAME, PRIMITIVE
 from .reverse import adjoint as adjoint_of
 
@@ -775,7 +775,7 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
     strategies = entry.strategies(checkpoint)
     if schedule:
         strategies = [traced(s) for s in strategies]
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), call_checkpoint(checkpoint):
         tape = execute(entry.grad_plan(None), entry.arguments(leaves), strategies,
                        block_hook=hook)
     forward_events = [len(s.schedule or ()) for s in tape.stats.loops]
@@ -789,7 +789,7 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
         cts = [np.ones(v.type.shape, v.type.dtype) if v.type.is_float
                else np.zeros(v.type.shape, v.type.dtype) for v in program.outputs]
         try:
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"), call_checkpoint(checkpoint):
                 grads = tape.pullback(cts, block_hook=recompute_hook)
         except Exception as exc:  # noqa: BLE001 - shown in the run view, not raised
             error = f"{type(exc).__name__}: {exc}"

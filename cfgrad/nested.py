@@ -69,6 +69,27 @@ def recorded_runs() -> Iterator[list[tuple[str, RunStats]]]:
         _RUN_SINK.reset(token)
 
 
+# The checkpoint choice of the call whose run is executing nested nodes: a loop of a
+# sub-program that chose no strategy, under a nested transformation that chose none, takes
+# the enclosing call's, as the call's own loops do (precedence: the loop's own, then the
+# nearest enclosing transformation's).
+_CALL_CHECKPOINT: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "cfgrad_call_checkpoint", default=None)
+
+
+@contextmanager
+def call_checkpoint(choice: Any) -> Iterator[None]:
+    """Run nested nodes under a call's `checkpoint=` (None: keep the enclosing choice)."""
+    if choice is None:
+        yield
+        return
+    token = _CALL_CHECKPOINT.set(choice)
+    try:
+        yield
+    finally:
+        _CALL_CHECKPOINT.reset(token)
+
+
 def _zeros(t: TensorType) -> np.ndarray:
     return np.zeros(t.shape, t.dtype)
 
@@ -224,10 +245,12 @@ class Pullback(_Derived):
 
     def run(self, args: tuple) -> tuple:
         n = len(self.program.params)
-        strategies = [resolve(r.checkpoint, self.checkpoint) for r in self.program.loops()]
-        tape = execute(self.plan, [as_runtime_value(a) for a in args[:n]], strategies,
-                       check=anomaly_detection_enabled())
-        cts = tape.pullback([as_runtime_value(c) for c in args[n:]])
+        choice = self.checkpoint if self.checkpoint is not None else _CALL_CHECKPOINT.get()
+        strategies = [resolve(r.checkpoint, choice) for r in self.program.loops()]
+        with call_checkpoint(choice):
+            tape = execute(self.plan, [as_runtime_value(a) for a in args[:n]], strategies,
+                           check=anomaly_detection_enabled())
+            cts = tape.pullback([as_runtime_value(c) for c in args[n:]])
         sink = _RUN_SINK.get()
         if sink is not None:
             sink.append((repr(self), tape.stats))
@@ -326,10 +349,13 @@ def value_and_grad(fun: Callable, args: tuple, nums: tuple[int, ...], single: bo
     return out, grads
 
 
-def vjp(fun: Callable, primals: tuple, checkpoint: Any, has_aux: bool) -> Any:
-    """`cg.vjp(fun, *primals)` inside a trace: the pullback emits a `vjp_call` node."""
+def vjp(fun: Callable, primals: tuple, checkpoint: Any, has_aux: bool,
+        check: Callable[[Program], Any]) -> Any:
+    """`cg.vjp(fun, *primals)` inside a trace: the pullback emits a `vjp_call` node;
+    `check(program)` refuses what the eager path refuses (has_aux without a pair)."""
     traced = Traced(fun, primals)
     program = traced.program
+    check(program)
     out = treelib.unflatten(program.out_tree, traced.outputs())
     wrt = tuple(i for i, p in enumerate(program.params[: traced.n_leaves]) if p.type.is_float)
 
