@@ -41,7 +41,7 @@ import numpy as np
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
 from .checkpoint import RunStats, resolve
-from .errors import ArgumentTypeError
+from .errors import ArgumentTypeError, LoweringError
 from .forward_mode import build_jvp
 from .interpret import Compiled, GradPlan, Machine, as_runtime_value, differentiate, execute
 from .ir import Program, TensorType
@@ -94,16 +94,25 @@ def _zeros(t: TensorType) -> np.ndarray:
     return np.zeros(t.shape, t.dtype)
 
 
-def _as_type(x: Any, t: TensorType) -> Any:
-    """A tangent given for a value of type `t` (a Python scalar, an array or a tracer of
-    another float dtype) as a value of that type; a shape that differs is an error."""
+def _as_type(x: Any, t: TensorType,
+             what: str = "jvp: a tangent has shape {shape}, its primal has {want}") -> Any:
+    """A tangent or cotangent given for a value of type `t` (a Python scalar, an array or a
+    tracer of another dtype) as a value of that type, as the eager transformations convert
+    them; a shape that differs is an error (`what` says which, as they do)."""
     shape = x.value.type.shape if isinstance(x, Tracer) else np.shape(x)
     if tuple(shape) != t.shape:
-        raise ArgumentTypeError(f"jvp: a tangent has shape {tuple(shape)}, its primal has "
-                                f"{t.shape}")
+        raise ArgumentTypeError(what.format(shape=tuple(shape), want=t.shape))
     if isinstance(x, Tracer):
         return x if x.value.type.dtype == t.dtype else bind("astype", x, dtype=t.dtype)
     return np.asarray(x, t.dtype)
+
+
+def _check_inputs(op: str, got: list[TensorType], want: list[TensorType]) -> None:
+    """A node's inputs must be exactly the sub-program's parameters (and, for a pullback,
+    cotangents of its results): the sub-program was traced at those types."""
+    if got != want:
+        raise LoweringError(f"{op}: inputs {[str(t) for t in got]} do not match the "
+                            f"sub-program's {[str(t) for t in want]}")
 
 
 def add_contributions(a: Any, b: Any) -> Any:
@@ -200,7 +209,8 @@ class Call(_Derived):
     def __repr__(self) -> str:
         return self.program.name
 
-    def result_types(self) -> list[TensorType]:
+    def result_types(self, types: list[TensorType]) -> list[TensorType]:
+        _check_inputs("call", types, [p.type for p in self.program.params])
         return [v.type for v in self.program.outputs]
 
     def run(self, xs: tuple) -> tuple:
@@ -235,7 +245,9 @@ class Pullback(_Derived):
         strategy = "" if self.checkpoint is None else f", checkpoint={self.checkpoint!r}"
         return f"vjp({self.program.name}, wrt={list(self.wrt)}{strategy})"
 
-    def result_types(self) -> list[TensorType]:
+    def result_types(self, types: list[TensorType]) -> list[TensorType]:
+        _check_inputs("vjp_call", types, [p.type for p in self.program.params]
+                      + [v.type for v in self.program.outputs])
         return [p.type for p in self.program.params]
 
     @property
@@ -367,6 +379,9 @@ def vjp(fun: Callable, primals: tuple, checkpoint: Any, has_aux: bool,
         if tree != program.out_tree:
             raise ArgumentTypeError(f"pullback: the cotangent's structure {tree.describe()} "
                                     f"differs from the output's {program.out_tree.describe()}")
+        leaves = [_as_type(c, v.type, f"pullback: cotangent leaf {i} has shape {{shape}}, the "
+                           "output has {want}") for i, (c, v) in enumerate(zip(leaves,
+                                                                           program.outputs))]
         flat = traced.pullback(leaves, wrt, checkpoint)
         return tuple(treelib.unflatten(traced.in_tree, flat))[: traced.nargs]
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from .errors import LoweringError
 from .ir import DTYPE_CHOICES, TensorType, format_param, ir_dtype
-from .trace_context import current_trace
+from .trace_context import current_trace, is_being_built
 
 # ---------------------------------------------------------------------------------
 # The table entry and binding
@@ -160,18 +160,24 @@ def peeked_value(x: Any) -> Any:
 
 
 def _trace_of(args: tuple) -> Any:
-    """The trace a node on `args` goes to: that of its traced arguments; when they come
-    from two traces (a nested transformation's function mixing its own values with those
-    of an enclosing trace it closes over), the innermost trace being built, which takes
-    the enclosing trace's values in as parameters."""
+    """The trace a node on `args` goes to: that of its traced arguments, unless they come
+    from a trace that encloses the one being built (a nested transformation's function
+    computing with values it closes over): then the innermost trace, which takes those
+    values in as parameters. The node must sit where the user's code put it, inside the
+    inner function's branch or loop: hoisted into the enclosing program it would run
+    where the branch does not, and an untaken `sqrt` of a negative would reach the
+    gradient as NaN."""
     found = None
     for a in args:
         t = getattr(a, "_cfgrad_trace", None)
         if t is not None:
-            if found is None:
-                found = t
-            elif t is not found:
-                return current_trace() or found
+            found = t
+            break
+    if found is None:
+        return None
+    current = current_trace()
+    if current is not None and current is not found and is_being_built(found):
+        return current
     return found
 
 
@@ -1205,7 +1211,8 @@ _register(Primitive(
 # nesting recurses to any depth.
 
 _register(Primitive(
-    name="call", impl=lambda *xs, of: of.run(xs), abstract=lambda types, of: of.result_types(),
+    name="call", impl=lambda *xs, of: of.run(xs),
+    abstract=lambda types, of: of.result_types(types),
     vjp=lambda cts, xs, outs, of: of.cotangents(cts, xs),
     jvp=lambda ts, xs, outs, of: of.outputs_and_tangents(ts, xs), family="transform",
     promote="none", multi_output=True, jvp_gives_primal=True,
@@ -1213,7 +1220,7 @@ _register(Primitive(
           "is a call of the sub-program's JVP program, its VJP a vjp_call of it"))
 _register(Primitive(
     name="vjp_call", impl=lambda *args, of: of.run(args),
-    abstract=lambda types, of: of.result_types(),
+    abstract=lambda types, of: of.result_types(types),
     vjp=lambda cts, xs, outs, of: of.cotangents(cts, xs),
     jvp=lambda ts, xs, outs, of: of.outputs_and_tangents(ts, xs), family="transform",
     promote="none", multi_output=True, jvp_gives_primal=True,

@@ -1017,3 +1017,44 @@ def test_all_strategy_combinations_of_the_newton_loop_are_bitwise() -> None:
     for loop, inner in itertools.product(STRATEGIES[:5], STRATEGIES[5:]):
         assert_bitwise(second_orders(sqrt_sin(loop), 2.3, 1.0, inner=inner, only=REVERSE), want,
                        f"loop {loop!r}, inner {inner!r}")
+
+
+def test_an_untaken_branch_of_a_nested_function_never_reaches_the_gradient():
+    """Operations on values the inner function closes over stay where the inner function
+    computes them (inside its branch or loop), so the branch that is not taken is not run,
+    in either order of modes and under anomaly detection (they were hoisted into the outer
+    program, where sqrt of a negative gave NaN)."""
+    def f(x):
+        def inner(y):
+            return cg.cond(x > 0.0, lambda y: y * cnp.sqrt(x), lambda y: y * 2.0, y)
+        return cg.grad(inner)(x) + x
+
+    def g(x):
+        def inner(y):
+            return cg.fori_loop(0, 0, lambda i, c: c * cnp.sqrt(x - 1.0), y)
+        return cg.jvp(inner, (x,), (1.0,))[1] * x
+
+    for point in (-1.0, 0.0):
+        assert cg.grad(f)(point) == 1.0
+        assert cg.jvp(f, (point,), (1.0,))[1] == 1.0
+        assert cg.grad(f, detect_anomaly=True)(point) == 1.0
+    assert cg.grad(g)(0.5) == 1.0
+    program = cg.lower(f, -1.0)
+    assert "sqrt" not in program.text()  # it is in the sub-program, inside the branch
+
+
+def test_a_nested_pullback_checks_its_cotangent_as_an_eager_one_does():
+    """A wrong-shaped cotangent is the eager pullback's ArgumentTypeError, not a wrong
+    shape downstream or a raw numpy error; other dtypes are cast, as eagerly."""
+    def f(x):
+        out, pullback = cg.vjp(lambda y: y * y, x)
+        return cnp.sum(pullback(cnp.ones((3, 2)))[0])
+
+    with pytest.raises(cg.ArgumentTypeError, match=r"cotangent leaf 0 has shape \(3, 2\), "
+                                                   r"the output has \(2,\)"):
+        cg.grad(f)(np.ones(2))
+
+    def g(x):
+        return cnp.sum(cg.vjp(lambda y: y * y, x)[1](np.ones(2, np.int64))[0])
+
+    assert cg.grad(g)(np.array([1.0, 3.0])).tolist() == [2.0, 2.0]
