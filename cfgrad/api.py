@@ -11,7 +11,8 @@ traced, as in JAX: change them and call a freshly defined function.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from . import nested
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
+from .anomaly import detect_anomaly as anomaly_mode
 from .checkpoint import RunStats, check_strategy, resolve
 from .errors import ArgumentTypeError, ArgumentValueError, LoweringError
 from .forward_mode import build_jvp
@@ -240,17 +242,28 @@ class Pullback:
             tape = _forward(entry, entry.grad_plan(None), self.primals, self.checkpoint,
                             check=self._check)
         self._tape = None
-        with np.errstate(all="ignore"), nested.call_checkpoint(self.checkpoint):
+        with _running(self.checkpoint, tape.checked):
             results = [as_runtime_value(r) for r in tape.pullback(cts)]
         self.stats = tape.stats
         grads = treelib.unflatten(program.in_tree, results)
         return tuple(grads)[: self._nargs]
 
 
+@contextmanager
+def _running(checkpoint: Any, check: bool) -> Iterator[None]:
+    """What a run of a call's program, forward or adjoint, runs under: numpy's warnings off
+    (NaN/Inf is cfgrad's to report), the call's checkpoint choice for the loops of nested
+    sub-programs, and with `check` (`detect_anomaly=True`) anomaly detection for those
+    too, so a NaN made inside a nested gradient is named where it is made."""
+    with np.errstate(all="ignore"), nested.call_checkpoint(checkpoint), \
+            (anomaly_mode() if check else nullcontext()):
+        yield
+
+
 def _forward(entry: Lowering, plan: GradPlan, leaves: list[Any], checkpoint: Any,
              check: bool = False) -> Tape:
     """The forward run, taped for `plan`'s adjoint; its outputs as runtime values."""
-    with np.errstate(all="ignore"), nested.call_checkpoint(checkpoint):
+    with _running(checkpoint, check):
         tape = execute(plan, entry.arguments(leaves), entry.strategies(checkpoint),
                        check=check or anomaly_detection_enabled())
     tape.outputs = [as_runtime_value(o) for o in tape.outputs]
@@ -267,7 +280,8 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     if nested.is_tracing():  # inside a traced function: nodes, not a run
         name = getattr(fun, "__name__", "f")
         return nested.vjp(fun, primals, checkpoint, has_aux,
-                          lambda program: has_aux and _check_aux_pair(program, "vjp", name))
+                          lambda program: has_aux and _check_aux_pair(program, "vjp", name),
+                          detect_anomaly)
     entry, leaves = lowered(fun, primals)
     if has_aux:
         _check_aux_pair(entry.program, "vjp", getattr(fun, "__name__", "f"))
@@ -330,7 +344,7 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
             return nested.value_and_grad(
                 f, args, nums, single, checkpoint,
                 lambda program: _check_grad_io(program, args, nums, has_aux, name),
-                want_value)
+                want_value, detect_anomaly)
         entry, leaves = lowered(fun, args, kwargs=kwargs)
         program = entry.program
         prepared = entry._grad_calls.get((nums, has_aux))
@@ -346,7 +360,7 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
         plan, seeds = prepared
         tape = _forward(entry, plan, leaves, checkpoint, check=detect_anomaly)
         out = treelib.unflatten(program.out_tree, tape.outputs)
-        with np.errstate(all="ignore"), nested.call_checkpoint(checkpoint):
+        with _running(checkpoint, tape.checked):
             results = [as_runtime_value(r) for r in tape.pullback(seeds)]
         per_arg = treelib.unflatten(program.in_tree, results)
         grads = per_arg[nums[0]] if single else tuple(per_arg[i] for i in nums)

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from . import tree as treelib
-from .anomaly import anomaly_detection_enabled
+from .anomaly import anomaly_detection_enabled, detect_anomaly
 from .checkpoint import RunStats, resolve
 from .errors import ArgumentTypeError, LoweringError
 from .forward_mode import build_jvp
@@ -160,10 +160,11 @@ class _Derived:
         """The parameter of a `call` of the JVP program."""
         return self._once("jvp call", lambda: Call(self.jvp_program))
 
-    def pullback_of(self, wrt: tuple[int, ...], checkpoint: Any, of_jvp: bool) -> Pullback:
+    def pullback_of(self, wrt: tuple[int, ...], checkpoint: Any, of_jvp: bool,
+                    check: bool = False) -> Pullback:
         """The parameter of a `vjp_call` of P (or of its JVP program)."""
-        return self._once(("pullback", wrt, checkpoint, of_jvp), lambda: Pullback(
-            self.jvp_program if of_jvp else self.program, wrt, checkpoint))
+        return self._once(("pullback", wrt, checkpoint, of_jvp, check), lambda: Pullback(
+            self.jvp_program if of_jvp else self.program, wrt, checkpoint, check))
 
     def float_params(self) -> list[int]:
         return [i for i, p in enumerate(self.program.params) if p.type.is_float]
@@ -236,10 +237,12 @@ class Pullback(_Derived):
     """The `of` of a `vjp_call` node: inputs (x, c) — P's parameters, then a cotangent
     per result of P; results: the cotangent of each parameter (zeros outside `wrt`)."""
 
-    def __init__(self, program: Program, wrt: tuple[int, ...], checkpoint: Any):
+    def __init__(self, program: Program, wrt: tuple[int, ...], checkpoint: Any,
+                 check: bool = False):
         super().__init__(program)
         self.wrt = wrt
         self.checkpoint = checkpoint
+        self.check = check  # the transformation's detect_anomaly=True
 
     def __repr__(self) -> str:
         strategy = "" if self.checkpoint is None else f", checkpoint={self.checkpoint!r}"
@@ -259,9 +262,10 @@ class Pullback(_Derived):
         n = len(self.program.params)
         choice = self.checkpoint if self.checkpoint is not None else _CALL_CHECKPOINT.get()
         strategies = [resolve(r.checkpoint, choice) for r in self.program.loops()]
-        with call_checkpoint(choice):
+        check = self.check or anomaly_detection_enabled()
+        with call_checkpoint(choice), detect_anomaly(check):
             tape = execute(self.plan, [as_runtime_value(a) for a in args[:n]], strategies,
-                           check=anomaly_detection_enabled())
+                           check=check)
             cts = tape.pullback([as_runtime_value(c) for c in args[n:]])
         sink = _RUN_SINK.get()
         if sink is not None:
@@ -331,22 +335,23 @@ class Traced:
     def outputs(self) -> list[Any]:
         return list(bind("call", *self.inputs, of=self.call))
 
-    def pullback(self, cts: list[Any], wrt: tuple[int, ...], checkpoint: Any) -> list[Any]:
+    def pullback(self, cts: list[Any], wrt: tuple[int, ...], checkpoint: Any,
+                 check: bool) -> list[Any]:
         g = bind("vjp_call", *self.inputs, *cts,
-                 of=self.call.pullback_of(wrt, checkpoint, of_jvp=False))
+                 of=self.call.pullback_of(wrt, checkpoint, of_jvp=False, check=check))
         return list(g[: self.n_leaves])
 
 
 def value_and_grad(fun: Callable, args: tuple, nums: tuple[int, ...], single: bool,
-                   checkpoint: Any, check: Callable[[Program], None],
-                   want_value: bool = True) -> Any:
-    """`cg.value_and_grad(fun, argnums)(*args)` inside a trace: `check(program)` refuses a
+                   checkpoint: Any, validate: Callable[[Program], None],
+                   want_value: bool = True, anomaly: bool = False) -> Any:
+    """`cg.value_and_grad(fun, argnums)(*args)` inside a trace: `validate(program)` refuses a
     function that is not a float scalar (or a (value, aux) pair), as the eager path does.
     Without `want_value` (a `cg.grad` without aux) no node computes the value, so the
     sub-program runs once, in its pullback; the value comes back as None."""
     traced = Traced(fun, args)
     program = traced.program
-    check(program)
+    validate(program)
     out = treelib.unflatten(program.out_tree, traced.outputs()) if want_value else None
     seeds = [np.ones((), program.outputs[0].type.dtype)] + [
         _zeros(v.type) for v in program.outputs[1:]]
@@ -355,19 +360,20 @@ def value_and_grad(fun: Callable, args: tuple, nums: tuple[int, ...], single: bo
         starts.append(starts[-1] + child.num_leaves)
     wrt = tuple(j for i in nums for j in range(starts[i], starts[i + 1])
                 if program.params[j].type.is_float)
-    flat = traced.pullback(seeds, wrt, checkpoint)
+    flat = traced.pullback(seeds, wrt, checkpoint, anomaly)
     per_arg = treelib.unflatten(traced.in_tree, flat)
     grads = per_arg[nums[0]] if single else tuple(per_arg[i] for i in nums)
     return out, grads
 
 
 def vjp(fun: Callable, primals: tuple, checkpoint: Any, has_aux: bool,
-        check: Callable[[Program], Any]) -> Any:
+        validate: Callable[[Program], Any], anomaly: bool = False) -> Any:
     """`cg.vjp(fun, *primals)` inside a trace: the pullback emits a `vjp_call` node;
-    `check(program)` refuses what the eager path refuses (has_aux without a pair)."""
+    `validate(program)` refuses what the eager path refuses (has_aux without a pair);
+    `anomaly` is the call's `detect_anomaly=True`, kept by the node for its runs."""
     traced = Traced(fun, primals)
     program = traced.program
-    check(program)
+    validate(program)
     out = treelib.unflatten(program.out_tree, traced.outputs())
     wrt = tuple(i for i, p in enumerate(program.params[: traced.n_leaves]) if p.type.is_float)
 
@@ -382,7 +388,7 @@ def vjp(fun: Callable, primals: tuple, checkpoint: Any, has_aux: bool,
         leaves = [_as_type(c, v.type, f"pullback: cotangent leaf {i} has shape {{shape}}, the "
                            "output has {want}") for i, (c, v) in enumerate(zip(leaves,
                                                                            program.outputs))]
-        flat = traced.pullback(leaves, wrt, checkpoint)
+        flat = traced.pullback(leaves, wrt, checkpoint, anomaly)
         return tuple(treelib.unflatten(traced.in_tree, flat))[: traced.nargs]
 
     if has_aux:

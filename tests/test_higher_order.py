@@ -1058,3 +1058,21 @@ def test_a_nested_pullback_checks_its_cotangent_as_an_eager_one_does():
         return cnp.sum(cg.vjp(lambda y: y * y, x)[1](np.ones(2, np.int64))[0])
 
     assert cg.grad(g)(np.array([1.0, 3.0])).tolist() == [2.0, 2.0]
+
+
+def test_anomaly_detection_names_the_operation_inside_a_nested_gradient():
+    """detect_anomaly=True on the outer call or on the inner grad: the NaN made inside the
+    nested sub-program is named there (`log`, program inner), not as a `vjp_call`."""
+    def inner(y):
+        return cnp.log(y - 1.0) * y
+
+    def checked_inside(x):
+        return cg.grad(inner, detect_anomaly=True)(x) * x
+
+    def plain(x):
+        return cg.grad(inner)(x) * x
+
+    for call in (lambda: cg.grad(checked_inside)(0.5),
+                 lambda: cg.grad(plain, detect_anomaly=True)(0.5)):
+        with pytest.raises(cg.AnomalyError, match=r"`log` produced nan .* program inner"):
+            call()
