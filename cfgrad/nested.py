@@ -27,6 +27,12 @@ parameters (x, dx) and results (y, dy)):
 Every reverse pass is an ordinary reverse pass of an ordinary Program, so while loops with
 data-dependent trip counts, the control log and every checkpoint strategy work at every
 order, and results do not depend on the strategy.
+
+The JVP rule of `vjp_call` equates the derivative of Jᵀc along dx with the gradient of
+c · J dx, which holds when the second derivatives are symmetric: always for programs of
+primitives, not for a custom rule that is not the exact derivative of its function (a
+straight-through estimator), where forward over reverse then gives the transpose of
+reverse over reverse (a known difference from JAX, documented in api.md; issue 12).
 """
 
 from __future__ import annotations
