@@ -1210,22 +1210,22 @@ _register(Primitive(
 # program, reverse mode of it), so both rules are ordinary nodes of the same two kinds and
 # nesting recurses to any depth.
 
-_register(Primitive(
-    name="call", impl=lambda *xs, of: of.run(xs),
-    abstract=lambda types, of: of.result_types(types),
-    vjp=lambda cts, xs, outs, of: of.cotangents(cts, xs),
-    jvp=lambda ts, xs, outs, of: of.outputs_and_tangents(ts, xs), family="transform",
-    promote="none", multi_output=True, jvp_gives_primal=True,
-    notes="runs a sub-program (a jvp or value applied inside a traced function); its JVP "
-          "is a call of the sub-program's JVP program, its VJP a vjp_call of it"))
-_register(Primitive(
-    name="vjp_call", impl=lambda *args, of: of.run(args),
-    abstract=lambda types, of: of.result_types(types),
-    vjp=lambda cts, xs, outs, of: of.cotangents(cts, xs),
-    jvp=lambda ts, xs, outs, of: of.outputs_and_tangents(ts, xs), family="transform",
-    promote="none", multi_output=True, jvp_gives_primal=True,
-    notes="the pullback of a sub-program (grad or vjp applied inside a traced function): "
-          "its parameters' cotangents from its outputs' cotangents, by a taped run and its "
-          "adjoint under the call's checkpoint strategy; the JVP of it is reverse mode of "
-          "the sub-program's JVP program (a Hessian-vector product), its VJP a call of that "
-          "JVP program and reverse mode of it"))
+def _sub_program_primitive(name: str, notes: str) -> Primitive:
+    """An entry whose implementation, types and rules are its node's `of` parameter's."""
+    return Primitive(
+        name=name, impl=lambda *args, of: of.run(args),
+        abstract=lambda types, of: of.result_types(types),
+        vjp=lambda cts, xs, outs, of: of.cotangents(cts, xs),
+        jvp=lambda ts, xs, outs, of: of.outputs_and_tangents(ts, xs), family="transform",
+        promote="none", multi_output=True, jvp_gives_primal=True, notes=notes)
+
+
+_register(_sub_program_primitive(
+    "call", "runs a sub-program (a jvp or value applied inside a traced function); its JVP "
+            "is a call of the sub-program's JVP program, its VJP a vjp_call of it"))
+_register(_sub_program_primitive(
+    "vjp_call", "the pullback of a sub-program (grad or vjp applied inside a traced "
+                "function): its parameters' cotangents from its outputs' cotangents, by a "
+                "taped run and its adjoint under the call's checkpoint strategy; the JVP of "
+                "it is reverse mode of the sub-program's JVP program (a Hessian-vector "
+                "product), its VJP a call of that JVP program and reverse mode of it"))
