@@ -168,10 +168,15 @@ class _VJPRule(_Signature):
         return tuple(result)
 
     # forward mode, at build time: the outputs' tangents transpose bwd (linear in its
-    # cotangents), so they are the custom rule's own derivative; the residuals' come from
-    # fwd as ordinary code
-    def tangents(self, ts: list[Any], xs: list[Any], outs: list[Any]) -> list[Any]:
+    # cotangents), so they are the custom rule's own derivative; the values, and the
+    # residuals' tangents, come from fwd as ordinary code (one `call` of its JVP program).
+    # A derivative of these tangents (the Hessian of a function using the rule) then
+    # differentiates fwd and bwd as ordinary code, as JAX does: where the program reads
+    # the function's output again, its derivative there is fwd's, not the rule's.
+    def outputs_and_tangents(self, ts: list[Any], xs: list[Any]) -> tuple[list, list]:
         n_res = len(self.out_types) - self.n_out
+        values = self.forward_call().jvp_outputs(list(xs), ts)
+        outs, fwd_tangents = values[:len(self.out_types)], values[len(self.out_types):]
         dx = [np.zeros(self.in_types[i].shape, self.in_types[i].dtype) if ts[i] is None
               else ts[i] for i in self.float_inputs]
         cts = [np.zeros(t.shape, t.dtype) for t in self.out_types[: self.n_out]]
@@ -180,7 +185,7 @@ class _VJPRule(_Signature):
                           of=self.backward_call().pullback_of(wrt, None, of_jvp=False))
         result = [transposed[n_res + i] if t.is_float else None
                   for i, t in enumerate(self.out_types[: self.n_out])]
-        return result + self.forward_call().jvp_call(list(xs), ts)[self.n_out:]
+        return outs, result + list(fwd_tangents[self.n_out:])
 
     def forward_call(self) -> Call:
         if self._forward_call is None:

@@ -30,9 +30,9 @@ order, and results do not depend on the strategy.
 
 The JVP rule of `vjp_call` equates the derivative of Jᵀc along dx with the gradient of
 c · J dx, which holds when the second derivatives are symmetric: always for programs of
-primitives, not for a custom rule that is not the exact derivative of its function (a
-straight-through estimator), where forward over reverse then gives the transpose of
-reverse over reverse (a known difference from JAX, documented in api.md; issue 12).
+primitives, not for a custom rule whose derivative field is not a gradient (a rule for
+x·y that drops y's part), where forward over reverse then gives the transpose of reverse
+over reverse (a known difference from JAX, documented in api.md; issue 12).
 """
 
 from __future__ import annotations

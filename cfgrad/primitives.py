@@ -1188,12 +1188,13 @@ _register(Primitive(
     name="custom_vjp", impl=lambda *xs, rule: rule.forward(xs),
     abstract=lambda types, rule: rule.forward_types(),
     vjp=lambda cts, xs, outs, rule: rule.pullback(cts, xs, outs),
-    jvp=lambda ts, xs, outs, rule: rule.tangents(ts, xs, outs), family="custom",
-    promote="none", multi_output=True,
+    jvp=lambda ts, xs, outs, rule: rule.outputs_and_tangents(ts, xs), family="custom",
+    promote="none", multi_output=True, jvp_gives_primal=True,
     notes="a cg.custom_vjp function: its fwd runs forward (outputs, then residuals), its bwd "
           "(a `call` of its program) gives the cotangents; forward mode transposes bwd, "
-          "which is linear in its cotangents, so both modes give the rule's derivative; a "
-          "derivative of the gradient differentiates fwd and bwd as ordinary code"))
+          "which is linear in its cotangents, so both modes give the rule's derivative, "
+          "with values from fwd; a derivative of the gradient differentiates fwd and bwd "
+          "as ordinary code"))
 _register(Primitive(
     name="custom_jvp", impl=lambda *xs, rule: rule.primal(xs),
     abstract=lambda types, rule: rule.primal_types(),

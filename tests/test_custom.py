@@ -546,3 +546,24 @@ def test_python_control_flow_in_a_custom_function_names_the_line_and_why():
         cg.grad(lambda x: absolute(x) * 2.0)(1.0)
     assert any("custom_vjp function and its rules are traced" in n
                for n in info.value.__notes__)
+
+
+def test_derivatives_of_a_gradient_differentiate_fwd_and_bwd_as_ordinary_code():
+    """JAX's semantics at second order: F(x) = f(x) x with f = sin and a surrogate rule
+    bwd = 2 ct. grad F = sin x + 2x (the rule), and its derivative differentiates fwd's
+    output as ordinary code: cos x + 2, not the rule again (2 + 2), in every composition."""
+    @cg.custom_vjp
+    def f(x):
+        return cnp.sin(x)
+
+    f.defvjp(lambda x: (cnp.sin(x), None), lambda _, ct: (2.0 * ct,))
+
+    def F(x):
+        return f(x) * x
+
+    x = 0.5
+    assert cg.grad(F)(x) == pytest.approx(np.sin(x) + 2 * x, rel=1e-14)
+    want = 2.0 + np.cos(x)
+    assert cg.grad(cg.grad(F))(x) == pytest.approx(want, rel=1e-14)
+    assert cg.jvp(cg.grad(F), (x,), (1.0,))[1] == pytest.approx(want, rel=1e-14)
+    assert cg.hessian(F)(x) == pytest.approx(want, rel=1e-14)
