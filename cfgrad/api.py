@@ -373,10 +373,7 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
 
 def _param_indices(program: Program, argnums: tuple[int, ...]) -> frozenset[int]:
     """The flat parameter indices of the leaves of the arguments in `argnums`."""
-    starts = [0]
-    for child in program.in_tree.children:
-        starts.append(starts[-1] + child.num_leaves)
-    return frozenset(i for a in argnums for i in range(starts[a], starts[a + 1]))
+    return frozenset(program.in_tree.leaves_of(argnums))
 
 
 def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux: bool,

@@ -35,7 +35,7 @@ from .checkpoint import StoreAll
 from .errors import ArgumentTypeError, TracerBoolError
 from .interpret import Compiled, Machine, as_runtime_value
 from .ir import Program, TensorType, type_of
-from .nested import Call, Pullback, add_contributions, is_tracing
+from .nested import Call, Pullback, add_contributions, filled, is_tracing
 from .primitives import bind
 from .trace import Tracer, invalidate_lowerings, lowering_epoch, trace_nested, trace_program
 from .trace_context import LOWERING_LOCK, tracing
@@ -154,8 +154,7 @@ class _VJPRule(_Signature):
     # reverse, at build time: a `call` of the bwd program, which an outer transformation
     # differentiates as ordinary code (as JAX does)
     def pullback(self, cts: list[Any], xs: list[Any], outs: list[Any]) -> tuple:
-        main = [c if c is not None else np.zeros(t.shape, t.dtype)
-                for c, t in zip(cts[: self.n_out], self.out_types)]
+        main = filled(cts[: self.n_out], self.out_types)
         float_cts = bind("call", *outs[self.n_out:], *main, of=self.backward_call())
         result: list[Any] = [None] * len(xs)
         for i, ct in zip(self.float_inputs, float_cts):
@@ -177,9 +176,9 @@ class _VJPRule(_Signature):
         n_res = len(self.out_types) - self.n_out
         values = self.forward_call().jvp_outputs(list(xs), ts)
         outs, fwd_tangents = values[:len(self.out_types)], values[len(self.out_types):]
-        dx = [np.zeros(self.in_types[i].shape, self.in_types[i].dtype) if ts[i] is None
-              else ts[i] for i in self.float_inputs]
-        cts = [np.zeros(t.shape, t.dtype) for t in self.out_types[: self.n_out]]
+        dx = filled([ts[i] for i in self.float_inputs],
+                    [self.in_types[i] for i in self.float_inputs])
+        cts = _dummies(self.out_types[: self.n_out])
         wrt = tuple(range(n_res, n_res + self.n_out))
         transposed = bind("vjp_call", *outs[self.n_out:], *cts, *dx,
                           of=self.backward_call().pullback_of(wrt, None, of_jvp=False))
@@ -267,8 +266,7 @@ class _JVPRule(_Signature):
     # its transpose; an outer transformation differentiates it like any vjp_call
     def transpose(self, cts: list[Any], xs: list[Any]) -> tuple:
         n = len(self.in_types)
-        main = [c if c is not None else np.zeros(t.shape, t.dtype)
-                for c, t in zip(cts, self.result_types)]
+        main = filled(cts, self.result_types)
         cotangents = bind("vjp_call", *xs, *_dummies(self.in_types), *main,
                           of=self._transpose())
         result: list[Any] = [None] * n

@@ -100,6 +100,12 @@ def _zeros(t: TensorType) -> np.ndarray:
     return np.zeros(t.shape, t.dtype)
 
 
+def filled(values: list[Any], types: list[TensorType]) -> list[Any]:
+    """`values` with each None (a zero tangent or cotangent) made the zeros of its type:
+    what a node's operands must be."""
+    return [_zeros(t) if v is None else v for v, t in zip(values, types)]
+
+
 def _as_type(x: Any, t: TensorType,
              what: str = "jvp: a tangent has shape {shape}, its primal has {want}") -> Any:
     """A tangent or cotangent given for a value of type `t` (a Python scalar, an array or a
@@ -199,9 +205,10 @@ class _Derived:
         program = self.program
         params = program.params
         floats = self.float_params()
-        dx = [_zeros(params[i].type) if tangents[i] is None else tangents[i] for i in floats]
-        zeros = [_zeros(v.type) for v in program.outputs]
-        cts = [_zeros(v.type) if c is None else c for v, c in zip(program.outputs, cts)]
+        out_types = [v.type for v in program.outputs]
+        dx = filled([tangents[i] for i in floats], [params[i].type for i in floats])
+        zeros = [_zeros(t) for t in out_types]
+        cts = filled(cts, out_types)
         n = len(params)
         if also_primal:
             wrt = wrt + tuple(n + k for k, i in enumerate(floats) if i in wrt)
@@ -233,8 +240,7 @@ class Call(_Derived):
 
     def cotangents(self, cts: list[Any], xs: list[Any]) -> list[Any]:
         wrt = tuple(self.float_params())
-        outs = self.program.outputs
-        full = [_zeros(v.type) if c is None else c for v, c in zip(outs, cts)]
+        full = filled(cts, [v.type for v in self.program.outputs])
         g = bind("vjp_call", *xs, *full, of=self.pullback_of(wrt, None, of_jvp=False))
         return [g[i] if i in wrt else None for i in range(len(xs))]
 
@@ -295,8 +301,8 @@ class Pullback(_Derived):
         else:
             outs = list(bind("vjp_call", *x, *c, of=self))
         if any(t is not None for t in dc):  # linear in c
-            full = [_zeros(v.type) if t is None else t for v, t in zip(program.outputs, dc)]
-            by_c = bind("vjp_call", *x, *full, of=self)
+            by_c = bind("vjp_call", *x, *filled(dc, [v.type for v in program.outputs]),
+                        of=self)
             tangents = [add_contributions(t, by_c[i]) if i in self.wrt else t
                         for i, t in enumerate(tangents)]
         return outs, tangents
@@ -361,11 +367,7 @@ def value_and_grad(fun: Callable, args: tuple, nums: tuple[int, ...], single: bo
     out = treelib.unflatten(program.out_tree, traced.outputs()) if want_value else None
     seeds = [np.ones((), program.outputs[0].type.dtype)] + [
         _zeros(v.type) for v in program.outputs[1:]]
-    starts = [0]
-    for child in traced.in_tree.children:
-        starts.append(starts[-1] + child.num_leaves)
-    wrt = tuple(j for i in nums for j in range(starts[i], starts[i + 1])
-                if program.params[j].type.is_float)
+    wrt = tuple(j for j in traced.in_tree.leaves_of(nums) if program.params[j].type.is_float)
     flat = traced.pullback(seeds, wrt, checkpoint, anomaly)
     per_arg = treelib.unflatten(traced.in_tree, flat)
     grads = per_arg[nums[0]] if single else tuple(per_arg[i] for i in nums)

@@ -24,6 +24,14 @@ class TreeDef(NamedTuple):
             return 1
         return sum(child.num_leaves for child in self.children)
 
+    def leaves_of(self, children: tuple[int, ...]) -> list[int]:
+        """The flat indices of the leaves under the children at `children` (the leaves of
+        some positional arguments, in a tree of all of them)."""
+        starts = [0]
+        for child in self.children:
+            starts.append(starts[-1] + child.num_leaves)
+        return [i for c in children for i in range(starts[c], starts[c + 1])]
+
     def describe(self) -> str:
         """A short human form, used in error messages that compare two structures."""
         if self.kind == "leaf":
