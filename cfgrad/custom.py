@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from . import tree as treelib
-from .checkpoint import StoreAll
 from .errors import ArgumentTypeError, TracerBoolError
 from .interpret import Compiled, Machine, as_runtime_value
 from .ir import Program, TensorType, type_of
@@ -51,7 +50,7 @@ def _dummies(types: list[TensorType]) -> list[np.ndarray]:
 
 
 def _run(compiled: Compiled, args: Any) -> tuple:
-    m = Machine(compiled, [StoreAll() for _ in compiled.loops])
+    m = Machine(compiled)  # untaped: no strategy keeps anything, none is made per call
     return tuple(as_runtime_value(o) for o in m.run([as_runtime_value(a) for a in args]))
 
 

@@ -228,8 +228,8 @@ class Call(_Derived):
         return [v.type for v in self.program.outputs]
 
     def run(self, xs: tuple) -> tuple:
-        m = Machine(self.compiled, [resolve(r.checkpoint, None) for r in self.program.loops()],
-                    check=anomaly_detection_enabled())
+        # an untaped run: no strategy keeps anything, so none is resolved per call
+        m = Machine(self.compiled, check=anomaly_detection_enabled())
         return tuple(as_runtime_value(o) for o in m.run([as_runtime_value(x) for x in xs]))
 
     def outputs_and_tangents(self, ts: list[Any], xs: list[Any]) -> tuple[list, list]:
