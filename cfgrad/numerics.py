@@ -21,7 +21,7 @@ from . import tree as treelib
 from .api import argnums_tuple, resolve_argnums
 from .api import value_and_grad as _value_and_grad
 from .errors import ArgumentTypeError, ArgumentValueError, NonFiniteError, ScalerStateError
-from .numpy import _dtype
+from .numpy.core import _dtype
 from .trace import Tracer
 
 # ---------------------------------------------------------------------------------

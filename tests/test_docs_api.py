@@ -92,10 +92,12 @@ EXAMPLES = runnable_examples(API_TEXT)
 
 
 def public_numpy_functions() -> list[str]:
-    """Callables defined by cfgrad.numpy itself (aliases such as `absolute` included)."""
-    return sorted(name for name, obj in vars(cnp).items()
-                  if not name.startswith("_") and callable(obj)
-                  and getattr(obj, "__module__", None) == cnp.__name__)
+    """The functions cfgrad.numpy exports (aliases such as `absolute` included), those of
+    its submodules by their dotted names (`linalg.solve`)."""
+    own = [name for name in cnp.__all__
+           if callable(getattr(cnp, name)) and not isinstance(getattr(cnp, name), type)]
+    return sorted(own + [f"{sub}.{name}" for sub in ("linalg", "fft")
+                         for name in getattr(cnp, sub).__all__])
 
 
 def error_classes() -> list[str]:
@@ -191,15 +193,33 @@ def test_grad_of_grad() -> None:
 
 
 def module_map() -> list[str]:
+    """docs/index.md's module map, as dotted names below `cfgrad` (`numpy/fft.py` is
+    `numpy.fft`, a package's `__init__.py` its package's name)."""
     text = INDEX.read_text(encoding="utf-8")
     body = re.search(r"^## Module map\s*$(.*?)(?=^## |\Z)", text, re.M | re.S)
     assert body, "docs/index.md has no '## Module map' section"
-    return [m.group(1) for m in re.finditer(r"^\|\s*`(\w+)\.py`", body.group(1), re.M)]
+    return [module_name(m.group(1))
+            for m in re.finditer(r"^\|\s*`([\w/]+)\.py`", body.group(1), re.M)]
+
+
+def module_name(path: str) -> str:
+    """`numpy/fft` -> `numpy.fft`, `numpy/__init__` -> `numpy`; top-level names as they are
+    (the package's own `__init__` and `__main__` keep theirs)."""
+    parts = path.split("/")
+    if len(parts) > 1 and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def module_file(name: str) -> Path:
+    path = ROOT / "cfgrad" / name.replace(".", "/")
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
 def test_module_map_lists_every_module_once() -> None:
     listed = module_map()
-    actual = sorted(p.stem for p in (ROOT / "cfgrad").glob("*.py"))
+    actual = sorted(module_name(p.relative_to(ROOT / "cfgrad").with_suffix("").as_posix())
+                    for p in (ROOT / "cfgrad").rglob("*.py"))
     assert len(listed) == len(set(listed))
     assert sorted(listed) == actual, (
         f"docs/index.md module map: missing {sorted(set(actual) - set(listed))}, "
@@ -218,18 +238,37 @@ def test_module_map_order_follows_imports() -> None:
 
 
 def cfgrad_imports(name: str) -> set[str]:
-    """The cfgrad modules `cfgrad/<name>.py` imports, anywhere in the file."""
-    tree = ast.parse((ROOT / "cfgrad" / f"{name}.py").read_text(encoding="utf-8"))
+    """The cfgrad modules `name` imports, anywhere in its file, as dotted names of the
+    module map (`from . import x` in a package's module is a module of that package)."""
+    path = module_file(name)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    if name in ("__init__", "__main__"):
+        package = []
+    known = set(module_map())
+
+    def resolved(parts: list[str]) -> str:
+        """The longest dotted prefix of `parts` that is a module of the map."""
+        for end in range(len(parts), 0, -1):
+            if ".".join(parts[:end]) in known:
+                return ".".join(parts[:end])
+        raise AssertionError(f"cfgrad/{path.name} imports {'.'.join(parts)}, not in the map")
+
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            found |= {node.module} if node.module else {a.name for a in node.names}
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[:len(package) - (node.level - 1)]
+            module = base + (node.module.split(".") if node.module else [])
+            if node.module:
+                found.add(resolved(module))
+            else:
+                found |= {resolved(module + [a.name]) for a in node.names}
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cfgrad."):
-            found.add(node.module.split(".")[1])
+            found.add(resolved(node.module.split(".")[1:]))
         elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names
+            found |= {resolved(a.name.split(".")[1:]) for a in node.names
                       if a.name.startswith("cfgrad.")}
-    return found
+    return found - {name}
 
 
 def architecture_layers() -> dict[str, int]:
@@ -237,7 +276,7 @@ def architecture_layers() -> dict[str, int]:
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     layers = {}
     for number, modules in re.findall(r"^\| (\d+) [^|]*\| ([^|]*) \|", text, re.M):
-        for module in re.findall(r"`(\w+)`", modules):
+        for module in re.findall(r"`([\w.]+)`", modules):
             layers[module] = int(number)
     return layers
 

@@ -1,4 +1,5 @@
-"""`cfgrad.numpy`: numpy-like functions that work on arrays and on traced values alike.
+"""The first part of `cfgrad.numpy`: creation, the arithmetic of the operators, the basic
+reductions, shapes and indexing, and the helpers every other part normalizes arguments with.
 
 Each function normalizes numpy-style arguments (axis, keepdims, shapes) and applies a
 primitive from the derivative table, or composes a few. On concrete arrays the result is
@@ -7,16 +8,15 @@ computed at once with numpy; on traced values it is recorded in the Program.
 
 from __future__ import annotations
 
-import builtins
 import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as _np
 
-from .errors import ArgumentValueError, LoweringError, TracerBoolError
-from .primitives import bind, shifted_by_max, softmax_of
-from .trace_context import current_loc, current_trace, is_traced
+from ..errors import ArgumentValueError, LoweringError, TracerBoolError
+from ..primitives import bind, shifted_by_max, softmax_of
+from ..trace_context import current_loc, current_trace, is_traced
 
 pi = _np.pi
 e = _np.e
@@ -447,14 +447,15 @@ def _getitem(x: Any, index: Any) -> Any:
     return bind("index", x, *dynamic, spec=spec)
 
 
-# The functions numpy's dispatch (`np.sin(tracer)`) and the array methods of traced values
-# (`x.sum()`, `x[i]`, `x.T`) resolve to, by numpy name: read by trace.py's Tracer.
-NAMESPACE = {name: obj for name, obj in dict(globals()).items()
-             if callable(obj) and not name.startswith("__") and getattr(
-                 obj, "__module__", None) == __name__}
-NAMESPACE.update({"true_divide": divide, "absolute": abs, "max": amax, "min": amin,
-                  "negative": negative, "less": less, "greater": greater, "equal": equal,
-                  "not_equal": not_equal, "less_equal": less_equal,
-                  "greater_equal": greater_equal, "_getitem": _getitem,
-                  "arctan": arctan, "sinh": sinh, "cosh": cosh})
-del builtins
+def public_names(namespace: dict[str, Any], module: str) -> list[str]:
+    """What a part of `cfgrad.numpy` exports (its `__all__`): the functions it defines,
+    aliases included (`absolute = abs`), so the namespace and the tracers' numpy dispatch
+    pick up a new function without a second list to keep in step."""
+    return sorted(name for name, obj in namespace.items()
+                  if not name.startswith("_") and callable(obj)
+                  and getattr(obj, "__module__", None) == module)
+
+
+__all__ = [name for name in public_names(globals(), __name__) if name != "public_names"] + [
+    "pi", "e", "inf", "nan", "newaxis", "float16", "float32", "float64", "int32", "int64",
+    "bool_", "ndarray"]
