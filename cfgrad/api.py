@@ -150,17 +150,16 @@ def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
     key = (in_tree, leaf_keys, tuple((i, type(args[i]), args[i]) for i in static_argnums),
            tuple(sorted(kwargs)) if kwargs else ())
     try:
-        hash(key)
-    except TypeError:
-        raise _unhashable_key(fun, args, static_argnums, in_tree) from None
-    try:
         per_fun = _CACHE[fun]
     except KeyError:
         with LOWERING_LOCK:
             per_fun = _CACHE.setdefault(fun, {})
     except TypeError:  # not weak-referenceable: cache nothing
         per_fun = {}
-    entry = per_fun.get(key)
+    try:
+        entry = per_fun.get(key)
+    except TypeError:  # a static argument or a pytree node's static data
+        raise _unhashable_key(fun, args, static_argnums, in_tree) from None
     if entry is None or entry.epoch != lowering_epoch():
         with LOWERING_LOCK:
             entry = per_fun.get(key)

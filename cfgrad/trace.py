@@ -840,4 +840,6 @@ def trace_nested(fun: Callable, leaves: list[Any], name: str) -> tuple[Program, 
 def lower(fun: Callable, *args: Any, static_argnums: int | Sequence[int] = ()) -> Program:
     """Trace `fun` at `args` and return its Program (`print(program)` shows the IR)."""
     statics = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    # negative entries count from the end, as for the transformations' static_argnums
+    statics = tuple(i + len(args) if -len(args) <= i < 0 else i for i in statics)
     return trace_program(fun, args, statics)
