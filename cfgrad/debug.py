@@ -8,7 +8,8 @@ branch only when the branch is taken, in a loop body once per iteration, in prog
 no derivative, so gradients are the same with or without it, and the adjoint does not
 contain it. Work a run repeats is silent: iterations a checkpoint strategy recomputes
 during the reverse pass, and the rest of the pullback, call nothing (see
-`interpret.repeating`), so the output is the forward run's, the same under every strategy.
+`interpret.repeating`), so the output is the forward run's, the same under every strategy;
+a custom_vjp's bwd, which only the pullback runs, is not a repeat and prints there.
 Outside a trace both functions act at once, as JAX's do.
 """
 

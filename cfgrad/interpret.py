@@ -84,12 +84,13 @@ _REPEATING: ContextVar[bool] = ContextVar("cfgrad_repeating", default=False)
 
 
 @contextmanager
-def repeating() -> Iterator[None]:
+def repeating(repeat: bool = True) -> Iterator[None]:
     """Everything run inside repeats work a run already did (the reverse pass, with the
     iterations checkpoint strategies recompute; a second forward run for a second call of
     a pullback): debug prints and callbacks stay silent, so what they show is the forward
-    run's, once, whatever the strategy."""
-    token = _REPEATING.set(True)
+    run's, once, whatever the strategy. `repeating(False)` marks work done for the first
+    time inside such a run (a custom_vjp's bwd, which only a pullback runs)."""
+    token = _REPEATING.set(repeat)
     try:
         yield
     finally:

@@ -230,6 +230,12 @@ class _Derived:
 class Call(_Derived):
     """The `of` of a `call` node: run the sub-program P on the node's inputs."""
 
+    def __init__(self, program: Program, first_run: bool = False):
+        super().__init__(program)
+        # P's work is done nowhere else, though the node runs inside a pullback (a
+        # custom_vjp's bwd): its debug prints show there, unlike recomputed work's
+        self.first_run = first_run
+
     def __repr__(self) -> str:
         return self.program.name
 
@@ -240,7 +246,9 @@ class Call(_Derived):
     def run(self, xs: tuple) -> tuple:
         # an untaped run: no strategy keeps anything, so none is resolved per call
         m = Machine(self.compiled, check=anomaly_detection_enabled())
-        return tuple(as_runtime_value(o) for o in m.run([as_runtime_value(x) for x in xs]))
+        with repeating(False) if self.first_run else nullcontext():
+            outs = m.run([as_runtime_value(x) for x in xs])
+        return tuple(as_runtime_value(o) for o in outs)
 
     def outputs_and_tangents(self, ts: list[Any], xs: list[Any]) -> tuple[list, list]:
         """Both from one `call` of the JVP program."""

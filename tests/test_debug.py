@@ -174,3 +174,35 @@ def test_program_text_shows_the_call():
     text = cg.lower(f, 1.0).text()
     assert "debug_callback %x {callback=print('x = {}')}" in text
     assert "debug_callback %x {callback=callback(shape)}" in text
+
+
+@cg.custom_vjp
+def square(x):
+    return x * x
+
+
+def _square_fwd(x):
+    cg.debug.print("fwd {}", x)
+    return x * x, x
+
+
+def _square_bwd(x, ct):
+    cg.debug.print("bwd {} {}", x, ct)
+    return (2 * x * ct,)
+
+
+square.defvjp(_square_fwd, _square_bwd)
+
+
+@pytest.mark.parametrize("strategy", [StoreAll(), Recompute(), Binomial(1)], ids=repr)
+def test_a_custom_vjp_bwd_prints_in_the_reverse_pass(capsys, strategy):
+    """bwd runs only in the pullback, for the first time there: it prints (in reverse
+    iteration order), while fwd, recomputed there by a strategy, does not again."""
+    def f(x):
+        return cg.fori_loop(0, 3, lambda i, c: square(c) * 0.5, x, checkpoint=strategy)
+
+    g = cg.grad(f)(1.5)
+    assert printed(capsys) == ["fwd 1.5", "fwd 1.125", "fwd 0.6328125",
+                               "bwd 0.6328125 0.5", "bwd 1.125 0.31640625",
+                               "bwd 1.5 0.35595703125"]
+    np.testing.assert_allclose(g, 1.06787109375)
