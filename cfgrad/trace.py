@@ -314,11 +314,12 @@ class Trace:
             if a.dtype == object and isinstance(value, int):
                 raise LoweringError(f"the Python int {value}{where} is beyond int64, cfgrad's "
                                     "integers; use a float or a smaller int")
-            if a.dtype == object and not isinstance(value, list | tuple | np.ndarray):
+            hint = treelib.registration_hint(value)
+            if a.dtype == object and hint and not isinstance(value, list | tuple | np.ndarray):
                 # an object where a value was expected: a carry, a branch result, an
                 # operand of a cnp function; most often a container never registered
                 raise LoweringError(f"a {type(value).__name__} was used as a traced value"
-                                    f"{where}: {treelib.registration_hint(value)}")
+                                    f"{where}: {hint}")
             raise LoweringError(f"a constant{where} is {problem}")
         key = _const_key(a)
         v = self.consts.get(key)
@@ -740,9 +741,10 @@ def argument_problem(x: Any) -> str | None:
             return problem
         return (f"an array {problem}: convert it, or pass it through static_argnums or a "
                 "closure")
+    hint = treelib.registration_hint(x)
     return (f"a {type(x).__name__}; cfgrad traces arrays and Python scalars only. "
-            f"{treelib.registration_hint(x)}; or mark the argument static "
-            "(static_argnums), or close over it")
+            + (f"{hint}; or mark" if hint else "Mark")
+            + " the argument static (static_argnums), or close over it")
 
 
 def _named_arguments(fun: Callable, args: tuple, dynamic: list[int],

@@ -268,9 +268,12 @@ def register_dataclass(nodetype: type, data_fields: Sequence[str] | None = None,
     return nodetype
 
 
-def registration_hint(x: Any) -> str:
+def registration_hint(x: Any) -> str | None:
     """How to make an object of `x`'s class a pytree, for errors about a leaf that is
-    neither an array nor a number (an unregistered container, usually)."""
+    neither an array nor a number (an unregistered container, usually); None for what
+    cannot hold arrays (a string, a function, a class), where the advice would mislead."""
+    if isinstance(x, str | bytes) or callable(x):
+        return None
     name = type(x).__name__
     how = (f"cg.tree_util.register_dataclass({name})" if dataclasses.is_dataclass(x) else
            f"cg.tree_util.register_pytree_node({name}, flatten, unflatten)")

@@ -258,3 +258,10 @@ def test_unregistered_plain_class_suggests_register_pytree_node():
 def test_unhashable_static_data_is_a_clear_error():
     with pytest.raises(cg.ArgumentTypeError, match="not hashable"):
         cg.grad(lambda s: s.x)(State(1.0, [1, 2]))
+
+
+def test_no_registration_advice_for_strings_and_functions():
+    for value in ("text", len):
+        with pytest.raises(cg.ArgumentTypeError, match="static") as info:
+            cg.grad(lambda x, s: x)(1.0, value)
+        assert "register" not in str(info.value)
