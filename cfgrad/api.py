@@ -139,7 +139,7 @@ def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
             kwargs: dict[str, Any] | None = None) -> tuple[Lowering, list[Any]]:
     """The cached lowering of `fun` at `args` (and keyword arguments `kwargs`, traced after
     them), and the flat list of traced argument leaves."""
-    dynamic = args if not static_argnums else static_split(args, static_argnums)[1]
+    dynamic = args if not static_argnums else dynamic_args(args, static_argnums)
     if kwargs:
         dynamic += tuple(kwargs[k] for k in sorted(kwargs))
     leaves, in_tree = treelib.flatten(dynamic)
@@ -189,10 +189,9 @@ def _unhashable_key(fun: Callable, args: tuple, static_argnums: tuple[int, ...],
         "programs, so make it hashable (a tuple instead of a list) or make it data")
 
 
-def static_split(args: tuple, statics: tuple[int, ...]) -> tuple[tuple, tuple]:
-    """`args` split into the static ones and the dynamic (traced) ones, in order."""
-    return (tuple(args[i] for i in statics),
-            tuple(a for i, a in enumerate(args) if i not in statics))
+def dynamic_args(args: tuple, statics: tuple[int, ...]) -> tuple:
+    """The dynamic (traced) ones of `args`, in order: those not at a static position."""
+    return tuple(a for i, a in enumerate(args) if i not in statics)
 
 
 def static_positions(requested: tuple[int, ...], nargs: int, nums: tuple[int, ...],
@@ -366,7 +365,7 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
                                len(primals), (), "cfgrad.vjp", name)
     if nested.is_tracing():  # inside a traced function: nodes, not a run
         result = nested.vjp(_closing_over_statics(fun, primals, statics, {}),
-                            static_split(primals, statics)[1], checkpoint, has_aux,
+                            dynamic_args(primals, statics), checkpoint, has_aux,
                             lambda program: has_aux and _check_aux_pair(program, "vjp", name),
                             detect_anomaly)
         if not statics:
@@ -379,7 +378,7 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
         return (result[0], with_statics) + tuple(result[2:])
     entry, leaves = lowered(fun, primals, statics)
     if has_aux:
-        _check_aux_pair(entry.program, "vjp", getattr(fun, "__name__", "f"))
+        _check_aux_pair(entry.program, "vjp", name)
     # the pullback reads the primals later (the adjoint, recomputation, a second call): a
     # caller's array modified in place meanwhile must not change them, as JAX's immutable
     # arrays guarantee and PyTorch checks with version counters
@@ -443,7 +442,7 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
         if nested.is_tracing():  # a derivative of a derivative: one node
             return nested.value_and_grad(
                 _closing_over_statics(fun, args, statics, kwargs),
-                static_split(args, statics)[1], dnums, single, checkpoint,
+                dynamic_args(args, statics), dnums, single, checkpoint,
                 lambda program: _check_grad_io(program, args, nums, has_aux, name),
                 want_value, detect_anomaly)
         entry, leaves = lowered(fun, args, statics, kwargs=kwargs)
