@@ -2,9 +2,11 @@
 
 from . import (
     checkpoint,
+    debug,
     numpy,  # noqa: F401  (cg.numpy, the same module as cfgrad.numpy)
     optim,
     testing,
+    tree_util,
 )
 from .anomaly import detect_anomaly
 from .api import grad, jvp, value_and_grad, vjp
@@ -36,7 +38,7 @@ __all__ = [
     "LossScaler", "LoweringError", "NonFiniteError", "PathInstabilityError", "Program",
     "ReplayMismatchError", "ScalerStateError", "TracerBoolError", "VerifyError",
     "adjoint", "checkpoint", "clip_by_global_norm", "clip_by_value", "cond", "custom_jvp",
-    "custom_root", "custom_vjp", "detect_anomaly", "fori_loop", "grad", "hessian",
+    "custom_root", "custom_vjp", "debug", "detect_anomaly", "fori_loop", "grad", "hessian",
     "inspect", "jacfwd", "jacrev", "jvp", "lower", "optim", "parse_program", "stop_gradient",
-    "switch", "testing", "value_and_grad", "vjp", "while_loop",
+    "switch", "testing", "tree_util", "value_and_grad", "vjp", "while_loop",
 ]

@@ -32,11 +32,13 @@ from .interpret import (
     as_runtime_value,
     differentiate,
     execute,
+    repeating,
 )
 from .ir import Program
 from .trace import (
     TRACEABLE_DTYPES,
     Tracer,
+    argument_name,
     argument_problem,
     check_arguments,
     lowering_epoch,
@@ -137,15 +139,15 @@ def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
             kwargs: dict[str, Any] | None = None) -> tuple[Lowering, list[Any]]:
     """The cached lowering of `fun` at `args` (and keyword arguments `kwargs`, traced after
     them), and the flat list of traced argument leaves."""
-    dynamic = args if not static_argnums else tuple(
-        a for i, a in enumerate(args) if i not in static_argnums)
+    dynamic = args if not static_argnums else dynamic_args(args, static_argnums)
     if kwargs:
         dynamic += tuple(kwargs[k] for k in sorted(kwargs))
     leaves, in_tree = treelib.flatten(dynamic)
     leaf_keys = tuple(map(_leaf_key, leaves))
     if None in leaf_keys:
         check_arguments(fun, args, static_argnums, kwargs)  # raises, naming the argument
-    key = (in_tree, leaf_keys, tuple((i, args[i]) for i in static_argnums),
+    # a static value's type is part of its key: 2 and 2.0 are equal but trace differently
+    key = (in_tree, leaf_keys, tuple((i, type(args[i]), args[i]) for i in static_argnums),
            tuple(sorted(kwargs)) if kwargs else ())
     try:
         per_fun = _CACHE[fun]
@@ -154,7 +156,10 @@ def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
             per_fun = _CACHE.setdefault(fun, {})
     except TypeError:  # not weak-referenceable: cache nothing
         per_fun = {}
-    entry = per_fun.get(key)
+    try:
+        entry = per_fun.get(key)
+    except TypeError:  # a static argument or a pytree node's static data
+        raise _unhashable_key(fun, args, static_argnums, in_tree) from None
     if entry is None or entry.epoch != lowering_epoch():
         with LOWERING_LOCK:
             entry = per_fun.get(key)
@@ -164,25 +169,98 @@ def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
     return entry, leaves
 
 
-def argnums_tuple(argnums: int | Sequence[int], caller: str) -> tuple[int, ...]:
-    """`argnums` as a tuple, each entry an int (`TypeError` otherwise, as in JAX)."""
+def _unhashable_key(fun: Callable, args: tuple, static_argnums: tuple[int, ...],
+                    in_tree: treelib.TreeDef) -> ArgumentTypeError:
+    """The error for a cache key that cannot be hashed: a static argument, or the static
+    data of a registered pytree node, is not hashable (the cache needs both to be)."""
+    name = getattr(fun, "__name__", "f")
+    for i in static_argnums:
+        try:
+            hash(args[i])
+        except TypeError:
+            return ArgumentTypeError(
+                f"{name}: static argument {i} (`{argument_name(fun, i)}`) is a "
+                f"{type(args[i]).__name__}, which is not hashable; static arguments key the "
+                "cache of traced programs, so pass a hashable value (a tuple instead of a "
+                "list), or pass arrays as ordinary (traced) arguments")
+    return ArgumentTypeError(
+        f"{name}: the static data (aux_data or meta_fields) of a registered pytree node in "
+        f"the arguments {in_tree.describe()} is not hashable; it keys the cache of traced "
+        "programs, so make it hashable (a tuple instead of a list) or make it data")
+
+
+def dynamic_args(args: tuple, statics: tuple[int, ...]) -> tuple:
+    """The dynamic (traced) ones of `args`, in order: those not at a static position."""
+    return tuple(a for i, a in enumerate(args) if i not in statics)
+
+
+def static_positions(requested: tuple[int, ...], nargs: int, nums: tuple[int, ...],
+                     caller: str, name: str) -> tuple[int, ...]:
+    """The static positions of a call with `nargs` positional arguments, sorted: negative
+    entries count from the end, out of range is an error, and none may be in `nums` (the
+    positions differentiated: a static argument takes no gradient)."""
+    if not requested:
+        return ()
+    statics = tuple(sorted(set(resolve_argnums(requested, nargs, caller, name,
+                                               "static_argnums"))))
+    both = sorted(set(statics) & set(nums))
+    if both:
+        raise ArgumentValueError(
+            f"{caller} of {name}: argument {both[0]} is in both argnums and static_argnums; "
+            "a static argument takes no gradient, so differentiate another argument or make "
+            "it a traced one")
+    return statics
+
+
+def _dynamic_nums(nums: tuple[int, ...], statics: tuple[int, ...]) -> tuple[int, ...]:
+    """Positions among all arguments as positions among the dynamic ones."""
+    return tuple(i - sum(s < i for s in statics) for i in nums)
+
+
+def _closing_over_statics(fun: Callable, args: tuple, statics: tuple[int, ...],
+                          kwargs: dict[str, Any]) -> Callable:
+    """`fun` as a function of its dynamic arguments only, the static ones (and keyword
+    arguments) closed over: what a transformation inside a trace differentiates."""
+    if not statics and not kwargs:
+        return fun
+
+    def of_dynamic(*dynamic: Any) -> Any:
+        rest = iter(dynamic)
+        return fun(*(args[i] if i in statics else next(rest) for i in range(len(args))),
+                   **kwargs)
+
+    of_dynamic.__name__ = getattr(fun, "__name__", "f")
+    return of_dynamic
+
+
+def _none_at_statics(grads: tuple, statics: tuple[int, ...]) -> tuple:
+    """One cotangent per positional argument: None at the static ones."""
+    rest = iter(grads)
+    return tuple(None if i in statics else next(rest)
+                 for i in range(len(grads) + len(statics)))
+
+
+def argnums_tuple(argnums: int | Sequence[int], caller: str, what: str = "argnums") -> tuple[
+        int, ...]:
+    """`argnums` (or `static_argnums`, `what`) as a tuple, each entry an int (`TypeError`
+    otherwise, as in JAX)."""
     nums = (argnums,) if isinstance(argnums, int | np.integer) else argnums
     if isinstance(nums, Sequence) and not isinstance(nums, str) and all(
             isinstance(i, int | np.integer) and not isinstance(i, bool) for i in nums) and \
             not isinstance(argnums, bool):
         return tuple(int(i) for i in nums)
-    raise ArgumentTypeError(f"{caller}: argnums must be an int or a sequence of ints, got "
+    raise ArgumentTypeError(f"{caller}: {what} must be an int or a sequence of ints, got "
                             f"{argnums!r}")
 
 
-def resolve_argnums(nums: tuple[int, ...], nargs: int, caller: str, name: str) -> tuple[
-        int, ...]:
+def resolve_argnums(nums: tuple[int, ...], nargs: int, caller: str, name: str,
+                    what: str = "argnums") -> tuple[int, ...]:
     """Negative entries count from the end, as in Python indexing; out of range is
     `ValueError`."""
     for i in nums:
         if not -nargs <= i < nargs:
             raise ArgumentValueError(
-                f"{caller} of {name}: argnums includes {i} but {name} was called with {nargs} "
+                f"{caller} of {name}: {what} includes {i} but {name} was called with {nargs} "
                 f"positional argument{'s' if nargs != 1 else ''} (valid: {-nargs}..{nargs - 1})")
     return tuple(i % nargs for i in nums)
 
@@ -212,12 +290,13 @@ class Pullback:
     forward run was, so the inspector can run it again."""
 
     def __init__(self, lowering: Lowering, tape: Tape, primals: list[Any], nargs: int,
-                 checkpoint: Any):
+                 checkpoint: Any, statics: tuple[int, ...] = ()):
         self._check = tape.checked
         self.lowering = lowering
         self._tape: Tape | None = tape
         self.primals = primals
-        self._nargs = nargs
+        self._nargs = nargs  # the dynamic positional arguments
+        self._statics = statics
         self.checkpoint = checkpoint
         self.stats: RunStats | None = None
 
@@ -239,14 +318,15 @@ class Pullback:
             cts.append(a)
         tape = self._tape
         if tape is None:  # a second call: the first consumed the tape, so run forward again
-            tape = _forward(entry, entry.grad_plan(None), self.primals, self.checkpoint,
-                            check=self._check)
+            with repeating():  # (silently: its debug prints showed in the first run)
+                tape = _forward(entry, entry.grad_plan(None), self.primals, self.checkpoint,
+                                check=self._check)
         self._tape = None
         with _running(self.checkpoint, tape.checked):
             results = [as_runtime_value(r) for r in tape.pullback(cts)]
         self.stats = tape.stats
-        grads = treelib.unflatten(program.in_tree, results)
-        return tuple(grads)[: self._nargs]
+        grads = tuple(treelib.unflatten(program.in_tree, results))[: self._nargs]
+        return _none_at_statics(grads, self._statics) if self._statics else grads
 
 
 @contextmanager
@@ -271,20 +351,34 @@ def _forward(entry: Lowering, plan: GradPlan, leaves: list[Any], checkpoint: Any
 
 
 def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = False,
-        detect_anomaly: bool = False) -> Any:
-    """`(fun(*primals), pullback)`; `pullback(ct)` returns one cotangent per primal.
+        detect_anomaly: bool = False, static_argnums: int | Sequence[int] = ()) -> Any:
+    """`(fun(*primals), pullback)`; `pullback(ct)` returns one cotangent per primal (None
+    for a static one).
 
     Only the branches taken and the iterations run are differentiated. `checkpoint` sets
-    the strategy of every loop that did not choose its own."""
+    the strategy of every loop that did not choose its own. `static_argnums` are primals
+    passed as they are (hashable Python values, baked into the traced program and keying
+    its cache, as `jax.jit`'s)."""
     check_strategy(checkpoint, "cfgrad.vjp")
+    name = getattr(fun, "__name__", "f")
+    statics = static_positions(argnums_tuple(static_argnums, "cfgrad.vjp", "static_argnums"),
+                               len(primals), (), "cfgrad.vjp", name)
     if nested.is_tracing():  # inside a traced function: nodes, not a run
-        name = getattr(fun, "__name__", "f")
-        return nested.vjp(fun, primals, checkpoint, has_aux,
-                          lambda program: has_aux and _check_aux_pair(program, "vjp", name),
-                          detect_anomaly)
-    entry, leaves = lowered(fun, primals)
+        result = nested.vjp(_closing_over_statics(fun, primals, statics, {}),
+                            dynamic_args(primals, statics), checkpoint, has_aux,
+                            lambda program: has_aux and _check_aux_pair(program, "vjp", name),
+                            detect_anomaly)
+        if not statics:
+            return result
+        pullback = result[1]
+
+        def with_statics(cotangent: Any) -> tuple:
+            return _none_at_statics(pullback(cotangent), statics)
+
+        return (result[0], with_statics) + tuple(result[2:])
+    entry, leaves = lowered(fun, primals, statics)
     if has_aux:
-        _check_aux_pair(entry.program, "vjp", getattr(fun, "__name__", "f"))
+        _check_aux_pair(entry.program, "vjp", name)
     # the pullback reads the primals later (the adjoint, recomputation, a second call): a
     # caller's array modified in place meanwhile must not change them, as JAX's immutable
     # arrays guarantee and PyTorch checks with version counters
@@ -294,7 +388,7 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     # modifying a result in place cannot change the gradient either
     outs = [x.copy() if isinstance(x, np.ndarray) else x for x in tape.outputs]
     out = treelib.unflatten(entry.program.out_tree, outs)
-    pb = Pullback(entry, tape, leaves, len(primals), checkpoint)
+    pb = Pullback(entry, tape, leaves, len(primals) - len(statics), checkpoint, statics)
     if has_aux:
         return out[0], _AuxPullback(pb, out[1]), out[1]
     return out, pb
@@ -317,53 +411,59 @@ class _AuxPullback:
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
-                   checkpoint: Any = None, detect_anomaly: bool = False) -> Callable:
+                   checkpoint: Any = None, detect_anomaly: bool = False,
+                   static_argnums: int | Sequence[int] = ()) -> Callable:
     """A function returning `(fun(*args), gradient)`; with `has_aux`, `((value, aux), grad)`.
 
     `fun` must return a float scalar; the gradient has the structure of `args[argnums]`
-    (a tuple of those when `argnums` is a tuple)."""
+    (a tuple of those when `argnums` is a tuple). `static_argnums` are arguments passed as
+    they are, hashable Python values keying the cache of traced programs, as `jax.jit`'s."""
     return _value_and_grad(fun, argnums, has_aux, checkpoint, detect_anomaly,
-                           "cfgrad.value_and_grad")
+                           "cfgrad.value_and_grad", static_argnums=static_argnums)
 
 
 def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
                     checkpoint: Any, detect_anomaly: bool, caller: str,
-                    want_value: bool = True) -> Callable:
+                    want_value: bool = True,
+                    static_argnums: int | Sequence[int] = ()) -> Callable:
     """value_and_grad under the name the user called (errors name `grad` or
     `value_and_grad`). Without `want_value` (`grad`, no aux) a nested call emits no node
     for the value."""
     check_strategy(checkpoint, caller)
     requested = argnums_tuple(argnums, caller)
+    requested_statics = argnums_tuple(static_argnums, caller, "static_argnums")
     single = isinstance(argnums, int | np.integer)
     name = getattr(fun, "__name__", "f")
 
     def value_and_grad_fn(*args: Any, **kwargs: Any) -> Any:
         nums = resolve_argnums(requested, len(args), caller, name)
+        statics = static_positions(requested_statics, len(args), nums, caller, name)
+        dnums = _dynamic_nums(nums, statics) if statics else nums
         if nested.is_tracing():  # a derivative of a derivative: one node
-            f = (lambda *a: fun(*a, **kwargs)) if kwargs else fun
             return nested.value_and_grad(
-                f, args, nums, single, checkpoint,
+                _closing_over_statics(fun, args, statics, kwargs),
+                dynamic_args(args, statics), dnums, single, checkpoint,
                 lambda program: _check_grad_io(program, args, nums, has_aux, name),
                 want_value, detect_anomaly)
-        entry, leaves = lowered(fun, args, kwargs=kwargs)
+        entry, leaves = lowered(fun, args, statics, kwargs=kwargs)
         program = entry.program
-        prepared = entry._grad_calls.get((nums, has_aux))
+        prepared = entry._grad_calls.get((dnums, has_aux))
         if prepared is None:  # checked and prepared once per signature, like the lowering
             with LOWERING_LOCK:
-                prepared = entry._grad_calls.get((nums, has_aux))
+                prepared = entry._grad_calls.get((dnums, has_aux))
                 if prepared is None:
                     _check_grad_io(program, args, nums, has_aux, name)
                     seeds = [np.ones((), program.outputs[0].type.dtype)[()]] + [
                         np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
-                    prepared = entry._grad_calls[(nums, has_aux)] = (
-                        entry.grad_plan(_param_indices(program, nums)), seeds)
+                    prepared = entry._grad_calls[(dnums, has_aux)] = (
+                        entry.grad_plan(_param_indices(program, dnums)), seeds)
         plan, seeds = prepared
         tape = _forward(entry, plan, leaves, checkpoint, check=detect_anomaly)
         out = treelib.unflatten(program.out_tree, tape.outputs)
         with _running(checkpoint, tape.checked):
             results = [as_runtime_value(r) for r in tape.pullback(seeds)]
         per_arg = treelib.unflatten(program.in_tree, results)
-        grads = per_arg[nums[0]] if single else tuple(per_arg[i] for i in nums)
+        grads = per_arg[dnums[0]] if single else tuple(per_arg[i] for i in dnums)
         value_and_grad_fn.stats = tape.stats  # type: ignore[attr-defined]
         return out, grads
 
@@ -403,11 +503,13 @@ def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
-         checkpoint: Any = None, detect_anomaly: bool = False) -> Callable:
+         checkpoint: Any = None, detect_anomaly: bool = False,
+         static_argnums: int | Sequence[int] = ()) -> Callable:
     """The gradient of a float-scalar function, like `jax.grad`. `detect_anomaly=True`
-    checks every result for NaN/Inf, as under `cg.detect_anomaly()`."""
+    checks every result for NaN/Inf, as under `cg.detect_anomaly()`; `static_argnums` as
+    in `value_and_grad`."""
     vg = _value_and_grad(fun, argnums, has_aux, checkpoint, detect_anomaly, "cfgrad.grad",
-                         want_value=has_aux)
+                         want_value=has_aux, static_argnums=static_argnums)
 
     def grad_fn(*args: Any, **kwargs: Any) -> Any:
         value, g = vg(*args, **kwargs)

@@ -227,7 +227,9 @@ class _VJPRule(_Signature):
             return out
 
         types = self.out_types[self.n_out:] + self.out_types[: self.n_out]
-        self._backward_call = Call(self.lower(bwd_flat, types, f"{self.name}.bwd"))
+        # bwd runs only in pullbacks, for the first time there: its debug prints show
+        self._backward_call = Call(self.lower(bwd_flat, types, f"{self.name}.bwd"),
+                                   first_run=True)
 
 
 class _JVPRule(_Signature):

@@ -23,7 +23,9 @@ is called through checkpoint.LoopStrategy and served through checkpoint.LoopRunn
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +74,27 @@ def _unchecked(n: Node) -> bool:
     """Whether anomaly detection skips `n`'s results: the node kind's flag `unchecked`, or
     its table entry's."""
     return n.op in UNCHECKED or (n.op in PRIMITIVES and PRIMITIVES[n.op].unchecked)
+
+
+# True while a run repeats work already done (see `repeating`): nodes with an `effect`
+# (debug prints and callbacks) are skipped then. A context variable, not a Machine field,
+# because the repeated work may run in other Machines: the sub-program of a nested
+# transformation's node, run again inside a recomputed iteration or by an adjoint.
+_REPEATING: ContextVar[bool] = ContextVar("cfgrad_repeating", default=False)
+
+
+@contextmanager
+def repeating(repeat: bool = True) -> Iterator[None]:
+    """Everything run inside repeats work a run already did (the reverse pass, with the
+    iterations checkpoint strategies recompute; a second forward run for a second call of
+    a pullback): debug prints and callbacks stay silent, so what they show is the forward
+    run's, once, whatever the strategy. `repeating(False)` marks work done for the first
+    time inside such a run (a custom_vjp's bwd, which only a pullback runs)."""
+    token = _REPEATING.set(repeat)
+    try:
+        yield
+    finally:
+        _REPEATING.reset(token)
 
 
 def as_runtime_value(a: Any) -> Any:
@@ -202,7 +225,7 @@ class Compiled:
         A value that may be deferred (`self.deferred`) is checked as `peek` shows it and
         materialized at Return; only those values get that code."""
         ns: dict[str, Any] = {"_c": self, "_finite": _all_finite, "_dense": dense_value,
-                              "_peek": peeked_value}
+                              "_peek": peeked_value, "_repeating": _REPEATING.get}
         lines = ["def block(env, fenv, m):"]
         line_nodes: dict[int, Node] = {}
         index = self.block_index[b]
@@ -279,6 +302,8 @@ class Compiled:
         if form is not None:
             return f"{outs} = " + form.format(*(self._arg(n, i) for i in range(len(n.inputs))))
         ns[name] = functools.partial(prim.impl, **n.params) if n.params else prim.impl
+        if prim.effect:  # computes nothing; silent where a run repeats work (`repeating`)
+            return f"if not _repeating(): {name}({args})"
         if prim.multi_output:  # the impl returns a tuple, even of one value
             outs += ","
         return f"{outs} = {name}({args})"
@@ -737,18 +762,19 @@ class Tape:
         edges, fenv = adjoint.edges, machine.env
         machine.reversing = True
         b = 0
-        while True:
-            try:
-                e = fns[b](env, fenv, machine)
-            except Exception as exc:
-                _annotate(exc, adjoint, b, fns)
-                raise
-            if e < 0:
-                break
-            target, copy, _, _ = edges[e]
-            if copy is not None:
-                copy(env)
-            b = target
+        with repeating():  # forward work the strategies recompute prints nothing
+            while True:
+                try:
+                    e = fns[b](env, fenv, machine)
+                except Exception as exc:
+                    _annotate(exc, adjoint, b, fns)
+                    raise
+                if e < 0:
+                    break
+                target, copy, _, _ = edges[e]
+                if copy is not None:
+                    copy(env)
+                b = target
         if not machine.log.is_empty():
             raise AssertionError("internal error: the adjoint left entries on the control log")
         return [env[s] for s in adjoint.return_slots]

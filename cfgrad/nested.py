@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,15 @@ from .anomaly import anomaly_detection_enabled, detect_anomaly
 from .checkpoint import RunStats, resolve
 from .errors import ArgumentTypeError, LoweringError
 from .forward_mode import build_jvp
-from .interpret import Compiled, GradPlan, Machine, as_runtime_value, differentiate, execute
+from .interpret import (
+    Compiled,
+    GradPlan,
+    Machine,
+    as_runtime_value,
+    differentiate,
+    execute,
+    repeating,
+)
 from .ir import Program, TensorType
 from .primitives import bind
 from .trace import Tracer, trace_nested
@@ -173,10 +181,12 @@ class _Derived:
         return self._once("jvp call", lambda: Call(self.jvp_program))
 
     def pullback_of(self, wrt: tuple[int, ...], checkpoint: Any, of_jvp: bool,
-                    check: bool = False) -> Pullback:
-        """The parameter of a `vjp_call` of P (or of its JVP program)."""
-        return self._once(("pullback", wrt, checkpoint, of_jvp, check), lambda: Pullback(
-            self.jvp_program if of_jvp else self.program, wrt, checkpoint, check))
+                    check: bool = False, repeats: bool = False) -> Pullback:
+        """The parameter of a `vjp_call` of P (or of its JVP program); `repeats`: a `call`
+        of P already ran its forward work (see `Pullback.repeats`)."""
+        return self._once(("pullback", wrt, checkpoint, of_jvp, check, repeats),
+                          lambda: Pullback(self.jvp_program if of_jvp else self.program, wrt,
+                                           checkpoint, check, repeats))
 
     def float_params(self) -> list[int]:
         return [i for i, p in enumerate(self.program.params) if p.type.is_float]
@@ -220,6 +230,12 @@ class _Derived:
 class Call(_Derived):
     """The `of` of a `call` node: run the sub-program P on the node's inputs."""
 
+    def __init__(self, program: Program, first_run: bool = False):
+        super().__init__(program)
+        # P's work is done nowhere else, though the node runs inside a pullback (a
+        # custom_vjp's bwd): its debug prints show there, unlike recomputed work's
+        self.first_run = first_run
+
     def __repr__(self) -> str:
         return self.program.name
 
@@ -230,7 +246,9 @@ class Call(_Derived):
     def run(self, xs: tuple) -> tuple:
         # an untaped run: no strategy keeps anything, so none is resolved per call
         m = Machine(self.compiled, check=anomaly_detection_enabled())
-        return tuple(as_runtime_value(o) for o in m.run([as_runtime_value(x) for x in xs]))
+        with repeating(False) if self.first_run else nullcontext():
+            outs = m.run([as_runtime_value(x) for x in xs])
+        return tuple(as_runtime_value(o) for o in outs)
 
     def outputs_and_tangents(self, ts: list[Any], xs: list[Any]) -> tuple[list, list]:
         """Both from one `call` of the JVP program."""
@@ -250,11 +268,14 @@ class Pullback(_Derived):
     per result of P; results: the cotangent of each parameter (zeros outside `wrt`)."""
 
     def __init__(self, program: Program, wrt: tuple[int, ...], checkpoint: Any,
-                 check: bool = False):
+                 check: bool = False, repeats: bool = False):
         super().__init__(program)
         self.wrt = wrt
         self.checkpoint = checkpoint
         self.check = check  # the transformation's detect_anomaly=True
+        # the taped forward run repeats a `call` of the same program at the same inputs
+        # (the value of a nested vjp or value_and_grad): its debug prints stay silent
+        self.repeats = repeats
 
     def __repr__(self) -> str:
         strategy = "" if self.checkpoint is None else f", checkpoint={self.checkpoint!r}"
@@ -276,8 +297,9 @@ class Pullback(_Derived):
         strategies = [resolve(r.checkpoint, choice) for r in self.program.loops()]
         check = self.check or anomaly_detection_enabled()
         with call_checkpoint(choice), detect_anomaly(check):
-            tape = execute(self.plan, [as_runtime_value(a) for a in args[:n]], strategies,
-                           check=check)
+            with repeating() if self.repeats else nullcontext():
+                tape = execute(self.plan, [as_runtime_value(a) for a in args[:n]],
+                               strategies, check=check)
             cts = tape.pullback([as_runtime_value(c) for c in args[n:]])
         sink = _RUN_SINK.get()
         if sink is not None:
@@ -348,9 +370,11 @@ class Traced:
         return list(bind("call", *self.inputs, of=self.call))
 
     def pullback(self, cts: list[Any], wrt: tuple[int, ...], checkpoint: Any,
-                 check: bool) -> list[Any]:
+                 check: bool, repeats: bool) -> list[Any]:
+        """P's pullback of `cts`, one `vjp_call`; `repeats`: `outputs()` ran P already."""
         g = bind("vjp_call", *self.inputs, *cts,
-                 of=self.call.pullback_of(wrt, checkpoint, of_jvp=False, check=check))
+                 of=self.call.pullback_of(wrt, checkpoint, of_jvp=False, check=check,
+                                          repeats=repeats))
         return list(g[: self.n_leaves])
 
 
@@ -368,7 +392,7 @@ def value_and_grad(fun: Callable, args: tuple, nums: tuple[int, ...], single: bo
     seeds = [np.ones((), program.outputs[0].type.dtype)] + [
         _zeros(v.type) for v in program.outputs[1:]]
     wrt = tuple(j for j in traced.in_tree.leaves_of(nums) if program.params[j].type.is_float)
-    flat = traced.pullback(seeds, wrt, checkpoint, anomaly)
+    flat = traced.pullback(seeds, wrt, checkpoint, anomaly, repeats=want_value)
     per_arg = treelib.unflatten(traced.in_tree, flat)
     grads = per_arg[nums[0]] if single else tuple(per_arg[i] for i in nums)
     return out, grads
@@ -396,7 +420,7 @@ def vjp(fun: Callable, primals: tuple, checkpoint: Any, has_aux: bool,
         leaves = [_as_type(c, v.type, f"pullback: cotangent leaf {i} has shape {{shape}}, the "
                            "output has {want}") for i, (c, v) in enumerate(zip(leaves,
                                                                            program.outputs))]
-        flat = traced.pullback(leaves, wrt, checkpoint, anomaly)
+        flat = traced.pullback(leaves, wrt, checkpoint, anomaly, repeats=True)
         return tuple(treelib.unflatten(traced.in_tree, flat))[: traced.nargs]
 
     if has_aux:

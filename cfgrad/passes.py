@@ -59,12 +59,14 @@ def run_passes(program: Program, passes: Iterable[Pass]) -> Program:
 
 def _fixed(n: Node) -> bool:
     """Whether passes must leave node `n` where it is and keep it: it changes the run's
-    state (a node kind flagged `side-effect`: pops a log, restores a loop's values) or
-    updates its first operand in place (a primitive that `mutates`: `accumulate`)."""
+    state (a node kind flagged `side-effect`: pops a log, restores a loop's values),
+    updates its first operand in place (a primitive that `mutates`: `accumulate`) or acts
+    outside the program (a primitive with an `effect`: a debug print, which must run where
+    and as often as the user's code put it)."""
     if n.op in SIDE_EFFECTS:
         return True
     prim = PRIMITIVES.get(n.op)
-    return prim is not None and prim.mutates
+    return prim is not None and (prim.mutates or prim.effect)
 
 
 def _definitions(program: Program) -> dict[Value, Block]:

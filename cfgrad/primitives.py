@@ -80,6 +80,12 @@ class Primitive:
     # Anomaly detection does not test the result: it computes nothing (`const`) or only
     # copies a value tested where it was made (`copy`).
     unchecked: bool = False
+    # Runs for an effect outside the program and computes nothing (a debug print or
+    # callback): passes keep it where it is, as a `mutates` node; the reverse builder gives
+    # it no rule (no derivative, no node in the adjoint); the interpreter runs it only
+    # where the program's work is done for the first time, not where a run repeats it
+    # (a checkpoint strategy's recomputation, anything during a pullback).
+    effect: bool = False
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
@@ -1204,6 +1210,19 @@ _register(Primitive(
     notes="a cg.custom_jvp function: forward mode traces its JVP rule inline; reverse mode "
           "transposes that rule (it must be linear in the tangents, as in JAX) by a "
           "`vjp_call` of the rule's program with respect to the tangents"))
+
+# -- Effects (cfgrad.debug): a node that calls the user's function at run time with the
+# runtime values of its inputs. Its `callback` parameter (a debug.DebugCall) does the
+# work and prints as what the user wrote (`print('x = {}')`); like custom rules, the
+# node delegates to a user's function.
+
+_register(Primitive(
+    name="debug_callback", impl=lambda *xs, callback: callback(*xs),
+    abstract=lambda types, callback: [], family="custom", promote="none", nondiff=True,
+    multi_output=True, effect=True,
+    notes="cg.debug.print / cg.debug.callback: calls its function with its inputs' runtime "
+          "values where the program runs it, in program order; no results, no derivative; "
+          "not run again where a run repeats work (recomputation, the pullback)"))
 
 # -- Nested transformations (cfgrad.nested): a transformation applied inside another's trace
 # is one node standing for a sub-program. Its `of` parameter is the object that knows the

@@ -314,6 +314,12 @@ class Trace:
             if a.dtype == object and isinstance(value, int):
                 raise LoweringError(f"the Python int {value}{where} is beyond int64, cfgrad's "
                                     "integers; use a float or a smaller int")
+            hint = treelib.registration_hint(value)
+            if a.dtype == object and hint and not isinstance(value, list | tuple | np.ndarray):
+                # an object where a value was expected: a carry, a branch result, an
+                # operand of a cnp function; most often a container never registered
+                raise LoweringError(f"a {type(value).__name__} was used as a traced value"
+                                    f"{where}: {hint}")
             raise LoweringError(f"a constant{where} is {problem}")
         key = _const_key(a)
         v = self.consts.get(key)
@@ -735,21 +741,28 @@ def argument_problem(x: Any) -> str | None:
             return problem
         return (f"an array {problem}: convert it, or pass it through static_argnums or a "
                 "closure")
-    return (f"a {type(x).__name__}; cfgrad traces arrays and Python scalars only (mark "
-            "other arguments static, or close over them)")
+    hint = treelib.registration_hint(x)
+    return (f"a {type(x).__name__}; cfgrad traces arrays and Python scalars only. "
+            + (f"{hint}; or mark" if hint else "Mark")
+            + " the argument static (static_argnums), or close over it")
 
 
 def _named_arguments(fun: Callable, args: tuple, dynamic: list[int],
                      kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
     """(name, pytree) of each traced argument, in the order their leaves are flattened:
     the dynamic positional arguments, then the keyword arguments by sorted name."""
+    positional = [(argument_name(fun, pos), args[pos]) for pos in dynamic]
+    return positional + [(k, kwargs[k]) for k in sorted(kwargs)]
+
+
+def argument_name(fun: Callable, pos: int) -> str:
+    """The name of `fun`'s positional parameter `pos` (`arg2` when it has none: a
+    builtin, or `*args`), for messages and parameter hints."""
     try:
         names = list(inspect.signature(fun).parameters)
     except (TypeError, ValueError):
         names = []
-    positional = [(names[pos] if pos < len(names) else f"arg{pos}", args[pos])
-                  for pos in dynamic]
-    return positional + [(k, kwargs[k]) for k in sorted(kwargs)]
+    return names[pos] if pos < len(names) else f"arg{pos}"
 
 
 def check_arguments(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
@@ -829,4 +842,6 @@ def trace_nested(fun: Callable, leaves: list[Any], name: str) -> tuple[Program, 
 def lower(fun: Callable, *args: Any, static_argnums: int | Sequence[int] = ()) -> Program:
     """Trace `fun` at `args` and return its Program (`print(program)` shows the IR)."""
     statics = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    # negative entries count from the end, as for the transformations' static_argnums
+    statics = tuple(i + len(args) if -len(args) <= i < 0 else i for i in statics)
     return trace_program(fun, args, statics)

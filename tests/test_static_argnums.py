@@ -1,0 +1,130 @@
+"""`static_argnums` of `grad`, `value_and_grad` and `vjp`: static arguments are hashable
+Python values passed as they are, keying the cache of traced programs (as `jax.jit`'s),
+taking no gradient; gradients checked against central differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cfgrad as cg
+import cfgrad.numpy as cnp
+
+
+def make_power_sum():
+    """A function whose trace depends on a Python int (a loop's trip count and a power),
+    recording each time it is traced."""
+    traced = []
+
+    def f(x, n, scale):
+        traced.append((n, scale))
+        return cg.fori_loop(0, n, lambda i, c: cnp.sin(c) * scale, x) ** 2
+
+    return f, traced
+
+
+def reference(x, n, scale):
+    for _ in range(n):
+        x = np.sin(x) * scale
+    return x ** 2
+
+
+def central(fun, x, eps=1e-6):
+    return (fun(x + eps) - fun(x - eps)) / (2 * eps)
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_gradient_matches_finite_differences(n):
+    f, _ = make_power_sum()
+    g = cg.grad(f, static_argnums=(1, 2))(0.7, n, 1.3)
+    np.testing.assert_allclose(g, central(lambda x: reference(x, n, 1.3), 0.7), rtol=1e-6)
+
+
+def test_static_values_key_the_cache_and_retrace_when_they_change():
+    f, traced = make_power_sum()
+    g = cg.grad(f, static_argnums=(1, 2))
+    first = g(0.7, 3, 1.3)
+    assert g(0.2, 3, 1.3) != first  # new dynamic value, same program
+    assert traced == [(3, 1.3)]
+    g(0.7, 4, 1.3)
+    g(0.7, 3, 2.0)
+    assert traced == [(3, 1.3), (4, 1.3), (3, 2.0)]
+    g(0.7, 4, 1.3)
+    assert len(traced) == 3
+    # equal values of different types are different keys: 2 and 2.0 trace differently
+    g(0.7, 3, 2)
+    assert traced[-1] == (3, 2) and type(traced[-1][1]) is int
+
+
+def test_negative_static_argnums_and_value_and_grad():
+    f, _ = make_power_sum()
+    value, g = cg.value_and_grad(f, static_argnums=(-2, -1))(0.7, 2, 1.3)
+    np.testing.assert_allclose(value, reference(0.7, 2, 1.3))
+    np.testing.assert_allclose(g, central(lambda x: reference(x, 2, 1.3), 0.7), rtol=1e-6)
+
+
+def test_several_argnums_around_a_static_one():
+    def f(x, n, y):
+        return cg.fori_loop(0, n, lambda i, c: c * y + cnp.sin(x), x)
+
+    gx, gy = cg.grad(f, argnums=(0, 2), static_argnums=1)(0.5, 3, 0.9)
+
+    def ref(x, y):
+        c = x
+        for _ in range(3):
+            c = c * y + np.sin(x)
+        return c
+
+    np.testing.assert_allclose(gx, central(lambda x: ref(x, 0.9), 0.5), rtol=1e-6)
+    np.testing.assert_allclose(gy, central(lambda y: ref(0.5, y), 0.9), rtol=1e-6)
+
+
+def test_vjp_gives_none_for_static_arguments():
+    f, _ = make_power_sum()
+    out, pullback = cg.vjp(f, 0.7, 3, 1.3, static_argnums=(1, 2))
+    np.testing.assert_allclose(out, reference(0.7, 3, 1.3))
+    gx, gn, gs = pullback(1.0)
+    assert gn is None and gs is None
+    np.testing.assert_allclose(gx, central(lambda x: reference(x, 3, 1.3), 0.7), rtol=1e-6)
+    assert pullback(2.0)[1:] == (None, None)
+
+
+def test_static_argnums_inside_a_trace():
+    """A derivative of a derivative: the inner transformation closes over the statics."""
+    f, _ = make_power_sum()
+
+    def first(x):
+        return cg.grad(f, static_argnums=(1, 2))(x, 3, 1.3)
+
+    def first_by_vjp(x):
+        return cg.vjp(f, x, 3, 1.3, static_argnums=(1, 2))[1](1.0)[0]
+
+    expected = central(lambda x: cg.grad(f, static_argnums=(1, 2))(x, 3, 1.3), 0.7)
+    np.testing.assert_allclose(cg.grad(first)(0.7), expected, rtol=1e-6)
+    np.testing.assert_allclose(cg.grad(first_by_vjp)(0.7), expected, rtol=1e-6)
+
+
+def test_unhashable_static_argument_is_a_typed_error_naming_it():
+    f, _ = make_power_sum()
+    with pytest.raises(cg.ArgumentTypeError,
+                       match=r"f: static argument 1 \(`n`\) is a list, which is not hashable"):
+        cg.grad(f, static_argnums=(1, 2))(0.7, [3], 1.3)
+    with pytest.raises(TypeError):  # ArgumentTypeError is a TypeError too
+        cg.vjp(f, 0.7, 3, np.array([1.3]), static_argnums=(1, 2))
+
+
+def test_argnums_may_not_overlap_static_argnums():
+    f, _ = make_power_sum()
+    with pytest.raises(cg.ArgumentValueError,
+                       match="argument 1 is in both argnums and static_argnums"):
+        cg.grad(f, argnums=(0, 1), static_argnums=1)(0.7, 3, 1.3)
+    with pytest.raises(cg.ArgumentValueError, match="in both"):
+        cg.grad(f, argnums=-2, static_argnums=1)(0.7, 3, 1.3)
+
+
+def test_bad_static_argnums():
+    f, _ = make_power_sum()
+    with pytest.raises(cg.ArgumentValueError, match="static_argnums includes 5"):
+        cg.grad(f, static_argnums=5)(0.7, 3, 1.3)
+    with pytest.raises(cg.ArgumentTypeError, match="static_argnums must be an int"):
+        cg.grad(f, static_argnums="n")
