@@ -292,7 +292,9 @@ def _quantile(function: str, a: Any, q: Any, axis: Any, method: str, keepdims: b
     n = int(_np.prod([shape[d] for d in axes], dtype=_np.int64))
     if n == 0:
         raise ArgumentValueError(f"cnp.{function}: cannot take a quantile over an empty axis")
-    flat = reshape(transpose(a, kept + axes), rest + (n,))
+    if kept + axes != tuple(range(ndim)):
+        a = transpose(a, kept + axes)
+    flat = a if rest + (n,) == shape else reshape(a, rest + (n,))
     q = asarray(q) if is_traced(q) else _np.asarray(q, dtype=_dtype(a))
     q_shape = _shape(q)
     q_full = reshape(q, q_shape + (1,) * len(rest))
@@ -330,7 +332,7 @@ def _quantile(function: str, a: Any, q: Any, axis: Any, method: str, keepdims: b
     if keepdims:
         result = reshape(result, q_shape + tuple(1 if d in axes else s
                                                  for d, s in enumerate(shape)))
-    return _cast(result, _dtype(a))
+    return result if _dtype(result) == _dtype(a) else astype(result, _dtype(a))
 
 
 def quantile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False,
