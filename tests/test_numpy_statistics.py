@@ -37,6 +37,8 @@ def test_traced_bincount_needs_a_length():
     weights, x = np.ones(4), np.array([0, 1, 1, 3])
     with pytest.raises(TracerBoolError, match="length="):
         cg.grad(lambda w, i: cnp.sum(cnp.bincount(i, w)))(weights, x)
+    with pytest.raises(TracerBoolError, match="length is a traced value"):
+        cg.grad(lambda w, n: cnp.sum(cnp.bincount(x, w, length=n)))(weights, 4)
     g = cg.grad(lambda w, i: cnp.sum(cnp.bincount(i, w, length=4) ** 2))(weights, x)
     np.testing.assert_array_equal(g, [2.0, 4.0, 4.0, 2.0])
 

@@ -23,6 +23,7 @@ from ..trace_context import current_loc, is_traced
 from .core import (
     _axes,
     _cast,
+    _concrete_length,
     _dtype,
     _getitem,
     _masked,
@@ -245,6 +246,8 @@ def bincount(x: Any, weights: Any = None, minlength: int = 0, *,
     if _ndim(x) != 1 or _dtype(x).kind not in "biu":
         raise ArgumentValueError(f"cnp.bincount: x must be a 1-D array of non-negative "
                                  f"integers, got {_dtype(x)} of shape {_shape(x)}")
+    _concrete_length("bincount", "minlength", minlength)
+    _concrete_length("bincount", "length", length)
     if length is None:
         if is_traced(x):
             loc = current_loc()
