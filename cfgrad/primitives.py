@@ -791,6 +791,125 @@ _register(Primitive(
     notes="shifted by the maximum: finite for inputs of any size"))
 
 
+# -- Statistics family (issue 13): cumulative sums and products, sorting, searching. --------
+
+
+def _along_spec(shape: tuple[int, ...], axis: int) -> tuple:
+    """An index spec picking, at every position of `shape`, the entry of the traced index
+    ('$', of `shape` too) along `axis`: numpy's take_along_axis as the `index` primitive,
+    the other axes indexed by constant open grids, so its VJP is `scatter_add`'s."""
+    return tuple("$" if d == axis else
+                 np.arange(n, dtype=np.int64).reshape([n if e == d else 1
+                                                       for e in range(len(shape))])
+                 for d, n in enumerate(shape))
+
+
+def _axis_type(op: str, out_dtype: Callable[[np.dtype], np.dtype]) -> Callable[..., TensorType]:
+    def rule(types: list[TensorType], axis: int) -> TensorType:
+        _axis_param(op, "axis", axis, types[0])
+        return TensorType(types[0].shape, np.dtype(out_dtype(types[0].dtype)))
+
+    return rule
+
+
+def _cumsum_type(types: list[TensorType], axis: int, reverse: bool) -> TensorType:
+    _bool_param("cumsum", "reverse", reverse)
+    return _axis_type("cumsum", _sum_dtype)(types, axis=axis)
+
+
+def _cumsum_impl(x, axis, reverse):
+    if not reverse:
+        return np.cumsum(x, axis=axis, dtype=_sum_dtype(x.dtype))
+    return np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=_sum_dtype(x.dtype)), axis)
+
+
+_register(Primitive(
+    name="cumsum", impl=_cumsum_impl, abstract=_cumsum_type,
+    # The transpose of a running sum is the running sum from the other end.
+    vjp=lambda ct, xs, out, axis, reverse: (
+        bind("cumsum", ct, axis=axis, reverse=not reverse),),
+    jvp=lambda ts, xs, out, axis, reverse: bind("cumsum", ts[0], axis=axis, reverse=reverse),
+    family="statistics", promote="none"))
+
+
+def _cumprod_partials(x, axis):
+    """D[..., i, j, ...] = d out_j / d x_i = prod of x_k over k <= j, k != i (0 for j < i),
+    with the new axis i inserted before `axis`: a running product of x with entry i set to
+    1, so it is exact where x has zeros (as JAX's, which differentiates an associative
+    scan) and its own derivative is again a cumprod. O(n^2) along the axis."""
+    shape, n = tuple(x.shape), x.shape[axis]
+    lead, trail = shape[:axis], shape[axis + 1:]
+    grid = (1,) * len(lead) + (n, n) + (1,) * len(trail)
+    eye = np.eye(n, dtype=bool).reshape(grid)
+    upper = np.triu(np.ones((n, n), dtype=bool)).reshape(grid)
+    rows = bind("reshape", x, shape=lead + (1, n) + trail)
+    running = bind("cumprod", bind("where", eye, 1.0, rows), axis=axis + 1)
+    return bind("where", upper, running, 0.0)
+
+
+def _cumprod_vjp(ct, xs, out, axis):
+    x = xs[0]
+    shape = tuple(x.shape)
+    cts = bind("reshape", ct, shape=shape[:axis] + (1, shape[axis]) + shape[axis + 1:])
+    return (bind("sum", _cumprod_partials(x, axis) * cts, axes=(axis + 1,), keepdims=False),)
+
+
+def _cumprod_jvp(ts, xs, out, axis):
+    x = xs[0]
+    shape = tuple(x.shape)
+    t = bind("reshape", ts[0], shape=shape[:axis + 1] + (1,) + shape[axis + 1:])
+    return bind("sum", _cumprod_partials(x, axis) * t, axes=(axis,), keepdims=False)
+
+
+_register(Primitive(
+    name="cumprod", impl=lambda x, axis: np.cumprod(x, axis=axis, dtype=_sum_dtype(x.dtype)),
+    abstract=_axis_type("cumprod", _sum_dtype), vjp=_cumprod_vjp, jvp=_cumprod_jvp,
+    family="statistics", promote="none",
+    notes="exact with zeros: d out_j / d x_i is the product of x_k over k <= j, k != i"))
+
+
+def _sort_vjp(ct, xs, out, axis):
+    x = xs[0]
+    perm = bind("argsort", x, axis=axis)
+    return (bind("scatter_add", ct, perm, spec=_along_spec(tuple(x.shape), axis),
+                 shape=tuple(x.shape)),)
+
+
+def _sort_jvp(ts, xs, out, axis):
+    x = xs[0]
+    perm = bind("argsort", x, axis=axis)
+    return bind("index", ts[0], perm, spec=_along_spec(tuple(x.shape), axis))
+
+
+_register(Primitive(
+    name="sort", impl=lambda x, axis: np.sort(x, axis=axis, kind="stable"),
+    abstract=_axis_type("sort", lambda d: d), vjp=_sort_vjp, jvp=_sort_jvp,
+    family="statistics", promote="none",
+    notes="a stable sort (NaN last): each output takes the gradient of the input it came "
+          "from, so of tied entries the earlier one goes first, as JAX's"))
+_register(Primitive(
+    name="argsort", impl=lambda x, axis: np.argsort(x, axis=axis, kind="stable"),
+    abstract=_axis_type("argsort", lambda d: np.dtype(np.int64)),
+    family="statistics", promote="none", nondiff=True,
+    notes="a stable sort's permutation (ties keep their order, NaN last): no derivative"))
+
+
+def _searchsorted_type(types: list[TensorType], side: str) -> TensorType:
+    if side not in ("left", "right"):
+        raise LoweringError(f"searchsorted: parameter side must be 'left' or 'right', got "
+                            f"{side!r}")
+    if types[0].ndim != 1:
+        raise LoweringError(f"searchsorted: the sorted array must be 1-D, got {types[0]}")
+    return TensorType(types[1].shape, np.dtype(np.int64))
+
+
+_register(Primitive(
+    name="searchsorted",
+    impl=lambda a, v, side: np.asarray(np.searchsorted(a, v, side=side), dtype=np.int64),
+    abstract=_searchsorted_type, family="statistics", nondiff=True,
+    notes="insertion indices into a sorted 1-D array: no derivative"))
+
+
 def _arg_type(op: str) -> Callable[..., TensorType]:
     def rule(types: list[TensorType], axis: int | None) -> TensorType:
         t = types[0]

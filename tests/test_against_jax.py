@@ -130,3 +130,26 @@ def test_strategies_do_not_change_a_bit(strategy):
 
     reference = cg.hessian(ours)(POINT)
     assert np.array_equal(cg.hessian(ours, checkpoint=strategy)(POINT), reference)
+
+
+# -- statistics family (issue 13): first and second derivatives of the order statistics,
+# running products (with a zero), moments and interpolation, against JAX's.
+
+
+def statistics(lib, x):
+    y = lib.np.concatenate([x, x * x - 0.5, lib.np.sin(x) * 0.0])  # three exact zeros
+    knots = lib.np.array([-1.0, 0.1, 0.6, 1.4])
+    return (lib.np.sum(lib.np.cumprod(y[:6] + 0.3) * lib.np.cos(y[:6]))
+            + lib.np.sum(lib.np.sort(y) * lib.np.arange(9.0))
+            + lib.np.quantile(y ** 3, 0.3) + lib.np.median(lib.np.exp(x))
+            + lib.np.nanstd(y, ddof=1) + lib.np.sum(lib.np.cov(lib.np.stack([x, x ** 3])))
+            + lib.np.sum(lib.np.interp(x, knots, lib.np.sin(knots * x[0])))
+            + lib.np.sum(lib.np.cumprod(y[6:]) * x))
+
+
+def test_statistics_hessian_agrees_with_jax():
+    want = np.asarray(jax.hessian(lambda x: statistics(JAX, x))(jnp.asarray(POINT)))
+    got = cg.hessian(lambda x: statistics(CFGRAD, x))(POINT)
+    assert got == pytest.approx(want, rel=1e-10, abs=1e-12)
+    forward = cg.jacfwd(cg.jacfwd(lambda x: statistics(CFGRAD, x)))(POINT)
+    assert forward == pytest.approx(want, rel=1e-10, abs=1e-12)

@@ -401,6 +401,41 @@ def draw_invert(data, dtype):
     return (lambda a: ~a), (seeded(data).integers(0, 4, data.draw(SHAPES)).astype(dtype),)
 
 
+# -- statistics family (issue 13): cumulative sums and products, sorting, searching --
+
+
+def along_axis(fn: Callable, sample: Sampler) -> Callable:
+    """fn(a, axis) on an array of at least one dimension, along any (possibly negative)
+    axis."""
+    def draw(data, dtype):
+        shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
+        axis = data.draw(st.integers(-len(shape), len(shape) - 1), label="axis")
+        return (lambda a: fn(a, axis)), (sample(seeded(data), shape).astype(dtype),)
+
+    return draw
+
+
+def draw_cumsum(data, dtype):
+    """Running sums from the front (cnp.cumsum) and from the back (the VJP's form)."""
+    reverse = data.draw(st.booleans(), label="reverse")
+    return along_axis(lambda a, axis: bind("cumsum", a, axis=axis % a.ndim, reverse=reverse)
+                      if reverse else cnp.cumsum(a, axis), SYMMETRIC)(data, dtype)
+
+
+def draw_cumprod(data, dtype):
+    count = data.draw(st.integers(0, 2), label="zeros")
+    return along_axis(cnp.cumprod, with_zeros(count))(data, dtype)
+
+
+def draw_searchsorted(data, dtype):
+    rng = seeded(data)
+    n = data.draw(st.integers(1, 5), label="length")
+    side = data.draw(st.sampled_from(["left", "right"]), label="side")
+    a = np.sort(rng.integers(-3, 4, n)).astype(dtype)
+    v = rng.integers(-4, 5, data.draw(SHAPES)).astype(dtype)
+    return (lambda s, w: cnp.searchsorted(s, w, side=side)), (a, v)
+
+
 POSITIVE = uniform(0.1, 3.0)
 COMPARE = dict(dtypes=ALL)
 
@@ -459,6 +494,12 @@ CASES: dict[str, Case] = {
     "amin": reduction(cnp.amin, distinct),
     "prod": Case(draw_prod, ALL),
     "logsumexp": reduction(cnp.logsumexp, uniform(-3.0, 3.0), NUMERIC),
+    # statistics family (issue 13)
+    "cumsum": Case(draw_cumsum, ALL),
+    "cumprod": Case(draw_cumprod, ALL),
+    "sort": Case(along_axis(cnp.sort, distinct), ALL),
+    "argsort": Case(along_axis(cnp.argsort, distinct), ALL),
+    "searchsorted": Case(draw_searchsorted, NUMERIC),
     "argmax": Case(draw_arg(cnp.argmax)),
     "argmin": Case(draw_arg(cnp.argmin)),
     "matmul": Case(draw_matmul),
@@ -755,6 +796,31 @@ KINKS = [
      (ARR([[0.0, 0.0, 3.0], [8.0, 0.0, 15.0], [0.0, 0.0, 5.0]]),)),
     ("where: unselected gets 0", lambda x, y: cnp.where(ARR([True, False]), x, y),
      (ARR([1.0, 2.0]), ARR([3.0, 4.0])), (ARR([1.0, 0.0]), ARR([0.0, 1.0]))),
+    # statistics family (issue 13): each value is JAX's gradient at the same input
+    ("cumprod one zero", cnp.cumprod, (ARR([2.0, 0.0, 3.0]),), (ARR([1.0, 8.0, 0.0]),)),
+    ("cumprod two zeros", lambda x: cnp.cumprod(x) * ARR([1.0, 2.0, 3.0, 4.0, 5.0]),
+     (ARR([2.0, 0.0, 3.0, 0.0, 5.0]),), (ARR([1.0, 22.0, 0.0, 0.0, 0.0]),)),
+    ("sort ties stable", lambda x: cnp.sort(x) * ARR([1.0, 2.0, 3.0, 4.0]),
+     (ARR([3.0, 1.0, 3.0, 2.0]),), (ARR([3.0, 1.0, 4.0, 2.0]),)),
+    ("sort descending ties", lambda x: cnp.sort(x, descending=True) * ARR([1.0, 2.0, 3.0, 4.0]),
+     (ARR([3.0, 1.0, 3.0, 2.0]),), (ARR([2.0, 4.0, 1.0, 3.0]),)),
+    ("median even: midpoint", cnp.median, (ARR([1.0, 3.0, 2.0, 3.0]),),
+     (ARR([0.0, 0.5, 0.5, 0.0]),)),
+    ("median odd ties", cnp.median, (ARR([2.0, 1.0, 2.0]),), (ARR([1.0, 0.0, 0.0]),)),
+    ("median all equal", cnp.median, (ARR([2.0, 2.0, 2.0, 2.0]),),
+     (ARR([0.0, 0.5, 0.5, 0.0]),)),
+    ("quantile linear ties", lambda x: cnp.quantile(x, 0.375),
+     (ARR([1.0, 1.0, 2.0, 1.0, 0.0]),), (ARR([0.5, 0.5, 0.0, 0.0, 0.0]),)),
+    ("quantile at a knot", lambda x: cnp.quantile(x, 0.5), (ARR([3.0, 0.0, 2.0, 1.0, 4.0]),),
+     (ARR([0.0, 0.0, 1.0, 0.0, 0.0]),)),
+    ("quantile nearest at 1/2", lambda x: cnp.quantile(x, 0.5, method="nearest"),
+     (ARR([3.0, 0.0, 2.0, 1.0]),), (ARR([0.0, 0.0, 0.0, 1.0]),)),
+    ("nanmedian ties", cnp.nanmedian, (ARR([2.0, np.nan, 2.0, 1.0]),),
+     (ARR([1.0, 0.0, 0.0, 0.0]),)),
+    ("max tie with initial", lambda x: cnp.max(x, initial=2.0), (ARR([1.0, 2.0]),),
+     (ARR([0.0, 0.5]),)),
+    ("interp at knots", lambda x: cnp.interp(x, ARR([0.0, 1.0, 2.0]), ARR([0.0, 1.0, 3.0])),
+     (ARR([0.0, 1.0, 2.0]),), (ARR([1.0, 2.0, 2.0]),)),
 ]
 
 

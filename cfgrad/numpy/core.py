@@ -256,45 +256,163 @@ def clip(a: Any, a_min: Any, a_max: Any) -> Any:
 # -- reductions -------------------------------------------------------------------------
 
 
-def _reduction(name: str) -> Any:
-    def fn(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
-        return bind(name, a, axes=_axes(a, axis), keepdims=bool(keepdims))
+def _no_out(function: str, out: Any) -> None:
+    """Refuse numpy's `out=`: results are new values here (traced values cannot be written
+    into), as in JAX."""
+    if out is not None:
+        raise ArgumentValueError(
+            f"cnp.{function}: out= is not supported (results are new arrays, as in JAX); "
+            f"assign the result instead: y = cnp.{function}(...)")
+
+
+def _masked(a: Any, where_: Any, fill: Any) -> Any:
+    """`a` with the entries `where_` leaves out replaced by `fill` (numpy's `where=` of a
+    reduction: those entries do not take part, so they get no gradient)."""
+    return a if where_ is None else where(where_, a, fill)
+
+
+def _lowest(dtype: _np.dtype) -> Any:
+    """The identity of max for `dtype` (JAX's: -inf, the smallest integer, False)."""
+    if dtype == _np.bool_:
+        return False
+    return int(_np.iinfo(dtype).min) if dtype.kind in "iu" else -_np.inf
+
+
+def _highest(dtype: _np.dtype) -> Any:
+    if dtype == _np.bool_:
+        return True
+    return int(_np.iinfo(dtype).max) if dtype.kind in "iu" else _np.inf
+
+
+def _cast(a: Any, dtype: Any) -> Any:
+    return a if dtype is None else astype(a, dtype)
+
+
+def _reduce(name: str, a: Any, axis: Any, keepdims: bool) -> Any:
+    return bind(name, a, axes=_axes(a, axis), keepdims=bool(keepdims))
+
+
+def sum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False,
+        initial: Any = None, where: Any = None) -> Any:
+    """numpy's sum: entries outside `where` count as 0, `initial` is added to the result;
+    `dtype` casts the input first (as JAX)."""
+    _no_out("sum", out)
+    a = _cast(a, dtype)
+    total = _reduce("sum", _masked(a, where, 0), axis, keepdims)
+    return total if initial is None else total + initial
+
+
+def prod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False,
+         initial: Any = None, where: Any = None) -> Any:
+    """numpy's prod: entries outside `where` count as 1, the result is multiplied by
+    `initial`; its derivative is exact where entries are zero."""
+    _no_out("prod", out)
+    a = _cast(a, dtype)
+    total = _reduce("prod", _masked(a, where, 1), axis, keepdims)
+    return total if initial is None else total * initial
+
+
+def _extreme(name: str, combine: Any, identity: Any) -> Any:
+    def fn(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False,
+           initial: Any = None, where: Any = None) -> Any:
+        _no_out(name, out)
+        if where is not None and initial is None:
+            raise ArgumentValueError(
+                f"cnp.{name}: where= needs initial= (the reduction has no identity to give an "
+                "empty selection), as in numpy and JAX")
+        result = _reduce("amax" if combine is maximum else "amin",
+                         _masked(a, where, identity(_dtype(a))), axis, keepdims)
+        # Combined after the reduction, as JAX does: a tie between the extreme and
+        # `initial` splits the gradient 1/2 : 1/2 (maximum's convention).
+        return result if initial is None else combine(result, initial)
 
     fn.__name__ = name
+    fn.__doc__ = (f"numpy's {name}: `where=` (with `initial=`) leaves entries out; ties share "
+                  "the gradient equally.")
     return fn
 
 
-sum = _reduction("sum")
-mean = _reduction("mean")
-prod = _reduction("prod")
-max = amax = _reduction("amax")
-min = amin = _reduction("amin")
-logsumexp = _reduction("logsumexp")
+max = amax = _extreme("max", maximum, _lowest)
+min = amin = _extreme("min", minimum, _highest)
 
 
-def all(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    return amin(astype(a, bool), axis, keepdims)
+def mean(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False,
+         *, where: Any = None) -> Any:
+    """numpy's mean; with `where=`, of the selected entries only."""
+    _no_out("mean", out)
+    a = _cast(a, dtype)
+    if where is None:
+        return _reduce("mean", a, axis, keepdims)
+    computed = _np.result_type(_dtype(a), 1.0)
+    total = _reduce("sum", astype(_masked(a, where, 0), computed), axis, keepdims)
+    return total / _selected_count(a, axis, keepdims, where, computed)
 
 
-def any(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    return amax(astype(a, bool), axis, keepdims)
+def _selected_count(a: Any, axis: Any, keepdims: bool, where_: Any, dtype: Any) -> Any:
+    """How many entries a reduction with `where=` takes over `axis`, as `dtype`."""
+    chosen = broadcast_to(where_, _np.broadcast_shapes(_shape(a), _shape(where_)))
+    return _reduce("sum", astype(chosen, dtype), axis, keepdims)
 
 
-def argmax(a: Any, axis: int | None = None) -> Any:
-    return bind("argmax", a, axis=None if axis is None else _axes(a, axis)[0])
+def logsumexp(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    return _reduce("logsumexp", a, axis, keepdims)
 
 
-def argmin(a: Any, axis: int | None = None) -> Any:
-    return bind("argmin", a, axis=None if axis is None else _axes(a, axis)[0])
+def all(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False, *,
+        where: Any = None) -> Any:
+    _no_out("all", out)
+    return _reduce("amin", _masked(astype(a, bool), where, True), axis, keepdims)
 
 
-def var(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    centered = a - mean(a, axis, keepdims=True)
-    return mean(centered * centered, axis, keepdims)
+def any(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False, *,
+        where: Any = None) -> Any:
+    _no_out("any", out)
+    return _reduce("amax", _masked(astype(a, bool), where, False), axis, keepdims)
 
 
-def std(a: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    return sqrt(var(a, axis, keepdims))
+def _arg_extreme(name: str) -> Any:
+    def fn(a: Any, axis: int | None = None, out: Any = None, *, keepdims: bool = False) -> Any:
+        _no_out(name, out)
+        if axis is None:
+            index = bind(name, a, axis=None)
+            return reshape(index, (1,) * _ndim(a)) if keepdims else index
+        axis = _axes(a, axis)[0]
+        index = bind(name, a, axis=axis)
+        return expand_dims(index, axis) if keepdims else index
+
+    fn.__name__ = name
+    fn.__doc__ = f"numpy's {name} (the first of tied entries); an integer: no derivative."
+    return fn
+
+
+argmax = _arg_extreme("argmax")
+argmin = _arg_extreme("argmin")
+
+
+def var(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any = 0,
+        keepdims: bool = False, *, where: Any = None, correction: Any = None) -> Any:
+    """numpy's var: the mean squared deviation, divided by `N - ddof` (`correction` is the
+    array-API name of ddof); with `where=`, of the selected entries only."""
+    _no_out("var", out)
+    if correction is not None:
+        if ddof != 0:
+            raise ArgumentValueError("cnp.var: give ddof or correction, not both")
+        ddof = correction
+    a = _cast(a, dtype)
+    centered = a - mean(a, axis, keepdims=True, where=where)
+    squares = _masked(centered * centered, where, 0)
+    if where is None:
+        count = float(_np.prod([_shape(a)[i] for i in _axes(a, axis)], dtype=_np.int64))
+    else:
+        count = _selected_count(a, axis, keepdims, where, _np.result_type(_dtype(a), 1.0))
+    return _reduce("sum", squares, axis, keepdims) / (count - ddof)
+
+
+def std(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any = 0,
+        keepdims: bool = False, *, where: Any = None, correction: Any = None) -> Any:
+    """The square root of `var` (same arguments)."""
+    _no_out("std", out)
+    return sqrt(var(a, axis, dtype, None, ddof, keepdims, where=where, correction=correction))
 
 
 def log_softmax(x: Any, axis: Any = -1) -> Any:
