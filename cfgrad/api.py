@@ -44,7 +44,7 @@ from .trace import (
 )
 from .trace_context import LOWERING_LOCK
 
-_SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
+_SCALAR_KINDS = {bool: "b", int: "i", float: "f", complex: "c"}
 
 
 
@@ -317,18 +317,20 @@ class _AuxPullback:
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
-                   checkpoint: Any = None, detect_anomaly: bool = False) -> Callable:
+                   checkpoint: Any = None, detect_anomaly: bool = False,
+                   holomorphic: bool = False) -> Callable:
     """A function returning `(fun(*args), gradient)`; with `has_aux`, `((value, aux), grad)`.
 
-    `fun` must return a float scalar; the gradient has the structure of `args[argnums]`
-    (a tuple of those when `argnums` is a tuple)."""
+    `fun` must return a float scalar (a complex one with `holomorphic=True`, whose
+    arguments `argnums` are then complex); the gradient has the structure of
+    `args[argnums]` (a tuple of those when `argnums` is a tuple)."""
     return _value_and_grad(fun, argnums, has_aux, checkpoint, detect_anomaly,
-                           "cfgrad.value_and_grad")
+                           "cfgrad.value_and_grad", holomorphic=holomorphic)
 
 
 def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
                     checkpoint: Any, detect_anomaly: bool, caller: str,
-                    want_value: bool = True) -> Callable:
+                    want_value: bool = True, holomorphic: bool = False) -> Callable:
     """value_and_grad under the name the user called (errors name `grad` or
     `value_and_grad`). Without `want_value` (`grad`, no aux) a nested call emits no node
     for the value."""
@@ -343,7 +345,8 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
             f = (lambda *a: fun(*a, **kwargs)) if kwargs else fun
             return nested.value_and_grad(
                 f, args, nums, single, checkpoint,
-                lambda program: _check_grad_io(program, args, nums, has_aux, name),
+                lambda program: _check_grad_io(program, args, nums, has_aux, name,
+                                               holomorphic),
                 want_value, detect_anomaly)
         entry, leaves = lowered(fun, args, kwargs=kwargs)
         program = entry.program
@@ -352,7 +355,7 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
             with LOWERING_LOCK:
                 prepared = entry._grad_calls.get((nums, has_aux))
                 if prepared is None:
-                    _check_grad_io(program, args, nums, has_aux, name)
+                    _check_grad_io(program, args, nums, has_aux, name, holomorphic)
                     seeds = [np.ones((), program.outputs[0].type.dtype)[()]] + [
                         np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
                     prepared = entry._grad_calls[(nums, has_aux)] = (
@@ -377,7 +380,9 @@ def _param_indices(program: Program, argnums: tuple[int, ...]) -> frozenset[int]
 
 
 def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux: bool,
-                   name: str) -> None:
+                   name: str, holomorphic: bool) -> None:
+    """grad's inputs and output as JAX's grad takes them: one real scalar output of real or
+    complex inputs, or with `holomorphic=True` one complex scalar of complex inputs."""
     td = program.out_tree
     if has_aux:
         _check_aux_pair(program, "grad", name)
@@ -388,26 +393,45 @@ def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux
             f"grad of {name}: the gradient is only defined for a scalar output, but {name} "
             f"returns {td.describe()}; return one float scalar (with has_aux=True, a pair "
             "(value, aux) whose aux is not differentiated), or use cg.vjp for several outputs")
-    first = program.outputs[0]
-    if first.type.shape != () or first.type.dtype.kind != "f":
-        raise ArgumentTypeError(f"grad of {name} needs a float scalar output, got {first.type}; "
-                                "reduce it (cnp.sum) or use cg.vjp for non-scalar outputs")
     for i in nums:
         for leaf in treelib.flatten(args[i])[0]:
             array = leaf if isinstance(leaf, Tracer) else np.asarray(leaf)
-            if array.dtype.kind != "f":
+            if array.dtype.kind not in "fc":
                 raise ArgumentTypeError(
                     f"grad of {name} with respect to argument {i}: it has dtype {array.dtype} "
-                    f"(shape {array.shape}); gradients need float inputs, e.g. pass 2.0 "
-                    "instead of 2 or use .astype(float)")
+                    f"(shape {array.shape}); gradients need float or complex inputs, e.g. "
+                    "pass 2.0 instead of 2 or use .astype(float)")
+            if holomorphic and array.dtype.kind != "c":
+                raise ArgumentTypeError(
+                    f"grad of {name} with holomorphic=True with respect to argument {i}: it "
+                    f"has dtype {array.dtype} (shape {array.shape}); holomorphic=True "
+                    "requires complex inputs, as in JAX: pass it as complex (x + 0j, "
+                    ".astype(complex))")
+    first = program.outputs[0]
+    if first.type.shape != () or first.type.dtype.kind not in "fc":
+        raise ArgumentTypeError(f"grad of {name} needs a float scalar output, got {first.type}; "
+                                "reduce it (cnp.sum) or use cg.vjp for non-scalar outputs")
+    if holomorphic and first.type.dtype.kind != "c":
+        raise ArgumentTypeError(
+            f"grad of {name} with holomorphic=True requires a complex output, as in JAX, but "
+            f"{name} returns {first.type}; drop holomorphic=True for a real-valued function")
+    if not holomorphic and first.type.dtype.kind == "c":
+        raise ArgumentTypeError(
+            f"grad of {name} requires a real-valued output, as in JAX, but {name} returns "
+            f"{first.type}. For a holomorphic function pass holomorphic=True; otherwise "
+            "differentiate a real function of it (cnp.real, cnp.abs) or use cg.vjp directly")
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
-         checkpoint: Any = None, detect_anomaly: bool = False) -> Callable:
-    """The gradient of a float-scalar function, like `jax.grad`. `detect_anomaly=True`
-    checks every result for NaN/Inf, as under `cg.detect_anomaly()`."""
+         checkpoint: Any = None, detect_anomaly: bool = False,
+         holomorphic: bool = False) -> Callable:
+    """The gradient of a float-scalar function, like `jax.grad`, also of complex inputs
+    (JAX's convention, docs/api.md, Complex numbers); with `holomorphic=True` the complex
+    derivative f'(z) of a complex-scalar function of complex inputs.
+    `detect_anomaly=True` checks every result for NaN/Inf, as under
+    `cg.detect_anomaly()`."""
     vg = _value_and_grad(fun, argnums, has_aux, checkpoint, detect_anomaly, "cfgrad.grad",
-                         want_value=has_aux)
+                         want_value=has_aux, holomorphic=holomorphic)
 
     def grad_fn(*args: Any, **kwargs: Any) -> Any:
         value, g = vg(*args, **kwargs)
@@ -430,7 +454,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple
     program = entry.program
     tans = []
     for i, (t, p) in enumerate(zip(t_leaves, program.params)):
-        if p.type.dtype.kind != "f":
+        if not p.type.is_float:
             continue
         a = np.asarray(t, dtype=p.type.dtype)
         if a.shape != p.type.shape:

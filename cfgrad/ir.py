@@ -70,8 +70,9 @@ class TensorType:
 
     @property
     def is_float(self) -> bool:
-        """Whether values of this type carry derivatives (tangents, cotangents)."""
-        return self.dtype.kind == "f"
+        """Whether values of this type carry derivatives (tangents, cotangents): the
+        inexact dtypes, float and complex (numpy's `np.inexact`, as JAX's grad takes)."""
+        return self.dtype.kind in "fc"
 
 
 def type_of(x: Any) -> TensorType:
@@ -360,6 +361,8 @@ def format_param(value: Any) -> str:
         return "[" + ", ".join(format_param(v) for v in value) + "]"
     if isinstance(value, float | np.floating):
         return repr(float(value))
+    if isinstance(value, np.complexfloating):
+        return repr(complex(value))
     if isinstance(value, np.integer):
         return repr(int(value))
     if isinstance(value, np.bool_):
