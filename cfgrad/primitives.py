@@ -80,7 +80,8 @@ class Primitive:
     # Anomaly detection does not test the result: it computes nothing (`const`) or only
     # copies a value tested where it was made (`copy`).
     unchecked: bool = False
-    # Complex inputs are refused, traced (LoweringError) and eager (ArgumentTypeError):
+    # Complex inputs are refused, traced (LoweringError, by the shape rule) and eager
+    # (ArgumentTypeError, by `bind`):
     # JAX refuses them (floor, mod, clip, argmax: no order or no integer part), or the
     # kernel and rules are those of real numbers (sigmoid's exp(-|x|)).
     real_only: bool = False
@@ -119,9 +120,9 @@ PRIMITIVES: dict[str, Primitive] = {}
 def _register(p: Primitive) -> Primitive:
     """Enter `p` in the table, its shape rule checking the parameters' names first: a
     traced `bind` with a wrong one is then a LoweringError, as a wrong value is. A
-    `real_only` entry's shape rule and implementation refuse complex inputs first."""
+    `real_only` entry's shape rule refuses complex inputs (and `bind` eager ones)."""
     assert p.name not in PRIMITIVES, p.name
-    rule, impl = p.abstract, p.impl
+    rule = p.abstract
 
     @functools.wraps(rule)  # keeps the rule's signature, which names the parameters
     def abstract(types: list[TensorType], **params: Any) -> Any:
@@ -132,14 +133,7 @@ def _register(p: Primitive) -> Primitive:
             raise LoweringError(_complex_refused(p.name, types))
         return rule(types, **params)
 
-    if p.real_only:
-        @functools.wraps(impl)
-        def impl(*arrays: Any, **params: Any) -> Any:
-            if any(a.dtype.kind == "c" for a in arrays):
-                raise ArgumentTypeError(_complex_refused(p.name, arrays))
-            return p.impl(*arrays, **params)
-
-    p = PRIMITIVES[p.name] = dataclasses.replace(p, abstract=abstract, impl=impl)
+    p = PRIMITIVES[p.name] = dataclasses.replace(p, abstract=abstract)
     return p
 
 
@@ -244,6 +238,8 @@ def bind(name: str, *args: Any, **params: Any) -> Any:
         return trace.emit(prim, list(args), params, dtype)
     arrays = [np.asarray(a) if dtype is None or i < prim.promote_from
               else np.asarray(a, dtype=dtype) for i, a in enumerate(args)]
+    if prim.real_only and any(a.dtype.kind == "c" for a in arrays):
+        raise ArgumentTypeError(_complex_refused(name, arrays))
     return prim.impl(*arrays, **params)
 
 
@@ -1203,7 +1199,7 @@ def _angle_type(types: list[TensorType]) -> TensorType:
 
 # angle(z) = Im(log z): A = 1/(2iz), B = conj(A), so c -> 2 c A = -i c / z
 _register(Primitive(
-    name="angle", impl=np.angle, abstract=_angle_type,
+    name="angle", impl=lambda z: np.angle(z), abstract=_angle_type,
     vjp=lambda ct, xs, out: (ct * (-1j / xs[0]) if xs[0].dtype.kind == "c" else None,),
     jvp=lambda ts, xs, out: bind("imag", ts[0] / xs[0]) if xs[0].dtype.kind == "c" else None,
     family="complex", promote="float",

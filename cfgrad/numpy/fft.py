@@ -162,6 +162,10 @@ def irfftn(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] | None = 
         raise ArgumentValueError("cnp.fft.irfftn: no axes to transform")
     last = axes[-1]
     n = sizes[-1] if sizes[-1] is not None else 2 * (_shape(y)[last] - 1)
+    if n < 1:
+        raise ArgumentValueError(f"cnp.fft.irfftn: invalid number of data points ({n}) "
+                                 f"specified; the output length along axis {last} must be at "
+                                 "least 1 (pass n= or s=, or at least 2 frequencies)")
     for axis, size in zip(axes[:-1], sizes[:-1]):
         if size is not None:
             y = _resized(y, axis, size, "irfftn")
