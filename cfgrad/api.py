@@ -350,15 +350,15 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
                 want_value, detect_anomaly)
         entry, leaves = lowered(fun, args, kwargs=kwargs)
         program = entry.program
-        prepared = entry._grad_calls.get((nums, has_aux))
+        prepared = entry._grad_calls.get((nums, has_aux, holomorphic))
         if prepared is None:  # checked and prepared once per signature, like the lowering
             with LOWERING_LOCK:
-                prepared = entry._grad_calls.get((nums, has_aux))
+                prepared = entry._grad_calls.get((nums, has_aux, holomorphic))
                 if prepared is None:
                     _check_grad_io(program, args, nums, has_aux, name, holomorphic)
                     seeds = [np.ones((), program.outputs[0].type.dtype)[()]] + [
                         np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
-                    prepared = entry._grad_calls[(nums, has_aux)] = (
+                    prepared = entry._grad_calls[(nums, has_aux, holomorphic)] = (
                         entry.grad_plan(_param_indices(program, nums)), seeds)
         plan, seeds = prepared
         tape = _forward(entry, plan, leaves, checkpoint, check=detect_anomaly)
@@ -399,8 +399,8 @@ def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux
             if array.dtype.kind not in "fc":
                 raise ArgumentTypeError(
                     f"grad of {name} with respect to argument {i}: it has dtype {array.dtype} "
-                    f"(shape {array.shape}); gradients need float or complex inputs, e.g. "
-                    "pass 2.0 instead of 2 or use .astype(float)")
+                    f"(shape {array.shape}); gradients need float inputs (or complex ones), "
+                    "e.g. pass 2.0 instead of 2 or use .astype(float)")
             if holomorphic and array.dtype.kind != "c":
                 raise ArgumentTypeError(
                     f"grad of {name} with holomorphic=True with respect to argument {i}: it "

@@ -705,8 +705,8 @@ TRACEABLE_DTYPES = frozenset(DTYPE_BY_SHORT_NAME[short].name for short in DTYPE_
 def untraceable_dtype(dtype: np.dtype) -> str | None:
     """Why values of `dtype` cannot be traced, or None when they can."""
     if dtype.name not in TRACEABLE_DTYPES:
-        return (f"of dtype {dtype}; cfgrad traces bool, integer, float and complex values of "
-                "at most 128 bits only")
+        return (f"of dtype {dtype}; cfgrad traces bool, integer and float values of at most "
+                "64 bits and complex64/complex128 values only")
     return None
 
 

@@ -10,11 +10,11 @@ This module only assembles the namespace; each part owns one family of functions
 """
 
 from . import fft, linalg
+from .complex import *  # noqa: F403
+from .complex import __all__ as _complex_names
 from .core import *  # noqa: F403
 from .core import __all__ as _core_names
 from .core import _getitem
-from .complex import *  # noqa: F403
-from .complex import __all__ as _complex_names
 
 __all__ = [*_core_names, *_complex_names, "fft", "linalg"]
 

@@ -13,12 +13,15 @@ from typing import Any
 import numpy as _np
 
 from ..primitives import bind
+from ..trace_context import is_traced
 from .core import _conj, _dtype, _shape, public_names, zeros
 
 
 def real(val: Any) -> Any:
     """The real part; a real input as it is."""
-    return bind("real", val) if _dtype(val).kind == "c" else _np.real(val)
+    if _dtype(val).kind == "c":
+        return bind("real", val)
+    return val if is_traced(val) else _np.real(val)
 
 
 def imag(val: Any) -> Any:
