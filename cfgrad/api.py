@@ -33,7 +33,7 @@ from .interpret import (
     differentiate,
     execute,
 )
-from .ir import Program
+from .ir import Program, TensorType
 from .trace import (
     TRACEABLE_DTYPES,
     Tracer,
@@ -197,6 +197,15 @@ def _refuse_traced(leaves: list[Any]) -> None:
             "inside the traced function, so that its pullback is traced too")
 
 
+def _refuse_complex_for_real(what: str, i: int, x: Any, t: TensorType, of: str) -> None:
+    """A complex cotangent or tangent of a real value would lose its imaginary part in
+    the cast to the value's dtype; JAX refuses it too."""
+    if t.dtype.kind != "c" and np.iscomplexobj(x):
+        raise ArgumentTypeError(
+            f"{what} leaf {i} is complex ({np.asarray(x).dtype}), but its {of} is real "
+            f"({t}); pass a real one (np.real(...)), as in JAX")
+
+
 def _check_aux_pair(program: Program, caller: str, name: str) -> None:
     """With has_aux, `fun` returns a pair (value, aux), as in JAX."""
     td = program.out_tree
@@ -232,6 +241,7 @@ class Pullback:
                 f"output's {program.out_tree.describe()}")
         cts = []
         for i, (c, v) in enumerate(zip(ct_leaves, program.outputs)):
+            _refuse_complex_for_real("pullback: cotangent", i, c, v.type, "output")
             a = np.array(c, dtype=v.type.dtype)  # a copy: results never alias the caller's
             if a.shape != v.type.shape:
                 raise ArgumentTypeError(f"pullback: cotangent leaf {i} has shape {a.shape}, "
@@ -456,6 +466,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple
     for i, (t, p) in enumerate(zip(t_leaves, program.params)):
         if not p.type.is_float:
             continue
+        _refuse_complex_for_real("jvp: tangent", i, t, p.type, "primal")
         a = np.asarray(t, dtype=p.type.dtype)
         if a.shape != p.type.shape:
             raise ArgumentTypeError(f"jvp: tangent leaf {i} has shape {a.shape}, its primal has "

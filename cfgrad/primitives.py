@@ -1193,8 +1193,7 @@ _register(Primitive(
 
 
 def _angle_type(types: list[TensorType]) -> TensorType:
-    dtype = types[0].dtype
-    return TensorType(types[0].shape, real_dtype(dtype) if dtype.kind == "c" else dtype)
+    return TensorType(types[0].shape, real_dtype(types[0].dtype))
 
 
 # angle(z) = Im(log z): A = 1/(2iz), B = conj(A), so c -> 2 c A = -i c / z
@@ -1220,13 +1219,14 @@ _register(Primitive(
 #   scaling by s). JAX's rules for lax.fft (its FFT, RFFT, IRFFT transposes) are the same.
 # ---------------------------------------------------------------------------------
 
-_NORMS = ("backward", "ortho", "forward")
-_DUAL_NORM = {"backward": "forward", "ortho": "ortho", "forward": "backward"}
+FFT_NORMS = ("backward", "ortho", "forward")
+#: The norm that scales the opposite transform the same way (1/n on the other side).
+DUAL_NORM = {"backward": "forward", "ortho": "ortho", "forward": "backward"}
 
 
 def _norm_param(op: str, norm: Any) -> str:
-    if norm not in _NORMS:
-        raise LoweringError(f"{op}: parameter norm must be one of {', '.join(_NORMS)}, got "
+    if norm not in FFT_NORMS:
+        raise LoweringError(f"{op}: parameter norm must be one of {', '.join(FFT_NORMS)}, got "
                             f"{norm!r}")
     return norm
 
@@ -1316,7 +1316,7 @@ def _irfft_vjp(ct, xs, out, axis, n, norm):
     if n % 2 == 0:
         weights[-1] = 1.0
     weights = weights.reshape((-1,) + (1,) * (len(ct.shape) - 1 - axis))
-    spectrum = bind("rfft", ct, axis=axis, norm=_DUAL_NORM[norm])
+    spectrum = bind("rfft", ct, axis=axis, norm=DUAL_NORM[norm])
     return (bind("conj", spectrum) * weights,)
 
 

@@ -98,7 +98,9 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
                 modes: Sequence[str] = ("fwd", "rev"), eps: float | None = None,
                 atol: float | None = None, rtol: float | None = None, seed: int = 0) -> None:
     """Check `f`'s JVP and/or VJP at `args` against central differences along a random
-    direction, contracted with a random output cotangent (the JAX/autograd scheme).
+    direction, contracted with a random output cotangent (the JAX/autograd scheme);
+    complex inputs move along complex directions, and a complex cotangent u contracts an
+    output change dy as Re(u dy), JAX's convention.
 
     With `order` > 1 the derivatives are checked in turn, as in JAX: in forward mode the
     function `(primals, tangents) -> jvp(f, primals, tangents)` at `(args, args)`, in

@@ -334,3 +334,13 @@ def test_check_grads_catches_a_wrong_complex_rule() -> None:
     square.defvjp(lambda z: (z * z, z), lambda z, ct: (ct * 2.0 * cnp.conj(z),))
     with pytest.raises(AssertionError, match="rev-mode derivative"):
         check_grads(lambda z: cnp.real(square(z)), (0.5 + 1j,), modes=("rev",))
+
+
+def test_complex_cotangents_and_tangents_of_real_values_are_refused() -> None:
+    _, pullback = cg.vjp(lambda x: x * 2.0, 1.5)
+    with pytest.raises(cg.ArgumentTypeError, match="cotangent leaf 0 is complex"):
+        pullback(1j)
+    with pytest.raises(cg.ArgumentTypeError, match="tangent leaf 0 is complex"):
+        cg.jvp(lambda x: x * 2.0, (1.5,), (1j,))
+    # a real tangent of a complex primal is a complex direction along the real axis
+    assert cg.jvp(lambda z: z * z, (1j,), (1.0,))[1] == 2j

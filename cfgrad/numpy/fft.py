@@ -19,17 +19,14 @@ from typing import Any
 import numpy as _np
 
 from ..errors import ArgumentValueError
-from ..primitives import bind, complex_dtype
+from ..primitives import DUAL_NORM, FFT_NORMS, bind, complex_dtype
 from .core import _axes, _conj, _dtype, _getitem, _ndim, _shape, astype, public_names, roll
-
-_NORMS = ("backward", "ortho", "forward")
-_DUAL_NORM = {"backward": "forward", "ortho": "ortho", "forward": "backward"}
 
 
 def _norm(function: str, norm: str | None) -> str:
     if norm is None:
         return "backward"
-    if norm not in _NORMS:
+    if norm not in FFT_NORMS:
         raise ArgumentValueError(f"cnp.fft.{function}: norm={norm!r}; it must be None, "
                                  "'backward', 'ortho' or 'forward'")
     return norm
@@ -188,13 +185,13 @@ def irfft2(a: Any, s: Sequence[int] | None = None, axes: Sequence[int] = (-2, -1
 def hfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Any:
     """The transform of a signal with Hermitian symmetry, given by its first half: a real
     spectrum of length n (numpy: irfft(conj(a)) at the dual norm)."""
-    dual = _DUAL_NORM[_norm("hfft", norm)]
+    dual = DUAL_NORM[_norm("hfft", norm)]
     return irfft(_conj(_inexact(a, "c")), n, axis, dual)
 
 
 def ihfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None) -> Any:
     """The inverse of hfft (numpy: conj(rfft(a)) at the dual norm)."""
-    dual = _DUAL_NORM[_norm("ihfft", norm)]
+    dual = DUAL_NORM[_norm("ihfft", norm)]
     return _conj(rfft(a, n, axis, dual))
 
 
