@@ -425,19 +425,27 @@ _unary("sqrt", np.sqrt, lambda x, y: 0.5 / y,
        "finite value at 0")
 
 
+def _abs_slope(x, out):
+    """conj(z) / |z| for a complex z, 0 at z = 0 (as JAX): the phase written as a
+    differentiable expression of z and |z|, since sign(z) has derivative 0 (so a rule
+    using it would give a wrong second derivative)."""
+    safe = bind("where", out == 0.0, 1.0, out)
+    return bind("conj", x) / bind("astype", safe, dtype=x.dtype)
+
+
 def _abs_vjp(ct, xs, out):
     """|z| of a complex z: d|z| = Re(conj(z) dz) / |z|, whose transpose in JAX's convention
-    is ct * conj(z) / |z| = ct * conj(sign(z)) (0 at z = 0, as JAX)."""
+    is ct * conj(z) / |z|."""
     x = xs[0]
     if x.dtype.kind == "c":
-        return (ct * bind("conj", bind("sign", x)),)
+        return (ct * _abs_slope(x, out),)
     return (ct * bind("sign", x),)
 
 
 def _abs_jvp(ts, xs, out):
     x, t = xs[0], ts[0]
     if x.dtype.kind == "c":
-        return bind("real", bind("conj", bind("sign", x)) * t)
+        return bind("real", _abs_slope(x, out) * t)
     return t * bind("sign", x)
 
 

@@ -344,3 +344,33 @@ def test_complex_cotangents_and_tangents_of_real_values_are_refused() -> None:
         cg.jvp(lambda x: x * 2.0, (1.5,), (1j,))
     # a real tangent of a complex primal is a complex direction along the real axis
     assert cg.jvp(lambda z: z * z, (1j,), (1.0,))[1] == 2j
+
+
+SECOND_ORDER = {
+    "abs": lambda z: cnp.sum(cnp.abs(cnp.sin(z)) ** 3),
+    "angle": lambda z: cnp.sum(cnp.angle(z) * cnp.abs(z)),
+    "parts": lambda z: cnp.sum(cnp.real(z) * cnp.imag(z * z) + cnp.real(cnp.conj(z) * z * z)),
+    "pow": lambda z: cnp.real(cnp.sum(z ** (1.5 + 0.5j))),
+    "fft": lambda z: cnp.sum(cnp.abs(cnp.fft.fft(z * z)) ** 2) + cnp.sum(cnp.fft.irfft(z * z, 5)),
+    "loop": lambda z: cnp.sum(cnp.abs(cg.fori_loop(0, 3, lambda i, w: w * z + cnp.conj(w),
+                                                    z)) ** 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECOND_ORDER))
+def test_second_derivatives_of_complex_functions(name: str) -> None:
+    """The rules are differentiable themselves (|z|'s uses conj(z)/|z|, not sign(z), whose
+    derivative is 0): derivatives of derivatives match finite differences."""
+    z = np.array([0.3 + 0.4j, -1.0 + 0.2j, 0.5 - 0.7j])
+    check_grads(SECOND_ORDER[name], (z,), order=2, modes=("fwd", "rev"))
+
+
+def test_gradient_of_a_gradient_follows_jax() -> None:
+    """JAX 0.10.2: grad of Re(sum(grad(f)(z) * c)) for f = sum |sin z|^2."""
+    z, c = np.array([0.3 + 0.4j, -1 + 0.2j]), np.array([1 - 2j, 0.5j])
+
+    def inner(z):
+        return cnp.sum(cnp.abs(cnp.sin(z)) ** 2)
+
+    got = cg.grad(lambda z: cnp.real(cnp.sum(cg.grad(inner)(z) * c)))(z)
+    np.testing.assert_allclose(got, [1.65067123 + 5.34973979j, -1.08107237j], atol=1e-8)
