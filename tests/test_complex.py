@@ -374,3 +374,18 @@ def test_gradient_of_a_gradient_follows_jax() -> None:
 
     got = cg.grad(lambda z: cnp.real(cnp.sum(cg.grad(inner)(z) * c)))(z)
     np.testing.assert_allclose(got, [1.65067123 + 5.34973979j, -1.08107237j], atol=1e-8)
+
+
+@pytest.mark.parametrize("c", [complex(np.inf, 1.0), complex(1.0, np.nan),
+                               complex(-0.0, -np.inf), -1j, complex(0.0, -0.0), 2.5 - 1j])
+def test_every_complex_constant_reads_back_bit_for_bit(c: complex) -> None:
+    """`(1+nanj)` and `(-0-1j)` would not read back (or lose a zero's sign): such numbers
+    print as `complex(re, im)`, inline and in arrays."""
+    program = cg.lower(lambda z: (z * c, z * np.array([c, 1j]), z * np.full(3, c)), 1j)
+    text = program.text()
+    parsed = cg.parse_program(text)
+    assert parsed.text() == text
+    for got, want in zip(Machine(Compiled(parsed)).run([np.complex128(1.0)]),
+                         Machine(Compiled(program)).run([np.complex128(1.0)]), strict=True):
+        np.testing.assert_array_equal(got, want)
+        assert np.array_equal(np.signbit(np.real(got)), np.signbit(np.real(want)))
