@@ -425,12 +425,12 @@ _unary("sqrt", np.sqrt, lambda x, y: 0.5 / y,
        "finite value at 0")
 
 
-def _abs_slope(x, out):
-    """conj(z) / |z| for a complex z, 0 at z = 0 (as JAX): the phase written as a
-    differentiable expression of z and |z|, since sign(z) has derivative 0 (so a rule
-    using it would give a wrong second derivative)."""
-    safe = bind("where", out == 0.0, 1.0, out)
-    return bind("conj", x) / bind("astype", safe, dtype=x.dtype)
+def _safe_modulus(out):
+    """|z|, with 1 where z = 0: the rules below divide by it, and conj(z) / |z| (the
+    phase, written as a differentiable expression of z and |z|, since sign(z) has
+    derivative 0 and a rule using it would give wrong second derivatives) is then 0 at
+    z = 0, as JAX's. The division is of real numbers, before the complex product."""
+    return bind("where", out == 0.0, 1.0, out)
 
 
 def _abs_vjp(ct, xs, out):
@@ -438,14 +438,14 @@ def _abs_vjp(ct, xs, out):
     is ct * conj(z) / |z|."""
     x = xs[0]
     if x.dtype.kind == "c":
-        return (ct * _abs_slope(x, out),)
+        return ((ct / _safe_modulus(out)) * bind("conj", x),)
     return (ct * bind("sign", x),)
 
 
 def _abs_jvp(ts, xs, out):
     x, t = xs[0], ts[0]
     if x.dtype.kind == "c":
-        return bind("real", _abs_slope(x, out) * t)
+        return bind("real", bind("conj", x) * t) / _safe_modulus(out)
     return t * bind("sign", x)
 
 
