@@ -34,7 +34,7 @@ from .interpret import (
     execute,
     repeating,
 )
-from .ir import Program
+from .ir import Program, TensorType
 from .trace import (
     TRACEABLE_DTYPES,
     Tracer,
@@ -46,7 +46,7 @@ from .trace import (
 )
 from .trace_context import LOWERING_LOCK
 
-_SCALAR_KINDS = {bool: "b", int: "i", float: "f"}
+_SCALAR_KINDS = {bool: "b", int: "i", float: "f", complex: "c"}
 
 
 
@@ -275,6 +275,15 @@ def _refuse_traced(leaves: list[Any]) -> None:
             "inside the traced function, so that its pullback is traced too")
 
 
+def _refuse_complex_for_real(what: str, i: int, x: Any, t: TensorType, of: str) -> None:
+    """A complex cotangent or tangent of a real value would lose its imaginary part in
+    the cast to the value's dtype; JAX refuses it too."""
+    if t.dtype.kind != "c" and np.iscomplexobj(x):
+        raise ArgumentTypeError(
+            f"{what} leaf {i} is complex ({np.asarray(x).dtype}), but its {of} is real "
+            f"({t}); pass a real one (np.real(...)), as in JAX")
+
+
 def _check_aux_pair(program: Program, caller: str, name: str) -> None:
     """With has_aux, `fun` returns a pair (value, aux), as in JAX."""
     td = program.out_tree
@@ -311,6 +320,7 @@ class Pullback:
                 f"output's {program.out_tree.describe()}")
         cts = []
         for i, (c, v) in enumerate(zip(ct_leaves, program.outputs)):
+            _refuse_complex_for_real("pullback: cotangent", i, c, v.type, "output")
             a = np.array(c, dtype=v.type.dtype)  # a copy: results never alias the caller's
             if a.shape != v.type.shape:
                 raise ArgumentTypeError(f"pullback: cotangent leaf {i} has shape {a.shape}, "
@@ -412,20 +422,25 @@ class _AuxPullback:
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
                    checkpoint: Any = None, detect_anomaly: bool = False,
-                   static_argnums: int | Sequence[int] = ()) -> Callable:
+                   static_argnums: int | Sequence[int] = (),
+                   holomorphic: bool = False) -> Callable:
     """A function returning `(fun(*args), gradient)`; with `has_aux`, `((value, aux), grad)`.
 
-    `fun` must return a float scalar; the gradient has the structure of `args[argnums]`
-    (a tuple of those when `argnums` is a tuple). `static_argnums` are arguments passed as
-    they are, hashable Python values keying the cache of traced programs, as `jax.jit`'s."""
+    `fun` must return a float scalar (a complex one with `holomorphic=True`, whose
+    arguments `argnums` are then complex); the gradient has the structure of
+    `args[argnums]` (a tuple of those when `argnums` is a tuple). `static_argnums` are
+    arguments passed as they are, hashable Python values keying the cache of traced
+    programs, as `jax.jit`'s."""
     return _value_and_grad(fun, argnums, has_aux, checkpoint, detect_anomaly,
-                           "cfgrad.value_and_grad", static_argnums=static_argnums)
+                           "cfgrad.value_and_grad", static_argnums=static_argnums,
+                           holomorphic=holomorphic)
 
 
 def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
                     checkpoint: Any, detect_anomaly: bool, caller: str,
                     want_value: bool = True,
-                    static_argnums: int | Sequence[int] = ()) -> Callable:
+                    static_argnums: int | Sequence[int] = (),
+                    holomorphic: bool = False) -> Callable:
     """value_and_grad under the name the user called (errors name `grad` or
     `value_and_grad`). Without `want_value` (`grad`, no aux) a nested call emits no node
     for the value."""
@@ -443,19 +458,20 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
             return nested.value_and_grad(
                 _closing_over_statics(fun, args, statics, kwargs),
                 dynamic_args(args, statics), dnums, single, checkpoint,
-                lambda program: _check_grad_io(program, args, nums, has_aux, name),
+                lambda program: _check_grad_io(program, args, nums, has_aux, name,
+                                               holomorphic),
                 want_value, detect_anomaly)
         entry, leaves = lowered(fun, args, statics, kwargs=kwargs)
         program = entry.program
-        prepared = entry._grad_calls.get((dnums, has_aux))
+        prepared = entry._grad_calls.get((dnums, has_aux, holomorphic))
         if prepared is None:  # checked and prepared once per signature, like the lowering
             with LOWERING_LOCK:
-                prepared = entry._grad_calls.get((dnums, has_aux))
+                prepared = entry._grad_calls.get((dnums, has_aux, holomorphic))
                 if prepared is None:
-                    _check_grad_io(program, args, nums, has_aux, name)
+                    _check_grad_io(program, args, nums, has_aux, name, holomorphic)
                     seeds = [np.ones((), program.outputs[0].type.dtype)[()]] + [
                         np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
-                    prepared = entry._grad_calls[(dnums, has_aux)] = (
+                    prepared = entry._grad_calls[(dnums, has_aux, holomorphic)] = (
                         entry.grad_plan(_param_indices(program, dnums)), seeds)
         plan, seeds = prepared
         tape = _forward(entry, plan, leaves, checkpoint, check=detect_anomaly)
@@ -477,7 +493,9 @@ def _param_indices(program: Program, argnums: tuple[int, ...]) -> frozenset[int]
 
 
 def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux: bool,
-                   name: str) -> None:
+                   name: str, holomorphic: bool) -> None:
+    """grad's inputs and output as JAX's grad takes them: one real scalar output of real or
+    complex inputs, or with `holomorphic=True` one complex scalar of complex inputs."""
     td = program.out_tree
     if has_aux:
         _check_aux_pair(program, "grad", name)
@@ -488,28 +506,47 @@ def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux
             f"grad of {name}: the gradient is only defined for a scalar output, but {name} "
             f"returns {td.describe()}; return one float scalar (with has_aux=True, a pair "
             "(value, aux) whose aux is not differentiated), or use cg.vjp for several outputs")
-    first = program.outputs[0]
-    if first.type.shape != () or first.type.dtype.kind != "f":
-        raise ArgumentTypeError(f"grad of {name} needs a float scalar output, got {first.type}; "
-                                "reduce it (cnp.sum) or use cg.vjp for non-scalar outputs")
     for i in nums:
         for leaf in treelib.flatten(args[i])[0]:
             array = leaf if isinstance(leaf, Tracer) else np.asarray(leaf)
-            if array.dtype.kind != "f":
+            if array.dtype.kind not in "fc":
                 raise ArgumentTypeError(
                     f"grad of {name} with respect to argument {i}: it has dtype {array.dtype} "
-                    f"(shape {array.shape}); gradients need float inputs, e.g. pass 2.0 "
-                    "instead of 2 or use .astype(float)")
+                    f"(shape {array.shape}); gradients need float inputs (or complex ones), "
+                    "e.g. pass 2.0 instead of 2 or use .astype(float)")
+            if holomorphic and array.dtype.kind != "c":
+                raise ArgumentTypeError(
+                    f"grad of {name} with holomorphic=True with respect to argument {i}: it "
+                    f"has dtype {array.dtype} (shape {array.shape}); holomorphic=True "
+                    "requires complex inputs, as in JAX: pass it as complex (x + 0j, "
+                    ".astype(complex))")
+    first = program.outputs[0]
+    if first.type.shape != () or first.type.dtype.kind not in "fc":
+        raise ArgumentTypeError(f"grad of {name} needs a float scalar output, got {first.type}; "
+                                "reduce it (cnp.sum) or use cg.vjp for non-scalar outputs")
+    if holomorphic and first.type.dtype.kind != "c":
+        raise ArgumentTypeError(
+            f"grad of {name} with holomorphic=True requires a complex output, as in JAX, but "
+            f"{name} returns {first.type}; drop holomorphic=True for a real-valued function")
+    if not holomorphic and first.type.dtype.kind == "c":
+        raise ArgumentTypeError(
+            f"grad of {name} requires a real-valued output, as in JAX, but {name} returns "
+            f"{first.type}. For a holomorphic function pass holomorphic=True; otherwise "
+            "differentiate a real function of it (cnp.real, cnp.abs) or use cg.vjp directly")
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
          checkpoint: Any = None, detect_anomaly: bool = False,
-         static_argnums: int | Sequence[int] = ()) -> Callable:
-    """The gradient of a float-scalar function, like `jax.grad`. `detect_anomaly=True`
-    checks every result for NaN/Inf, as under `cg.detect_anomaly()`; `static_argnums` as
-    in `value_and_grad`."""
+         static_argnums: int | Sequence[int] = (),
+         holomorphic: bool = False) -> Callable:
+    """The gradient of a float-scalar function, like `jax.grad`, also of complex inputs
+    (JAX's convention, docs/api.md, Complex numbers); with `holomorphic=True` the complex
+    derivative f'(z) of a complex-scalar function of complex inputs.
+    `detect_anomaly=True` checks every result for NaN/Inf, as under
+    `cg.detect_anomaly()`; `static_argnums` as in `value_and_grad`."""
     vg = _value_and_grad(fun, argnums, has_aux, checkpoint, detect_anomaly, "cfgrad.grad",
-                         want_value=has_aux, static_argnums=static_argnums)
+                         want_value=has_aux, static_argnums=static_argnums,
+                         holomorphic=holomorphic)
 
     def grad_fn(*args: Any, **kwargs: Any) -> Any:
         value, g = vg(*args, **kwargs)
@@ -532,8 +569,9 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple
     program = entry.program
     tans = []
     for i, (t, p) in enumerate(zip(t_leaves, program.params)):
-        if p.type.dtype.kind != "f":
+        if not p.type.is_float:
             continue
+        _refuse_complex_for_real("jvp: tangent", i, t, p.type, "primal")
         a = np.asarray(t, dtype=p.type.dtype)
         if a.shape != p.type.shape:
             raise ArgumentTypeError(f"jvp: tangent leaf {i} has shape {a.shape}, its primal has "

@@ -18,6 +18,7 @@ above can build on it without an import cycle.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -70,8 +71,9 @@ class TensorType:
 
     @property
     def is_float(self) -> bool:
-        """Whether values of this type carry derivatives (tangents, cotangents)."""
-        return self.dtype.kind == "f"
+        """Whether values of this type carry derivatives (tangents, cotangents): the
+        inexact dtypes, float and complex (numpy's `np.inexact`, as JAX's grad takes)."""
+        return self.dtype.kind in "fc"
 
 
 def type_of(x: Any) -> TensorType:
@@ -339,13 +341,23 @@ class _Names(dict):
         return self.missing
 
 
+def complex_text(value: complex) -> str:
+    """`(1+2j)`, or `complex(1.0, nan)` where Python's repr would not read back exactly
+    (a non-finite part: `(1+nanj)`; a negative zero: `(-0-1j)`)."""
+    parts = (value.real, value.imag)
+    if all(math.isfinite(x) and (x != 0 or math.copysign(1.0, x) > 0) for x in parts):
+        return repr(value)
+    return f"complex({repr(value.real)}, {repr(value.imag)})"
+
+
 def format_param(value: Any) -> str:
     """A parseable literal for a static node parameter (see irparse.eval_param)."""
     if isinstance(value, np.ndarray):
         if value.size > 1 and (value == value.flat[0]).all():  # zeros of an accumulator, …
             return f"full({value.shape!r}, {format_param(value.flat[0])}, {value.dtype.name!r})"
         shape = f", shape={value.shape!r}" if value.size == 0 and value.ndim != 1 else ""
-        return f"array({value.tolist()!r}, {value.dtype.name!r}{shape})"
+        items = format_param(value.tolist()) if value.dtype.kind == "c" else repr(value.tolist())
+        return f"array({items}, {value.dtype.name!r}{shape})"
     if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
         return f"dtype({np.dtype(value).name!r})"
     if isinstance(value, slice):
@@ -360,6 +372,8 @@ def format_param(value: Any) -> str:
         return "[" + ", ".join(format_param(v) for v in value) + "]"
     if isinstance(value, float | np.floating):
         return repr(float(value))
+    if isinstance(value, complex | np.complexfloating):
+        return complex_text(complex(value))
     if isinstance(value, np.integer):
         return repr(int(value))
     if isinstance(value, np.bool_):
@@ -383,7 +397,8 @@ def is_inline_const(n: Node) -> bool:
 def const_literal(value: np.ndarray) -> str:
     """`2.0` (f64), `3` (i64), `True` (bool), or `2.0:f32` for other dtypes."""
     item = value.item()
-    text = repr(float(item)) if value.dtype.kind == "f" else repr(item)
+    text = (repr(float(item)) if value.dtype.kind == "f"
+            else complex_text(item) if value.dtype.kind == "c" else repr(item))
     if value.dtype in (np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_)):
         return text
     return f"{text}:{_DTYPE_NAMES[value.dtype.name]}"

@@ -158,14 +158,24 @@ def _full(shape: tuple[int, ...], value: Any, dtype: str) -> np.ndarray:
     return np.full(shape, value, dtype=_dtype(dtype))
 
 
-_CONSTRUCTORS = {"array": _array, "full": _full, "dtype": _dtype, "slice": slice}
+def _complex(real: Any, imag: Any) -> complex:
+    """`complex(1.0, nan)`: how the text writes a complex number that `(1+2j)` cannot
+    (a non-finite or negative-zero part)."""
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in (real, imag)):
+        raise _LineError(f"complex({real!r}, {imag!r}) needs two real numbers")
+    return complex(real, imag)
+
+
+_CONSTRUCTORS = {"array": _array, "full": _full, "dtype": _dtype, "slice": slice,
+                 "complex": _complex}
 _NAMES = {"nan": float("nan"), "inf": float("inf")}
 
 
 def eval_param(text: str, constructors: dict[str, Any] | None = None) -> Any:
     """Evaluate a parameter literal as `format_param` prints it: numbers, strings, None,
-    booleans, `...`, tuples, lists, `nan`/`inf`, `slice(…)`, `array([…], 'float64')` and
-    `dtype('float32')` (plus any extra `constructors`). Anything else is a `_LineError`."""
+    booleans, `...`, tuples, lists, `nan`/`inf`, complex numbers (`(1+2j)`,
+    `complex(1.0, nan)`), `slice(…)`, `array([…], 'float64')` and `dtype('float32')` (plus
+    any extra `constructors`). Anything else is a `_LineError`."""
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:

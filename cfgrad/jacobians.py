@@ -54,8 +54,10 @@ def _basis(shape: tuple[int, ...], dtype: np.dtype, j: int) -> np.ndarray:
 
 def _check_inputs(args: tuple, nums: tuple[int, ...], caller: str, name: str) -> None:
     """As in JAX, a Jacobian is taken only with respect to float leaves: an integer or
-    boolean input has no tangent space to put a basis vector in. Other kinds of leaves
-    (strings, complex) are left to the lowering, whose message names them."""
+    boolean input has no tangent space to put a basis vector in. Complex inputs are
+    refused too: JAX's jacfwd needs holomorphic=True for them, which these functions do
+    not take. Other kinds of leaves (strings) are left to the lowering, whose message
+    names them."""
     for i in nums:
         for leaf in treelib.flatten(args[i])[0]:
             shape, dtype = _leaf_type(leaf)
@@ -64,6 +66,12 @@ def _check_inputs(args: tuple, nums: tuple[int, ...], caller: str, name: str) ->
                     f"{caller} of {name} with respect to argument {i}: it has dtype {dtype} "
                     f"(shape {shape}); Jacobians need float inputs: pass 2.0 instead of 2, "
                     "use .astype(float), or leave the argument out of argnums")
+            if dtype.kind == "c":
+                raise ArgumentTypeError(
+                    f"{caller} of {name} with respect to argument {i}: it has dtype {dtype} "
+                    f"(shape {shape}); Jacobians of complex inputs are not supported (JAX's "
+                    "need holomorphic=True): use cg.vjp / cg.jvp, or pass the real and "
+                    "imaginary parts as float arguments")
 
 
 def _split_aux(out: Any, has_aux: bool, caller: str, name: str) -> tuple[Any, Any]:

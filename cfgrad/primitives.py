@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import LoweringError
+from .errors import ArgumentTypeError, LoweringError
 from .ir import DTYPE_CHOICES, TensorType, format_param, ir_dtype
 from .trace_context import current_trace, is_being_built
 
@@ -86,6 +86,11 @@ class Primitive:
     # where the program's work is done for the first time, not where a run repeats it
     # (a checkpoint strategy's recomputation, anything during a pullback).
     effect: bool = False
+    # Complex inputs are refused, traced (LoweringError, by the shape rule) and eager
+    # (ArgumentTypeError, by `bind`):
+    # JAX refuses them (floor, mod, clip, argmax: no order or no integer part), or the
+    # kernel and rules are those of real numbers (sigmoid's exp(-|x|)).
+    real_only: bool = False
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
@@ -120,7 +125,8 @@ PRIMITIVES: dict[str, Primitive] = {}
 
 def _register(p: Primitive) -> Primitive:
     """Enter `p` in the table, its shape rule checking the parameters' names first: a
-    traced `bind` with a wrong one is then a LoweringError, as a wrong value is."""
+    traced `bind` with a wrong one is then a LoweringError, as a wrong value is. A
+    `real_only` entry's shape rule refuses complex inputs (and `bind` eager ones)."""
     assert p.name not in PRIMITIVES, p.name
     rule = p.abstract
 
@@ -129,10 +135,30 @@ def _register(p: Primitive) -> Primitive:
         problem = p.parameter_problem(params)
         if problem is not None:
             raise LoweringError(problem)
+        if p.real_only and any(t.dtype.kind == "c" for t in types):
+            raise LoweringError(_complex_refused(p.name, types))
         return rule(types, **params)
 
     p = PRIMITIVES[p.name] = dataclasses.replace(p, abstract=abstract)
     return p
+
+
+def _complex_refused(name: str, inputs: Any) -> str:
+    dtypes = ", ".join(str(getattr(t, "dtype", t)) for t in inputs)
+    return (f"{name} does not accept complex inputs (got {dtypes}), as in JAX: complex "
+            "numbers have no order and no integer part. Apply it to the real and "
+            "imaginary parts (cnp.real, cnp.imag) or to cnp.abs")
+
+
+def real_dtype(dtype: np.dtype) -> np.dtype:
+    """The float dtype of a complex dtype's parts (complex64: float32); other dtypes as
+    they are. The dtype of abs, real, imag and angle of a complex value."""
+    return np.dtype(np.finfo(dtype).dtype) if dtype.kind == "c" else dtype
+
+
+def complex_dtype(dtype: np.dtype) -> np.dtype:
+    """The complex dtype whose parts have `dtype` (float32: complex64; ints: complex128)."""
+    return np.result_type(dtype, np.complex64)
 
 
 class Deferred:
@@ -218,6 +244,8 @@ def bind(name: str, *args: Any, **params: Any) -> Any:
         return trace.emit(prim, list(args), params, dtype)
     arrays = [np.asarray(a) if dtype is None or i < prim.promote_from
               else np.asarray(a, dtype=dtype) for i, a in enumerate(args)]
+    if prim.real_only and any(a.dtype.kind == "c" for a in arrays):
+        raise ArgumentTypeError(_complex_refused(name, arrays))
     return prim.impl(*arrays, **params)
 
 
@@ -354,8 +382,11 @@ def _to_out_shape(t: Any, out: Any) -> Any:
 
 
 def _unary(name: str, impl: Callable, deriv: Callable[[Any, Any], Any] | None,
-           notes: str = "", promote: str = "float", out_dtype: Any = None) -> None:
-    """deriv(x, out) is the pointwise derivative, written with traced values."""
+           notes: str = "", promote: str = "float", out_dtype: Any = None,
+           real_only: bool = False) -> None:
+    """deriv(x, out) is the pointwise derivative, written with traced values. For complex
+    x it is the complex derivative of a holomorphic function, and `ct * deriv` is then
+    JAX's VJP as it stands (the transpose, not the conjugate transpose, of t -> t*deriv)."""
     if deriv is None:
         vjp = jvp = None
     else:
@@ -367,7 +398,8 @@ def _unary(name: str, impl: Callable, deriv: Callable[[Any, Any], Any] | None,
 
     _register(Primitive(name=name, impl=impl, abstract=_elementwise_type(name, out_dtype), vjp=vjp,
                         jvp=jvp, family="elementwise",
-                        promote=promote, nondiff=deriv is None, notes=notes))
+                        promote=promote, nondiff=deriv is None, notes=notes,
+                        real_only=real_only))
 
 
 def _sigmoid_impl(x: np.ndarray) -> np.ndarray:
@@ -397,16 +429,49 @@ _unary("arctan", np.arctan, lambda x, y: 1.0 / (1.0 + x * x))
 _unary("sqrt", np.sqrt, lambda x, y: 0.5 / y,
        "domain x >= 0; sqrt'(0) = +inf (as in JAX and PyTorch); use a custom_vjp for a "
        "finite value at 0")
-_unary("abs", np.abs, lambda x, y: bind("sign", x), "abs'(0) = 0 (the minimum-norm subgradient)",
-       promote="same")
+
+
+def _safe_modulus(out):
+    """|z|, with 1 where z = 0: the rules below divide by it, and conj(z) / |z| (the
+    phase, written as a differentiable expression of z and |z|, since sign(z) has
+    derivative 0 and a rule using it would give wrong second derivatives) is then 0 at
+    z = 0, as JAX's. The division is of real numbers, before the complex product."""
+    return bind("where", out == 0.0, 1.0, out)
+
+
+def _abs_vjp(ct, xs, out):
+    """|z| of a complex z: d|z| = Re(conj(z) dz) / |z|, whose transpose in JAX's convention
+    is ct * conj(z) / |z|."""
+    x = xs[0]
+    if x.dtype.kind == "c":
+        return ((ct / _safe_modulus(out)) * bind("conj", x),)
+    return (ct * bind("sign", x),)
+
+
+def _abs_jvp(ts, xs, out):
+    x, t = xs[0], ts[0]
+    if x.dtype.kind == "c":
+        return bind("real", bind("conj", x) * t) / _safe_modulus(out)
+    return t * bind("sign", x)
+
+
+_register(Primitive(
+    name="abs", impl=np.abs,
+    abstract=lambda types: TensorType(types[0].shape, real_dtype(types[0].dtype)),
+    vjp=_abs_vjp, jvp=_abs_jvp, family="elementwise", promote="none",
+    notes="abs'(0) = 0 (the minimum-norm subgradient); for complex z the result is real, "
+          "d|z| = Re(conj(z)/|z| dz), 0 at z = 0 (as JAX)"))
 _unary("sign", np.sign, None, "derivative 0 everywhere (undefined at 0, taken as 0)",
        promote="same")
 _unary("sigmoid", _sigmoid_impl, lambda x, y: y * (1.0 - y),
-       "computed from exp(-|x|): finite for any input")
-_unary("relu", _relu_impl, lambda x, y: _mask(x > 0, x), "relu'(0) = 0", promote="same")
+       "computed from exp(-|x|): finite for any input", real_only=True)
+_unary("relu", _relu_impl, lambda x, y: _mask(x > 0, x), "relu'(0) = 0", promote="same",
+       real_only=True)
 _unary("softplus", lambda x: np.logaddexp(np.zeros((), x.dtype), x),
-       lambda x, y: bind("sigmoid", x), "log(1 + e^x) via logaddexp: finite for any input")
-_unary("floor", np.floor, None, "derivative 0 (undefined at integers, taken as 0)")
+       lambda x, y: bind("sigmoid", x), "log(1 + e^x) via logaddexp: finite for any input",
+       real_only=True)
+_unary("floor", np.floor, None, "derivative 0 (undefined at integers, taken as 0)",
+       real_only=True)
 _unary("rint", np.rint, None,
        "numpy's rint, halves to the even neighbour: derivative 0 (undefined at halves, taken "
        "as 0)")
@@ -485,6 +550,9 @@ _register(Primitive(name="div", impl=np.true_divide, abstract=_elementwise_type(
 
 
 def _pow_dy(x, y, out):
+    """out * log(x); for complex x on log's principal branch, 0 at x = 0 (as JAX)."""
+    if x.dtype.kind == "c":
+        return out * bind("log", bind("where", x == 0.0, 1.0, x))
     positive = x > 0
     safe_x = bind("where", positive, x, 1.0)
     return out * bind("log", safe_x) * _mask(positive, x)
@@ -522,7 +590,7 @@ def _integer_pow_slope(x, n):
 def _integer_pow_type(types: list[TensorType], n: int) -> TensorType:
     """x ** n keeps x's type, except that a negative power of an integer is a float64."""
     n = _int_param("integer_pow", "n", n)
-    return types[0] if types[0].dtype.kind == "f" or n >= 0 else TensorType(
+    return types[0] if types[0].dtype.kind in "fc" or n >= 0 else TensorType(
         types[0].shape, np.dtype(np.float64))
 
 
@@ -573,7 +641,7 @@ def _mod_quotient(x, y):
 # 0 for a zero divisor, which a detour through float64 (floor(x / y)) does not.
 _register(Primitive(
     name="floor_divide", impl=np.floor_divide, abstract=_integer_division_type("floor_divide"),
-    family="elementwise", nondiff=True,
+    family="elementwise", nondiff=True, real_only=True,
     notes="numpy's floor division, exact for integers: derivative 0 (undefined where x/y is "
           "an integer, taken as 0)"))
 _register(Primitive(
@@ -582,7 +650,7 @@ _register(Primitive(
                          unbroadcast(-ct * _mod_quotient(*xs), xs[1].shape)),
     jvp=lambda ts, xs, out: _to_out_shape(_add_terms(
         ts[0], None if ts[1] is None else -ts[1] * _mod_quotient(*xs)), out),
-    family="elementwise",
+    family="elementwise", real_only=True,
     notes="x - floor(x/y)*y (numpy's sign convention): d/dx = 1, d/dy = -floor(x/y); "
           "undefined where x/y is an integer (a jump)"))
 
@@ -648,7 +716,7 @@ def _clip_jvp(ts, xs, out):
 
 
 _register(Primitive(name="clip", impl=np.clip, abstract=_clip_type, vjp=_clip_vjp, jvp=_clip_jvp,
-                    family="selection",
+                    family="selection", real_only=True,
                     notes="at a bound (x == lo or x == hi) the gradient goes to x (1), as "
                           "PyTorch's clamp; lo/hi get it only where x is strictly outside"))
 
@@ -787,7 +855,7 @@ _register(Primitive(
         _spread(ct, xs[0], axes, keepdims) * softmax_of(xs[0], axes),),
     jvp=lambda ts, xs, out, axes, keepdims: bind(
         "sum", ts[0] * softmax_of(xs[0], axes), axes=axes, keepdims=keepdims),
-    family="reduction", promote="float",
+    family="reduction", promote="float", real_only=True,
     notes="shifted by the maximum: finite for inputs of any size"))
 
 
@@ -927,7 +995,7 @@ def _arg_type(op: str) -> Callable[..., TensorType]:
 for _name, _fn in [("argmax", np.argmax), ("argmin", np.argmin)]:
     _register(Primitive(name=_name, impl=(lambda f: lambda x, axis: f(x, axis=axis))(_fn),
                         abstract=_arg_type(_name),
-                        family="reduction", promote="none", nondiff=True,
+                        family="reduction", promote="none", nondiff=True, real_only=True,
                         notes="integer result: no derivative"))
 
 # ---------------------------------------------------------------------------------
@@ -1170,18 +1238,229 @@ _register(Primitive(
     family="shape", promote="none", dynamic=(1,)))
 
 
+def _astype_impl(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """numpy's cast, except that complex to a real number type takes the real part without
+    numpy's ComplexWarning (as JAX does); complex to bool is x != 0, as numpy's."""
+    x = np.asarray(x)
+    if x.dtype.kind == "c" and np.dtype(dtype).kind not in "cb":
+        return np.real(x).astype(dtype)
+    return x.astype(dtype)
+
+
 def _astype_vjp(ct, xs, out, dtype):
+    """The transpose of the cast: back to the input's dtype; a complex cotangent of a real
+    input keeps its real part (JAX's convention: the cotangent of a real value is real)."""
     x = xs[0]
-    return (bind("astype", ct, dtype=x.dtype),) if x.dtype.kind == "f" else (None,)
+    if x.dtype.kind not in "fc":
+        return (None,)
+    if x.dtype.kind == "f" and ct.dtype.kind == "c":
+        ct = bind("real", ct)
+    return (bind("astype", ct, dtype=x.dtype),)
+
+
+def _astype_jvp(ts, xs, out, dtype):
+    if out.dtype.kind not in "fc":
+        return None
+    t = ts[0]
+    if t.dtype.kind == "c" and out.dtype.kind == "f":
+        t = bind("real", t)
+    return bind("astype", t, dtype=dtype)
 
 
 _register(Primitive(
-    name="astype", impl=lambda x, dtype: np.asarray(x).astype(dtype),
+    name="astype", impl=_astype_impl,
     abstract=lambda types, dtype: TensorType(types[0].shape, _dtype_param("astype", dtype)),
-    vjp=_astype_vjp,
-    jvp=lambda ts, xs, out, dtype: bind("astype", ts[0], dtype=dtype) if out.dtype.kind == "f"
-    else None,
-    family="shape", promote="none", notes="a cast to an integer or bool type has no derivative"))
+    vjp=_astype_vjp, jvp=_astype_jvp,
+    family="shape", promote="none",
+    notes="a cast to an integer or bool type has no derivative; complex to a real type "
+          "takes the real part (as JAX), so its cotangent is the real cotangent as complex, "
+          "and a real to complex cast's cotangent is the real part of the complex one"))
+
+# ---------------------------------------------------------------------------------
+# Complex numbers (issue 13, complex+fft family). JAX's convention: a complex cotangent
+# c of z stands for the real linear functional dz -> Re(c dz), so the VJP of a map with
+# dw = A dz + B conj(dz) is c -> c A + conj(c B), the transpose (not the conjugate
+# transpose) in dz and conj(dz); for a holomorphic map (B = 0) that is c * f'(z), which
+# the ordinary rules compute unchanged. These are the non-holomorphic parts.
+# ---------------------------------------------------------------------------------
+
+
+def _complex_input(op: str, t: TensorType) -> None:
+    if t.dtype.kind != "c":
+        raise LoweringError(f"{op}: the input must be complex, got {t} (cnp.{op} of a real "
+                            "value does not apply this primitive)")
+
+
+def _complex_part_type(op: str) -> Callable[..., TensorType]:
+    def rule(types: list[TensorType]) -> TensorType:
+        _complex_input(op, types[0])
+        return TensorType(types[0].shape, real_dtype(types[0].dtype))
+
+    return rule
+
+
+def _conj_type(types: list[TensorType]) -> TensorType:
+    _complex_input("conj", types[0])
+    return types[0]
+
+
+# real(z) = (z + conj z)/2: A = B = 1/2, so c -> (c + c)/2 = c, as a complex number
+_register(Primitive(
+    name="real", impl=np.real, abstract=_complex_part_type("real"),
+    vjp=lambda ct, xs, out: (bind("astype", ct, dtype=xs[0].dtype),),
+    jvp=lambda ts, xs, out: bind("real", ts[0]), family="complex", promote="none",
+    notes="the real part of a complex value; its cotangent is the real cotangent as complex"))
+# imag(z) = (z - conj z)/(2i): A = -i/2, B = i/2, so c -> -i c
+_register(Primitive(
+    name="imag", impl=np.imag, abstract=_complex_part_type("imag"),
+    vjp=lambda ct, xs, out: (ct * np.asarray(-1j, xs[0].dtype),),
+    jvp=lambda ts, xs, out: bind("imag", ts[0]), family="complex", promote="none",
+    notes="the imaginary part of a complex value; its cotangent is -1j times the real "
+          "cotangent (JAX's convention)"))
+# conj(z): A = 0, B = 1, so c -> conj(c)
+_register(Primitive(
+    name="conj", impl=np.conj, abstract=_conj_type,
+    vjp=lambda ct, xs, out: (bind("conj", ct),),
+    jvp=lambda ts, xs, out: bind("conj", ts[0]), family="complex", promote="none",
+    notes="the complex conjugate; its VJP conjugates the cotangent (not holomorphic)"))
+
+
+def _angle_type(types: list[TensorType]) -> TensorType:
+    return TensorType(types[0].shape, real_dtype(types[0].dtype))
+
+
+# angle(z) = Im(log z): A = 1/(2iz), B = conj(A), so c -> 2 c A = -i c / z
+_register(Primitive(
+    name="angle", impl=lambda z: np.angle(z), abstract=_angle_type,
+    vjp=lambda ct, xs, out: (ct * (-1j / xs[0]) if xs[0].dtype.kind == "c" else None,),
+    jvp=lambda ts, xs, out: bind("imag", ts[0] / xs[0]) if xs[0].dtype.kind == "c" else None,
+    family="complex", promote="float",
+    notes="arg(z) in (-pi, pi], numpy's atan2(imag, real); d angle = Im(dz / z), nan at z = "
+          "0 (as JAX); for a real input 0 or pi, derivative 0 (JAX: also 0, nan at x = 0)"))
+
+
+# ---------------------------------------------------------------------------------
+# Discrete Fourier transforms (issue 13, complex+fft family), numpy's kernels. Three
+# primitives, each transforming whole axes of their input's length: cfgrad.numpy.fft
+# crops or zero-pads (index, concatenate) for numpy's n= and s=, and composes rfftn,
+# irfftn, hfft and ihfft from them. Each is linear, so its JVP is itself applied to the
+# tangent; the VJPs are transposes in JAX's convention (see the complex section):
+# - fft: the DFT matrix F (and its inverse) is symmetric, F^T = F, with the same norm;
+# - rfft: the first m = n//2+1 rows R of F, from real x: c -> Re(R^T c) = Re(F pad(c));
+# - irfft: x = Re(A y) with A[j, k] = s w[k] e^(2 pi i jk/n), w = 1, 2, …, 2 (, 1 for
+#   even n), s the norm's scale: c -> c A = w * conj(rfft(c)) at the dual norm (the one
+#   scaling by s). JAX's rules for lax.fft (its FFT, RFFT, IRFFT transposes) are the same.
+# ---------------------------------------------------------------------------------
+
+FFT_NORMS = ("backward", "ortho", "forward")
+#: The norm that scales the opposite transform the same way (1/n on the other side).
+DUAL_NORM = {"backward": "forward", "ortho": "ortho", "forward": "backward"}
+
+
+def _norm_param(op: str, norm: Any) -> str:
+    if norm not in FFT_NORMS:
+        raise LoweringError(f"{op}: parameter norm must be one of {', '.join(FFT_NORMS)}, got "
+                            f"{norm!r}")
+    return norm
+
+
+def _fft_type(types: list[TensorType], axes: tuple[int, ...], inverse: bool,
+              norm: str) -> TensorType:
+    t = types[0]
+    _complex_input("fft", t)
+    _axes_param("fft", axes, t)
+    _bool_param("fft", "inverse", inverse)
+    _norm_param("fft", norm)
+    return t
+
+
+def _fft_impl(x: np.ndarray, axes: tuple[int, ...], inverse: bool, norm: str) -> np.ndarray:
+    return (np.fft.ifftn if inverse else np.fft.fftn)(x, axes=axes, norm=norm)
+
+
+_register(Primitive(
+    name="fft", impl=_fft_impl, abstract=_fft_type,
+    vjp=lambda ct, xs, out, axes, inverse, norm: (
+        bind("fft", ct, axes=axes, inverse=inverse, norm=norm),),
+    jvp=lambda ts, xs, out, axes, inverse, norm: bind("fft", ts[0], axes=axes,
+                                                      inverse=inverse, norm=norm),
+    family="fft", promote="none",
+    notes="numpy's fftn / ifftn (inverse=True) over `axes` of a complex input, norm "
+          "'backward', 'ortho' or 'forward'; its own transpose (the DFT matrix is symmetric)"))
+
+
+def _half_length(n: int) -> int:
+    return n // 2 + 1
+
+
+def _rfft_type(types: list[TensorType], axis: int, norm: str) -> TensorType:
+    t = types[0]
+    if t.dtype.kind != "f":
+        raise LoweringError(f"rfft: the input must be a float array, got {t}")
+    axis = _axis_param("rfft", "axis", axis, t)
+    _norm_param("rfft", norm)
+    if t.shape[axis] == 0:
+        raise LoweringError(f"rfft: axis {axis} of {t} is empty")
+    shape = list(t.shape)
+    shape[axis] = _half_length(shape[axis])
+    return TensorType(tuple(shape), complex_dtype(t.dtype))
+
+
+def _zero_pad(x: Any, axis: int, length: int) -> Any:
+    """x zero-padded at the end of `axis` to `length` (>= its own)."""
+    extra = length - x.shape[axis]
+    if extra == 0:
+        return x
+    shape = list(x.shape)
+    shape[axis] = extra
+    return bind("concatenate", x, np.zeros(shape, x.dtype), axis=axis)
+
+
+def _rfft_vjp(ct, xs, out, axis, norm):
+    full = _zero_pad(ct, axis, xs[0].shape[axis])
+    return (bind("real", bind("fft", full, axes=(axis,), inverse=False, norm=norm)),)
+
+
+_register(Primitive(
+    name="rfft", impl=lambda x, axis, norm: np.fft.rfft(x, axis=axis, norm=norm),
+    abstract=_rfft_type, vjp=_rfft_vjp,
+    jvp=lambda ts, xs, out, axis, norm: bind("rfft", ts[0], axis=axis, norm=norm),
+    family="fft", promote="none",
+    notes="numpy's rfft along `axis` of a float input: the n//2+1 non-negative frequencies"))
+
+
+def _irfft_type(types: list[TensorType], axis: int, n: int, norm: str) -> TensorType:
+    t = types[0]
+    _complex_input("irfft", t)
+    axis = _axis_param("irfft", "axis", axis, t)
+    n = _int_param("irfft", "n", n)
+    _norm_param("irfft", norm)
+    if n < 1 or t.shape[axis] != _half_length(n):
+        raise LoweringError(f"irfft: an output of length n={n} needs {_half_length(max(n, 1))} "
+                            f"frequencies along axis {axis}, got {t}")
+    shape = list(t.shape)
+    shape[axis] = n
+    return TensorType(tuple(shape), real_dtype(t.dtype))
+
+
+def _irfft_vjp(ct, xs, out, axis, n, norm):
+    weights = np.full(_half_length(n), 2.0, real_dtype(xs[0].dtype))
+    weights[0] = 1.0
+    if n % 2 == 0:
+        weights[-1] = 1.0
+    weights = weights.reshape((-1,) + (1,) * (len(ct.shape) - 1 - axis))
+    spectrum = bind("rfft", ct, axis=axis, norm=DUAL_NORM[norm])
+    return (bind("conj", spectrum) * weights,)
+
+
+_register(Primitive(
+    name="irfft", impl=lambda y, axis, n, norm: np.fft.irfft(y, n, axis=axis, norm=norm),
+    abstract=_irfft_type, vjp=_irfft_vjp,
+    jvp=lambda ts, xs, out, axis, n, norm: bind("irfft", ts[0], axis=axis, n=n, norm=norm),
+    family="fft", promote="none",
+    notes="numpy's irfft along `axis` to a real output of length n, from its n//2+1 "
+          "frequencies; the imaginary parts of the zero (and, n even, the n/2) frequency "
+          "are ignored, so their cotangents are real"))
 
 def _const_type(types: list[TensorType], value: np.ndarray) -> TensorType:
     if not isinstance(value, np.ndarray):

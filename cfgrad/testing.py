@@ -72,7 +72,8 @@ def _precision(program: Program) -> int:
     """The size in bytes of the least precise float any value of `program` has (8 when
     it has none): inputs, intermediates and outputs, so an internal cast counts."""
     values = [*program.params, *defined_values(program.blocks)]
-    sizes = [v.type.dtype.itemsize for v in values if v.type.is_float]
+    sizes = [v.type.dtype.itemsize // (2 if v.type.dtype.kind == "c" else 1) for v in values
+             if v.type.is_float]
     return min(min(sizes, default=8), 8)
 
 
@@ -97,7 +98,9 @@ def check_grads(f: Callable, args: Sequence[Any], order: int = 1,
                 modes: Sequence[str] = ("fwd", "rev"), eps: float | None = None,
                 atol: float | None = None, rtol: float | None = None, seed: int = 0) -> None:
     """Check `f`'s JVP and/or VJP at `args` against central differences along a random
-    direction, contracted with a random output cotangent (the JAX/autograd scheme).
+    direction, contracted with a random output cotangent (the JAX/autograd scheme);
+    complex inputs move along complex directions, and a complex cotangent u contracts an
+    output change dy as Re(u dy), JAX's convention.
 
     With `order` > 1 the derivatives are checked in turn, as in JAX: in forward mode the
     function `(primals, tangents) -> jvp(f, primals, tangents)` at `(args, args)`, in
@@ -153,26 +156,42 @@ def _check_orders(f: Callable, args: tuple, order: int, modes: tuple[str, ...],
         _check_orders(f_vjp, args, order - 1, modes, eps, atol, rtol, seed)
 
 
+def _random(rng: np.random.Generator, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """A random direction or cotangent of `dtype`: normal, complex ones in both parts;
+    zeros for values without derivatives (integers, bools)."""
+    if dtype.kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    return np.zeros(shape, dtype)
+
+
+def _wide(x: Any) -> np.ndarray:
+    """x in float64, or complex128 if it is complex: where differences are taken."""
+    a = np.asarray(x)
+    return a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
+
+
 def _check_first_order(f: Callable, args: tuple, modes: tuple[str, ...], eps: float | None,
                        atol: float | None, rtol: float | None, seed: int) -> None:
     rng = np.random.default_rng(seed)
     leaves, td = treelib.flatten(args)
     dtypes = [np.asarray(x).dtype for x in leaves]
     out, machine = evaluate(f, *args)
-    direction = [rng.standard_normal(np.shape(x)).astype(d) if d.kind == "f"
-                 else np.zeros(np.shape(x), d) for x, d in zip(leaves, dtypes)]
+    # complex inputs move along complex directions; a complex cotangent u stands for the
+    # real functional dy -> Re(u dy) (JAX's convention), so each contraction below is
+    # the real part of an inner product without conjugation
+    direction = [_random(rng, np.shape(x), d) for x, d in zip(leaves, dtypes)]
     out_leaves, out_td = treelib.flatten(out)
     # rounded to the output dtypes, so the cotangent given to vjp is the one used below
-    u = [rng.standard_normal(np.shape(o)).astype(np.asarray(o).dtype)
-         if np.asarray(o).dtype.kind == "f" else np.zeros(np.shape(o)) for o in out_leaves]
+    u = [_random(rng, np.shape(o), np.asarray(o).dtype) for o in out_leaves]
 
     def point(step: float, fd_dtypes: list[np.dtype]) -> tuple:
-        moved = [np.asarray(np.asarray(x, np.float64) + step * np.asarray(v, np.float64), t)
-                 if d.kind == "f" else x
+        moved = [np.asarray(_wide(x) + step * _wide(v), t) if d.kind in "fc" else x
                  for x, v, d, t in zip(leaves, direction, dtypes, fd_dtypes)]
         return treelib.unflatten(td, moved)
 
-    fd_dtypes = [np.dtype(np.float64) if d.kind == "f" else d for d in dtypes]
+    fd_dtypes = [_wide(np.zeros((), d)).dtype if d.kind in "fc" else d for d in dtypes]
     own_dtypes = ""  # why the differences run at the function's own dtypes, if they do
     try:
         _, centre = evaluate(f, *point(0.0, fd_dtypes))
@@ -209,32 +228,32 @@ def _check_first_order(f: Callable, args: tuple, modes: tuple[str, ...], eps: fl
                 "whose result depends on the input only through comparisons, the derivative "
                 "along any one path is exactly 0: differentiate the solution with "
                 "cg.custom_root instead (docs/api.md, Differentiating solvers)")
-    fd = sum(float(np.sum(np.asarray(w, np.float64) * (
-        np.asarray(p, np.float64) - np.asarray(m, np.float64))))
-        for w, p, m in zip(u, treelib.flatten(out_plus)[0], treelib.flatten(out_minus)[0])
-    ) / (2 * eps)
+    fd = sum(float(np.sum(np.real(_wide(w) * (_wide(p) - _wide(m)))))
+             for w, p, m in zip(u, treelib.flatten(out_plus)[0], treelib.flatten(out_minus)[0])
+             ) / (2 * eps)
     results: dict[str, np.ndarray] = {}  # mode -> the terms of its contraction, in float64
     if "rev" in modes:
         _, pullback = vjp(f, *args)
-        cts = treelib.unflatten(out_td, [w if np.asarray(o).dtype.kind == "f" else np.zeros(
+        cts = treelib.unflatten(out_td, [w if np.asarray(o).dtype.kind in "fc" else np.zeros(
             np.shape(o), np.asarray(o).dtype) for w, o in zip(u, out_leaves)])
         grads = treelib.flatten(pullback(cts))[0]
         for i, (g, x, d) in enumerate(zip(grads, leaves, dtypes)):
-            if d.kind == "f" and (np.shape(g) != np.shape(x) or np.asarray(g).dtype != d):
+            if d.kind in "fc" and (np.shape(g) != np.shape(x) or np.asarray(g).dtype != d):
                 raise AssertionError(f"check_grads: the cotangent of input leaf {i} is "
                                      f"{np.asarray(g).dtype}{list(np.shape(g))}, the input is "
                                      f"{d}{list(np.shape(x))}")
-        results["rev"] = np.concatenate([np.ravel(np.asarray(g, np.float64) * v)
+        results["rev"] = np.concatenate([np.ravel(np.real(_wide(g) * _wide(v)))
                                          for g, v, d in zip(grads, direction, dtypes)
-                                         if d.kind == "f"] + [np.zeros(0)])
+                                         if d.kind in "fc"] + [np.zeros(0)])
     if "fwd" in modes:
         _, tangent = jvp(f, args, treelib.unflatten(td, direction))
         for i, (t, o) in enumerate(zip(treelib.flatten(tangent)[0], out_leaves)):
             if np.shape(t) != np.shape(o):
                 raise AssertionError(f"check_grads: the tangent of output leaf {i} has shape "
                                      f"{list(np.shape(t))}, the output {list(np.shape(o))}")
-        results["fwd"] = np.concatenate([np.ravel(np.asarray(w, np.float64) * np.asarray(
-            t, np.float64)) for w, t in zip(u, treelib.flatten(tangent)[0])] + [np.zeros(0)])
+        results["fwd"] = np.concatenate([np.ravel(np.real(_wide(w) * _wide(t)))
+                                         for w, t in zip(u, treelib.flatten(tangent)[0])]
+                                        + [np.zeros(0)])
     for mode, terms in results.items():
         value = float(np.sum(terms))
         # rounding error of a sum grows with its terms, not with the (maybe cancelled) total

@@ -216,6 +216,14 @@ class Tracer:
     def T(self) -> Any:
         return cfgrad_numpy.NAMESPACE["transpose"](self)
 
+    @property
+    def real(self) -> Any:
+        return cfgrad_numpy.NAMESPACE["real"](self)
+
+    @property
+    def imag(self) -> Any:
+        return cfgrad_numpy.NAMESPACE["imag"](self)
+
     def __getattr__(self, name: str) -> Any:
         # array methods: x.sum(), x.reshape(…), x.astype(…), …
         fn = cfgrad_numpy.NAMESPACE.get(name)
@@ -354,7 +362,7 @@ class Trace:
             if dtype is not None and v.type.dtype != dtype:
                 v = self.emit(PRIMITIVES["astype"], [x], {"dtype": dtype}, None).value
             return v
-        if isinstance(x, bool | int | float) and dtype is None:
+        if isinstance(x, bool | int | float | complex) and dtype is None:
             dtype = np.dtype(type(x).__name__ if not isinstance(x, bool) else np.bool_)
         return self.const(x, dtype)
 
@@ -499,7 +507,7 @@ class Trace:
         like = [next((case[1][i].type for case in results if isinstance(case[1][i], Value)),
                      None) for i in range(len(ref_leaves))]
         case_values = [[x if isinstance(x, Value) else self.value_of(
-            x, like[i].dtype if like[i] is not None and isinstance(x, bool | int | float)
+            x, like[i].dtype if like[i] is not None and isinstance(x, bool | int | float | complex)
             else None) for i, x in enumerate(leaves)] for _, leaves in results]
         for vals, key in zip(case_values, keys):
             for i, (a, b) in enumerate(zip(case_values[0], vals)):
@@ -696,20 +704,15 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
 # ---------------------------------------------------------------------------------
 
 
-# What a traced value may be: the dtypes the IR names, complex excepted (not supported yet:
-# the derivative rules are those of real functions, so a complex gradient would be wrong).
-TRACEABLE_DTYPES = frozenset(d.name for d in DTYPE_BY_SHORT_NAME.values() if d.kind in "biuf")
-COMPLEX_UNSUPPORTED = ("complex numbers are not supported yet: use the real and imaginary "
-                       "parts as two float arrays")
+# What a traced value may be: the dtypes the IR names (bool, integers, floats, complex).
+TRACEABLE_DTYPES = frozenset(DTYPE_BY_SHORT_NAME[short].name for short in DTYPE_BY_SHORT_NAME)
 
 
 def untraceable_dtype(dtype: np.dtype) -> str | None:
     """Why values of `dtype` cannot be traced, or None when they can."""
-    if dtype.kind == "c":
-        return f"complex ({dtype}); {COMPLEX_UNSUPPORTED}"
     if dtype.name not in TRACEABLE_DTYPES:
         return (f"of dtype {dtype}; cfgrad traces bool, integer and float values of at most "
-                "64 bits only")
+                "64 bits and complex64/complex128 values only")
     return None
 
 
@@ -717,8 +720,8 @@ def argument_problem(x: Any) -> str | None:
     """Why `x` cannot be a leaf of a traced argument, or None when it can.
 
     Anything rejected here would otherwise give a wrong number (an `np.matrix`, whose `*`
-    is a matrix product; a complex array, whose gradient would come out as zeros) or a raw
-    exception deep in the interpreter (object, string, structured, datetime dtypes)."""
+    is a matrix product) or a raw exception deep in the interpreter (object, string,
+    structured, datetime dtypes)."""
     if isinstance(x, Tracer):
         raise LoweringError(
             "a traced value from a finished trace was passed to a transformation; tracers "
@@ -727,7 +730,7 @@ def argument_problem(x: Any) -> str | None:
     if isinstance(x, int) and not isinstance(x, bool) and not -2**63 <= x < 2**63:
         return (f"the Python int {x}, beyond int64; pass it as a float, or close over it "
                 "(cfgrad's integers are numpy's int64)")
-    if isinstance(x, bool | int | float):
+    if isinstance(x, bool | int | float | complex):
         return None
     if isinstance(x, np.matrix):
         return ("an np.matrix, whose * and ** are matrix products; pass a plain array "
@@ -735,10 +738,10 @@ def argument_problem(x: Any) -> str | None:
     if isinstance(x, np.ma.MaskedArray):
         return ("a masked array, whose mask cfgrad would ignore; pass x.filled(value) or "
                 "the data and the mask as two arrays")
-    if isinstance(x, np.ndarray | np.generic | complex):
+    if isinstance(x, np.ndarray | np.generic):
         problem = untraceable_dtype(np.asarray(x).dtype)
-        if problem is None or problem.startswith("complex"):
-            return problem
+        if problem is None:
+            return None
         return (f"an array {problem}: convert it, or pass it through static_argnums or a "
                 "closure")
     hint = treelib.registration_hint(x)

@@ -4,8 +4,9 @@ JAX cannot reverse-differentiate `lax.while_loop` (or a `fori_loop` with a trace
 bound, which becomes one), but forward over forward works through it, so every program
 here is differentiated by JAX with `jacfwd(jacfwd(f))` and by cfgrad in every order of
 modes. Each program is written once against a small namespace of control flow and numpy,
-so both libraries run the same code. Skipped when JAX is not installed (it is not a
-dependency); run `pip install jax` to include these.
+so both libraries run the same code. At the end, first derivatives of complex functions
+(JAX's convention, through a branch and a loop) and of the fft family. Skipped when JAX is
+not installed (it is not a dependency); run `pip install jax` to include these.
 """
 
 from __future__ import annotations
@@ -153,3 +154,57 @@ def test_statistics_hessian_agrees_with_jax():
     assert got == pytest.approx(want, rel=1e-10, abs=1e-12)
     forward = cg.jacfwd(cg.jacfwd(lambda x: statistics(CFGRAD, x)))(POINT)
     assert forward == pytest.approx(want, rel=1e-10, abs=1e-12)
+
+
+# -- complex numbers and fft (issue 13, complex+fft family): first derivatives in JAX's
+# convention, through a branch and a loop, and the fft family's VJPs and JVPs
+
+def complex_loop(lib, z):
+    def step(i, w):
+        w = lib.cond(lib.np.sum(lib.np.real(w)) > 0.0, lambda v: v * (0.8 + 0.4j),
+                     lambda v: lib.np.conj(v) * lib.np.exp(0.1j * v), w)
+        return w + 0.1 * lib.np.sin(w) * lib.np.angle(w)
+    w = lib.fori_loop(0, 4, step, z)
+    return lib.np.sum(lib.np.abs(w) ** 2) + lib.np.real(lib.np.vdot(w, z))
+
+
+def spectral(lib, x):
+    y = lib.np.fft.rfft(x, 7, norm="ortho") * (1.0 + 0.5j)
+    z = lib.np.fft.irfft(y, 6)[:4] + lib.np.fft.hfft(lib.np.fft.ifft(y), 5, norm="forward")[:4]
+    w = lib.np.fft.fft2(lib.np.outer(z, z) + 0.3j, s=(3, 5))
+    return lib.np.sum(lib.np.abs(w)) + lib.np.sum(lib.np.real(lib.np.fft.ihfft(x)))
+
+
+COMPLEX_POINTS = [(complex_loop, np.array([0.4 - 0.7j, 0.2 + 0.1j, -0.5 + 0.3j])),
+                  (spectral, np.array([0.3, -1.2, 0.8, 0.5]))]
+
+
+@pytest.mark.parametrize("program, x", COMPLEX_POINTS, ids=["complex-loop", "spectral"])
+def test_complex_gradients_agree_with_jax(program, x):
+    got = cg.grad(lambda v: program(CFGRAD, v))(x)
+    want = np.asarray(jax.grad(lambda v: program(JAX, v))(jnp.asarray(x)))
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+FFT_CALLS = [("fft", {"n": 6, "norm": "ortho"}), ("ifftn", {"s": (2, 5)}),
+             ("rfftn", {"norm": "forward"}), ("irfft2", {"s": (3, 5)}),
+             ("hfft", {"n": 7}), ("ihfft", {"norm": "ortho"}), ("fftshift", {})]
+
+
+@pytest.mark.parametrize("name, kwargs", FFT_CALLS, ids=[c[0] for c in FFT_CALLS])
+def test_fft_vjp_and_jvp_agree_with_jax(name, kwargs):
+    rng = np.random.default_rng(0)
+    real_input = name in ("rfftn", "ihfft")
+    x = rng.standard_normal((3, 4)) + (0 if real_input else 1j * rng.standard_normal((3, 4)))
+    ours, theirs = getattr(cnp.fft, name), getattr(jnp.fft, name)
+    out, pullback = cg.vjp(lambda a: ours(a, **kwargs), x)
+    jout, jpullback = jax.vjp(lambda a: theirs(a, **kwargs), jnp.asarray(x))
+    ct = rng.standard_normal(out.shape) + (1j * rng.standard_normal(out.shape)
+                                           if np.iscomplexobj(out) else 0)
+    t = rng.standard_normal(x.shape) + (0 if real_input else 1j * rng.standard_normal(x.shape))
+    np.testing.assert_allclose(out, jout, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(pullback(ct)[0], jpullback(ct)[0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cg.jvp(lambda a: ours(a, **kwargs), (x,), (t,))[1],
+                               jax.jvp(lambda a: theirs(a, **kwargs), (jnp.asarray(x),),
+                                       (jnp.asarray(t),))[1], rtol=1e-12, atol=1e-12)

@@ -35,9 +35,6 @@ def square_sum(x):
 
 
 @pytest.mark.parametrize(("arg", "parts"), [
-    pytest.param(np.array([1 + 2j, 3.0]), ["complex128", "not supported yet"], id="complex"),
-    pytest.param(1 + 2j, ["complex", "not supported yet"], id="python-complex"),
-    pytest.param(np.complex64(1.0), ["complex64"], id="complex-scalar"),
     pytest.param(MATRIX, ["np.matrix", "np.asarray"], id="matrix"),
     pytest.param(np.ma.masked_array([1.0, 2.0], mask=[0, 1]), ["masked"], id="masked"),
     pytest.param(np.array([1.0], dtype=object), ["dtype object"], id="object"),
@@ -84,30 +81,26 @@ def test_bad_leaf_never_reuses_the_program_of_a_good_one() -> None:
 
 def test_a_bad_leaf_inside_a_pytree_is_named_by_position() -> None:
     with pytest.raises(cg.ArgumentTypeError, match=r"argument `params` \(leaf 1\)"):
-        cg.grad(lambda params: params[0] * 2.0)((1.0, np.array([1j])))
+        cg.grad(lambda params: params[0] * 2.0)((1.0, np.array(["a"])))
 
 
 def test_complex_gradient_is_never_silently_zero() -> None:
-    """grad of a real loss of a complex input returned zeros; now it is refused."""
-    with pytest.raises(cg.ArgumentTypeError, match="complex"):
-        cg.grad(lambda z: cnp.sum(cnp.abs(z)))(np.array([3 + 4j]))
+    """grad of a real loss of a complex input returned zeros, then was refused; now it is
+    JAX's value, conj(z)/|z| (tests/test_complex.py checks the convention)."""
+    np.testing.assert_allclose(cg.grad(lambda z: cnp.sum(cnp.abs(z)))(np.array([3 + 4j])),
+                               [0.6 - 0.8j], rtol=1e-15)
 
 
 @pytest.mark.parametrize(("fun", "parts"), [
-    pytest.param(lambda x: cnp.exp(x * 1j).astype(np.float64), ["mul", "complex128"],
-                 id="complex-literal"),
-    pytest.param(lambda x: cnp.sum(cnp.abs(x * np.array([1j, 2.0]))), ["mul", "complex128"],
-                 id="closed-over-complex-array"),
-    pytest.param(lambda x: cnp.astype(x, np.complex64).astype(np.float64),
-                 ["astype", "complex64"], id="astype-complex"),
+    pytest.param(lambda x: cnp.astype(x, np.longdouble), ["astype", "float128"],
+                 id="astype-longdouble"),
     pytest.param(lambda x: cg.fori_loop(0, 2, lambda i, c: (c[0], c[1] * x), (2**70, x))[1],
                  ["Python int 1180591620717411303424", "beyond int64"], id="huge-int-carry"),
     pytest.param(lambda x: x * np.array(["a"]), ["mul", "of dtype <U"], id="string-constant"),
 ])
-def test_complex_or_unsupported_values_made_inside_are_lowering_errors(
+def test_unsupported_values_made_inside_are_lowering_errors(
         fun: Callable, parts: list[str]) -> None:
-    """Not only arguments: a complex value made while tracing gave zero gradients and
-    zero tangents without a word."""
+    """Not only arguments: a value of a dtype cfgrad cannot trace, made while tracing."""
     for transform in (lambda: cg.grad(fun)(0.5), lambda: cg.jvp(fun, (0.5,), (1.0,)),
                       lambda: cg.vjp(fun, 0.5)):
         with pytest.raises(cg.LoweringError) as info:

@@ -387,6 +387,79 @@ def draw_const(data, dtype):
     return (lambda a: a + cnp.asarray(c)), (c,)
 
 
+# -- complex numbers and fft (issue 13, complex+fft family) --
+
+C128, C64 = np.dtype(np.complex128), np.dtype(np.complex64)
+COMPLEX = (C128, C64)
+
+
+def as_complex(dtype: np.dtype) -> np.dtype:
+    """The complex dtype a complex case draws for `dtype`: the derivative tests ask for
+    float64 and get complex128; the type rule tests pass a complex dtype itself."""
+    return np.result_type(dtype, np.complex64) if dtype.kind == "f" else dtype
+
+
+def complex_sample(rng: np.random.Generator, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """|z| in [0.2, 2] at any angle: clear of 0, where abs, sign and angle have kinks."""
+    z = rng.uniform(0.2, 2.0, shape) * np.exp(1j * rng.uniform(-np.pi, np.pi, shape))
+    return z.astype(as_complex(dtype))
+
+
+def complex_unary(fn: Callable) -> Case:
+    def draw(data, dtype):
+        return fn, (complex_sample(seeded(data), data.draw(SHAPES), dtype),)
+
+    return Case(draw, COMPLEX)
+
+
+NORMS = st.sampled_from([None, "backward", "ortho", "forward"])
+
+
+def draw_fft(data, dtype):
+    """fftn/ifftn over some axes of a complex input (fft, fft2 and cropping or padding
+    with n= included), and of a real one (cast to complex first)."""
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
+    axes = data.draw(st.lists(st.integers(0, len(shape) - 1), min_size=1, unique=True))
+    norm, n = data.draw(NORMS), data.draw(st.integers(1, 6))
+    z = complex_sample(seeded(data), shape, dtype)
+
+    def f(a):
+        return (cnp.fft.fftn(a, axes=axes, norm=norm), cnp.fft.ifftn(a, axes=axes, norm=norm),
+                cnp.fft.fft(a, n, axis=axes[0], norm=norm), cnp.fft.fft(cnp.real(a) * a))
+
+    return f, (z,)
+
+
+def draw_rfft(data, dtype):
+    """rfft, rfftn (an rfft then a complex fft) and ihfft of a float input, with n=."""
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5))
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    norm, n = data.draw(NORMS), data.draw(st.integers(1, 7))
+    x = SYMMETRIC(seeded(data), shape).astype(dtype)
+
+    def f(a):
+        return (cnp.fft.rfft(a, axis=axis, norm=norm), cnp.fft.rfft(a, n, axis, norm),
+                cnp.fft.rfftn(a, norm=norm), cnp.fft.ihfft(a, n, axis, norm))
+
+    return f, (x,)
+
+
+def draw_irfft(data, dtype):
+    """irfft to even and odd lengths n (cropping or padding the frequencies), irfftn and
+    hfft of a complex input whose zero frequency has an imaginary part (ignored); at least
+    2 frequencies on each axis, so irfftn's default length 2 (m - 1) is not 0."""
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=2, max_side=5))
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    norm, n = data.draw(NORMS), data.draw(st.integers(1, 8))
+    z = complex_sample(seeded(data), shape, dtype)
+
+    def f(a):
+        return (cnp.fft.irfft(a, n, axis, norm), cnp.fft.irfftn(a, norm=norm),
+                cnp.fft.hfft(a, n, axis, norm))
+
+    return f, (z,)
+
+
 def draw_bitwise(op: Callable) -> Callable:
     def draw(data, dtype):
         sx, sy = data.draw(PAIRS)
@@ -512,6 +585,14 @@ CASES: dict[str, Case] = {
     "roll": Case(draw_roll, ALL),
     "astype": Case(draw_astype, ALL),
     "const": Case(draw_const, ALL),
+    # complex numbers and fft (issue 13, complex+fft family)
+    "real": complex_unary(cnp.real),
+    "imag": complex_unary(cnp.imag),
+    "conj": complex_unary(cnp.conj),
+    "angle": complex_unary(cnp.angle),
+    "fft": Case(draw_fft, COMPLEX + (F64, F32)),
+    "rfft": Case(draw_rfft, (F64, F32)),
+    "irfft": Case(draw_irfft, COMPLEX),
     "stop_gradient": unary(cg.stop_gradient, dtypes=ALL),
 }
 
@@ -728,7 +809,7 @@ def check_rules(f: Callable, args: tuple, **tolerances: float) -> None:
     _, tangent = cg.jvp(f, args, tuple(np.ones_like(x) for x in args))
     for i, (o, t) in enumerate(zip(outs, treelib.flatten(tangent)[0])):
         o, t = np.asarray(o), np.asarray(t)
-        if o.dtype.kind == "f":
+        if o.dtype.kind in "fc":
             assert (t.shape, t.dtype) == (o.shape, o.dtype), f"tangent of output {i}"
 
 

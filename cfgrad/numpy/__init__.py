@@ -7,17 +7,20 @@ This module only assembles the namespace; each part owns one family of functions
 - `core`: creation, the operators' arithmetic, basic reductions, shapes and indexing;
 - `statistics`: cumulative sums and products, sorting and searching, quantiles, the
   NaN-ignoring reductions, average/cov/corrcoef, differences, integrals, interpolation;
+- `complex`: real and imaginary parts, conjugate, angle;
 - `linalg` (`cnp.linalg`) and `fft` (`cnp.fft`): numpy's submodules of the same names.
 """
 
 from . import fft, linalg
+from .complex import *  # noqa: F403
+from .complex import __all__ as _complex_names
 from .core import *  # noqa: F403
 from .core import __all__ as _core_names
 from .core import _getitem
 from .statistics import *  # noqa: F403
 from .statistics import __all__ as _statistics_names
 
-__all__ = [*_core_names, *_statistics_names, "fft", "linalg"]
+__all__ = [*_core_names, *_complex_names, *_statistics_names, "fft", "linalg"]
 
 # The functions numpy's dispatch (`np.sin(tracer)`) and the array methods of traced values
 # (`x.sum()`, `x[i]`, `x.T`) resolve to, by numpy name: read by trace.py's Tracer.

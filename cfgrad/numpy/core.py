@@ -443,11 +443,18 @@ def dot(a: Any, b: Any) -> Any:
     return bind("matmul", a, b)
 
 
+def _conj(x: Any) -> Any:
+    """The complex conjugate of x; a real x as it is (numpy returns it unchanged too)."""
+    return bind("conj", x) if _dtype(x).kind == "c" else x
+
+
 def vdot(a: Any, b: Any) -> Any:
+    """numpy's vdot: the flattened a, conjugated, dotted with the flattened b."""
+    return sum(multiply(ravel(_conj(a)), ravel(b)))
+
+
+def inner(a: Any, b: Any) -> Any:
     return sum(multiply(ravel(a), ravel(b)))
-
-
-inner = vdot
 
 
 def outer(a: Any, b: Any) -> Any:
