@@ -14,11 +14,14 @@ output is traced as a program of the tangents, and the reverse builder different
 that program, which for a rule linear in the tangents (as JAX requires) is exactly the
 transpose.
 
-Inside its own rules (`fwd`, `bwd`, the jvp rule) a custom function is its primal
-computation, so `def f_fwd(x): return f(x), residuals` works as in JAX. Redefining a rule
-makes every Program lowered with the old one stale: it starts a new lowering epoch
-(trace.py), and lowering caches (the rule objects here, the api's per-signature cache) are
-valid only for the epoch they were built in.
+Inside a custom_jvp function's rule, a call of the function is the function again (with
+this rule), as in JAX: the rule's output and tangent are traced inline into the JVP
+program, so a derivative of them differentiates the rule as ordinary code, and reaches the
+rule once more only through such a call. Inside a custom_vjp function's `fwd` and `bwd`, a
+call of the function is its primal computation, so `def f_fwd(x): return f(x), residuals`
+works. Redefining a rule makes every Program lowered with the old one stale: it starts a
+new lowering epoch (trace.py), and lowering caches (the rule objects here, the api's
+per-signature cache) are valid only for the epoch they were built in.
 """
 
 from __future__ import annotations
@@ -244,25 +247,30 @@ class _JVPRule(_Signature):
     def primal(self, xs: tuple) -> tuple:
         return _run(self.primal_compiled, xs)
 
-    def _rule_tangents(self, primals: list[Any], tangents: list[Any]) -> list[Any]:
-        """The user's rule, called with pytrees; returns the tangent output leaves."""
-        with self.fn.own_rule():
-            result = self.jvp_rule(self.args(primals), self.args(tangents))
+    def _rule_outputs(self, primals: list[Any], tangents: list[Any]) -> tuple[list, list]:
+        """The user's rule, called with pytrees: its output's leaves and its tangent's.
+
+        Traced into a JVP program, a call of the function inside its rule is the function
+        again, as in JAX: a node whose rule is expanded only when that node is
+        differentiated, at the next order, so tracing the rule never recurses."""
+        result = self.jvp_rule(self.args(primals), self.args(tangents))
         if not (isinstance(result, tuple) and len(result) == 2):
             raise ArgumentTypeError(f"{self.name}: the jvp rule must return (output, tangent)")
-        self.check_output("the jvp rule's output", result[0])
-        return self.check_output("the jvp rule's tangent", result[1])
+        return (self.check_output("the jvp rule's output", result[0]),
+                self.check_output("the jvp rule's tangent", result[1]))
 
-    # forward mode, at build time: the rule is traced inline into the JVP program
-    def tangents(self, ts: list[Any], xs: list[Any], outs: list[Any]) -> list[Any]:
-        full = [t if t is not None else np.zeros(ty.shape, ty.dtype)
-                for t, ty in zip(ts, self.in_types)]
+    # forward mode, at build time: the rule is traced inline into the JVP program, values
+    # included, so a derivative of the tangents (a Hessian) differentiates the rule's
+    # output as ordinary code, as JAX does (a rule returning x·y for the product is
+    # differentiated as x·y there, whatever its tangent says)
+    def outputs_and_tangents(self, ts: list[Any], xs: list[Any]) -> tuple[list, list]:
         with tracing(xs[0]._cfgrad_trace):
-            return self._rule_tangents(list(xs), full)
+            return self._rule_outputs(list(xs), filled(ts, self.in_types))
 
     # reverse mode, at build time: reverse mode of the rule's program of the tangents (a
     # `vjp_call` with respect to the tangents), which for a rule linear in the tangents is
-    # its transpose; an outer transformation differentiates it like any vjp_call
+    # its transpose. It only runs in a reverse pass: derivatives of a gradient are built
+    # from the JVP program (nested.py), never by differentiating a reverse pass
     def transpose(self, cts: list[Any], xs: list[Any]) -> tuple:
         n = len(self.in_types)
         main = filled(cts, self.result_types)
@@ -275,12 +283,15 @@ class _JVPRule(_Signature):
 
     def _transpose(self) -> Pullback:
         """Reverse mode, with respect to the tangents, of the program (primals, tangents)
-        -> the rule's tangent output."""
+        -> the rule's tangent output. A call of the function inside the rule computes its
+        primal here, as JAX inlines the function when it transposes: a call on the
+        tangents (a linear function whose rule is itself) is transposed as ordinary code,
+        not by this pullback again without end; the values are the same either way."""
         if self._transpose_pullback is None:
             n = len(self.in_types)
 
             def linear(*leaves: Any) -> list[Any]:
-                return self._rule_tangents(list(leaves[:n]), list(leaves[n:]))
+                return self._rule_outputs(list(leaves[:n]), list(leaves[n:]))[1]
 
             program = self.lower(linear, self.in_types + self.in_types,
                                  f"{self.name}.jvp_rule")
@@ -315,8 +326,10 @@ class _CustomFunction:
 
     @contextmanager
     def own_rule(self) -> Iterator[None]:
-        """Calls of the function inside its own rules compute its primal (`fun`) instead
-        of a node whose rule would be traced again, without end."""
+        """Calls of the function inside the code lowered now compute its primal (`fun`)
+        instead of a node: inside the function itself, whose node would lower it again
+        without end, and inside a custom_vjp's fwd and bwd, whose node would run fwd again
+        at every run."""
         with LOWERING_LOCK:  # the depth is shared by threads: only the tracing one sets it
             self._rule_depth += 1
             try:
@@ -426,30 +439,27 @@ def custom_root(f: Callable, initial_guess: Any, solve: Callable, tangent_solve:
         tangents = residual.jvp_call([*x, *theta], [*dx, *dtheta])
         return treelib.unflatten(program.out_tree, list(tangents))
 
-    def implicit_root() -> custom_jvp:
+    def identity(x: Any, theta: tuple) -> Any:
+        return x
+
+    identity.__name__ = f"custom_root({name})"
+    root = custom_jvp(identity)
+
+    @root.defjvp
+    def theorem(primals: tuple, tangents: tuple) -> tuple:
         """x ↦ x, with the theorem as its JVP rule. Inside the rule the root is this
-        function again (a fresh object, so not its own primal), so a derivative of the
-        rule, where the root moves with θ, uses the theorem once more: every order of
-        derivative of the root comes from the theorem, none from the iterations."""
-        def identity(x: Any, theta: tuple) -> Any:
-            return x
+        function again, so a derivative of the rule, where the root moves with θ, uses the
+        theorem once more: every order of derivative of the root comes from the theorem,
+        none from the iterations."""
+        x, theta = primals
+        x = root(x, theta)
+        xs = treelib.flatten(x)[0]
+        rhs = partial_jvp(xs, theta, [None] * n, list(tangents[1]))
+        rhs = treelib.tree_map(lambda r: -r, rhs)
+        dx = tangent_solve(
+            lambda v: partial_jvp(xs, theta, treelib.flatten(v)[0], [None] * len(theta)),
+            rhs)
+        return x, dx
 
-        identity.__name__ = f"custom_root({name})"
-        root = custom_jvp(identity)
-
-        @root.defjvp
-        def theorem(primals: tuple, tangents: tuple) -> tuple:
-            x, theta = primals
-            x = implicit_root()(x, theta)
-            xs = treelib.flatten(x)[0]
-            rhs = partial_jvp(xs, theta, [None] * n, list(tangents[1]))
-            rhs = treelib.tree_map(lambda r: -r, rhs)
-            dx = tangent_solve(
-                lambda v: partial_jvp(xs, theta, treelib.flatten(v)[0], [None] * len(theta)),
-                rhs)
-            return x, dx
-
-        return root
-
-    root = implicit_root()(solution, tuple(captured))
-    return (root, stop_gradient(aux)) if has_aux else root
+    found = root(solution, tuple(captured))
+    return (found, stop_gradient(aux)) if has_aux else found
