@@ -14,13 +14,16 @@ output is traced as a program of the tangents, and the reverse builder different
 that program, which for a rule linear in the tangents (as JAX requires) is exactly the
 transpose.
 
-Inside a custom_jvp function's rule, a call of the function is the function again (with
-this rule), as in JAX: the rule's output and tangent are traced inline into the JVP
-program, so a derivative of them differentiates the rule as ordinary code, and reaches the
-rule once more only through such a call. Inside a custom_vjp function's `fwd` and `bwd`, a
-call of the function is its primal computation, so `def f_fwd(x): return f(x), residuals`
-works. Redefining a rule makes every Program lowered with the old one stale: it starts a
-new lowering epoch (trace.py), and lowering caches (the rule objects here, the api's
+Inside its own rules a call of the function is the function again, as in JAX: where the
+rule runs it computes the primal (so `def f_fwd(x): return f(x), residuals` works), and
+where the rule is differentiated (a derivative of a gradient) its rule gives its
+derivative once more. A custom_jvp rule's output and tangent are traced inline into the
+JVP program, a call of the function in it is the function's node; inside a custom_vjp's
+`fwd` and `bwd` it is `custom_vjp.within_rules`, since the node itself would run fwd
+inside fwd.
+
+Redefining a rule makes every Program lowered with the old one stale: it starts a new
+lowering epoch (trace.py), and lowering caches (the rule objects here, the api's
 per-signature cache) are valid only for the epoch they were built in.
 """
 
@@ -50,6 +53,10 @@ def stop_gradient(x: Any) -> Any:
 
 def _dummies(types: list[TensorType]) -> list[np.ndarray]:
     return [np.zeros(t.shape, t.dtype) for t in types]
+
+
+def _types(leaves: list[Any]) -> list[TensorType]:
+    return [x.value.type if isinstance(x, Tracer) else type_of(x) for x in leaves]
 
 
 def _run(compiled: Compiled, args: Any) -> tuple:
@@ -100,10 +107,11 @@ class _Signature:
         self.check_leaves(what, leaves, self.result_types, f" (what {self.name} returns)")
         return leaves
 
-    def lower(self, fun: Callable, types: list[TensorType], name: str) -> Program:
+    def lower(self, fun: Callable, types: list[TensorType], name: str,
+              calls: Callable | None = None) -> Program:
         """Trace `fun` on leaves of `types`, with the function's own calls inside it
-        computing its primal (see _CustomFunction.own_rule)."""
-        with self.fn.own_rule():
+        calling `calls` (by default its primal; see _CustomFunction.calls_become)."""
+        with self.fn.calls_become(calls or self.fn.fun):
             try:
                 return trace_program(fun, tuple(_dummies(types)), name=name)
             except TracerBoolError as exc:  # the line is named; say why it was traced
@@ -140,7 +148,8 @@ class _VJPRule(_Signature):
             res_leaves, self.res_tree = treelib.flatten(result[1])
             return out_leaves + res_leaves
 
-        self.fwd_program = self.lower(fwd_flat, in_types, f"{self.name}.fwd")
+        self.fwd_program = self.lower(fwd_flat, in_types, f"{self.name}.fwd",
+                                      calls=fn.within_rules)
         self.fwd_compiled = Compiled(self.fwd_program)
         self.out_types = [v.type for v in self.fwd_program.outputs]
         self._forward_call: Call | None = None
@@ -175,18 +184,23 @@ class _VJPRule(_Signature):
     # differentiates fwd and bwd as ordinary code, as JAX does: where the program reads
     # the function's output again, its derivative there is fwd's, not the rule's.
     def outputs_and_tangents(self, ts: list[Any], xs: list[Any]) -> tuple[list, list]:
-        n_res = len(self.out_types) - self.n_out
         values = self.forward_call().jvp_outputs(list(xs), ts)
         outs, fwd_tangents = values[:len(self.out_types)], values[len(self.out_types):]
+        return outs, self.rule_tangents(outs[self.n_out:], ts) + list(fwd_tangents[self.n_out:])
+
+    def rule_tangents(self, residuals: list[Any], ts: list[Any]) -> list[Any]:
+        """The outputs' tangents along `ts` (one per input, None for zero) by the rule: bwd
+        at `residuals` transposed, by reverse mode of the bwd program in its cotangents
+        (None for a non-float output)."""
+        n_res = len(residuals)
         dx = filled([ts[i] for i in self.float_inputs],
                     [self.in_types[i] for i in self.float_inputs])
         cts = _dummies(self.out_types[: self.n_out])
         wrt = tuple(range(n_res, n_res + self.n_out))
-        transposed = bind("vjp_call", *outs[self.n_out:], *cts, *dx,
+        transposed = bind("vjp_call", *residuals, *cts, *dx,
                           of=self.backward_call().pullback_of(wrt, None, of_jvp=False))
-        result = [transposed[n_res + i] if t.is_float else None
-                  for i, t in enumerate(self.out_types[: self.n_out])]
-        return outs, result + list(fwd_tangents[self.n_out:])
+        return [transposed[n_res + i] if t.is_float else None
+                for i, t in enumerate(self.out_types[: self.n_out])]
 
     def forward_call(self) -> Call:
         if self._forward_call is None:
@@ -230,7 +244,8 @@ class _VJPRule(_Signature):
             return out
 
         types = self.out_types[self.n_out:] + self.out_types[: self.n_out]
-        self._backward_call = Call(self.lower(bwd_flat, types, f"{self.name}.bwd"))
+        self._backward_call = Call(self.lower(bwd_flat, types, f"{self.name}.bwd",
+                                              calls=self.fn.within_rules))
 
 
 class _JVPRule(_Signature):
@@ -312,7 +327,8 @@ class _CustomFunction:
         self.fun = fun
         self._rules: dict[Any, Any] = {}
         self._rules_epoch = lowering_epoch()
-        self._rule_depth = 0  # > 0 while one of this function's rules is being traced
+        # what a call of the function is while code of its own is lowered (innermost last)
+        self._inside: list[Callable] = []
 
     def _ready(self) -> None:
         raise NotImplementedError
@@ -325,17 +341,17 @@ class _CustomFunction:
         self._rules.clear()
 
     @contextmanager
-    def own_rule(self) -> Iterator[None]:
-        """Calls of the function inside the code lowered now compute its primal (`fun`)
-        instead of a node: inside the function itself, whose node would lower it again
-        without end, and inside a custom_vjp's fwd and bwd, whose node would run fwd again
-        at every run."""
-        with LOWERING_LOCK:  # the depth is shared by threads: only the tracing one sets it
-            self._rule_depth += 1
+    def calls_become(self, target: Callable) -> Iterator[None]:
+        """Calls of the function inside the code lowered now call `target` instead of
+        becoming this function's node: inside the function itself its primal (`fun`),
+        whose node would lower it again without end; inside a custom_vjp's fwd and bwd
+        the function as it is within its rules (`custom_vjp.within_rules`)."""
+        with LOWERING_LOCK:  # the stack is shared by threads: only the tracing one sets it
+            self._inside.append(target)
             try:
                 yield
             finally:
-                self._rule_depth -= 1
+                self._inside.pop()
 
     def _rule(self, in_tree: treelib.TreeDef, types: list[TensorType]) -> Any:
         """The rule object for this input signature, lowered on first use in an epoch."""
@@ -350,11 +366,12 @@ class _CustomFunction:
 
     def __call__(self, *args: Any) -> Any:
         leaves, in_tree = treelib.flatten(args)
-        if self._rule_depth or not any(isinstance(x, Tracer) for x in leaves):
+        if not any(isinstance(x, Tracer) for x in leaves):
             return self.fun(*args)
+        if self._inside:
+            return self._inside[-1](*args)
         self._ready()
-        rule = self._rule(in_tree, [x.value.type if isinstance(x, Tracer) else type_of(x)
-                                    for x in leaves])
+        rule = self._rule(in_tree, _types(leaves))
         outs = bind(self.node_op, *leaves, rule=rule)
         return treelib.unflatten(rule.out_tree, list(outs[: rule.n_out]))
 
@@ -373,6 +390,28 @@ class custom_vjp(_CustomFunction):  # noqa: N801 - the JAX name
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         self.fwd, self.bwd = fwd, bwd
         self._redefined()
+
+    @functools.cached_property
+    def within_rules(self) -> custom_jvp:
+        """The function inside its own fwd and bwd, as JAX has it: its primal where it
+        runs (a node running fwd would run fwd inside fwd, without end), and, where it is
+        differentiated, its own rule again — values and residuals from fwd, tangents by
+        bwd transposed — so a derivative of fwd or bwd (a Hessian) uses the rule for
+        their calls of the function at every order."""
+        inner = custom_jvp(self.fun)
+        inner.defjvp(self._jvp_by_rule)
+        return inner
+
+    def _jvp_by_rule(self, primals: tuple, tangents: tuple) -> tuple:
+        """within_rules' JVP rule: this function's custom derivative, as JAX's forward
+        mode of a custom_vjp (which cfgrad's node has too, `_VJPRule.rule_tangents`)."""
+        leaves, in_tree = treelib.flatten(primals)
+        rule = self._rule(in_tree, _types(leaves))
+        outs = list(bind("call", *leaves, of=rule.forward_call()))
+        dx = rule.rule_tangents(outs[rule.n_out:], treelib.flatten(tangents)[0])
+        tangent = filled(dx, rule.out_types[: rule.n_out])
+        return (treelib.unflatten(rule.out_tree, outs[: rule.n_out]),
+                treelib.unflatten(rule.out_tree, tangent))
 
     def _ready(self) -> None:
         if self.fwd is None:

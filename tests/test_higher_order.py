@@ -1116,6 +1116,19 @@ def _doubled_exp_rule(primals: tuple, tangents: tuple) -> tuple:
     return y, 2.0 * y * dx
 
 
+@cg.custom_vjp
+def doubled_exp_vjp(x: Any) -> Any:
+    return cnp.exp(x)
+
+
+def _doubled_exp_fwd(x: Any) -> tuple:
+    y = doubled_exp_vjp(x)  # the function again: its rule gives its derivative at next order
+    return y, y
+
+
+doubled_exp_vjp.defvjp(_doubled_exp_fwd, lambda y, ct: (2.0 * y * ct,))
+
+
 def second_derivatives(f: Callable, x: np.ndarray, checkpoint: Any = None) -> dict:
     """The derivative of grad f at x by every composition: row i is the gradient of the
     i-th component of grad f (the Jacobian of the gradient field, as jax.hessian)."""
@@ -1172,19 +1185,22 @@ def test_unsymmetric_rule_fields_are_differentiated_not_transposed(
         assert_close(got, want, RTOL, f"{name} through fori_loop and cond")
 
 
-def test_a_rule_calling_its_function_uses_the_rule_again_at_each_order() -> None:
-    """f = exp with tangent 2 f(x) dx, the rule calling f: f' = 2eˣ, f'' = 4eˣ, f''' = 8eˣ
-    (JAX's values); for F = f(xy) + x the Hessian is 2eˣʸ[[2y², 2xy + 1], [2xy + 1, 2x²]]."""
+@pytest.mark.parametrize("f", [doubled_exp, doubled_exp_vjp], ids=["custom_jvp",
+                                                                     "custom_vjp"])
+def test_a_rule_calling_its_function_uses_the_rule_again_at_each_order(f: Callable) -> None:
+    """f = exp with derivative 2 f(x) by a rule calling f (the custom_jvp's rule, the
+    custom_vjp's fwd): f' = 2eˣ, f'' = 4eˣ, f''' = 8eˣ (JAX's values); for F = f(xy) + x
+    the Hessian is 2eˣʸ[[2y², 2xy + 1], [2xy + 1, 2x²]]."""
     x0 = 0.3
-    assert_close(cg.grad(doubled_exp)(x0), 2 * math.exp(x0), RTOL, "f'")
-    results = third_orders(doubled_exp, x0, forward_only=False)
+    assert_close(cg.grad(f)(x0), 2 * math.exp(x0), RTOL, "f'")
+    results = third_orders(f, x0, forward_only=False)
     assert_all_agree(results)
     assert_close(results["grad.grad.grad"], 8 * math.exp(x0), RTOL, "f'''")
-    assert_close(cg.grad(cg.grad(doubled_exp))(x0), 4 * math.exp(x0), RTOL, "f''")
+    assert_close(cg.grad(cg.grad(f))(x0), 4 * math.exp(x0), RTOL, "f''")
     x, y = 0.7, -0.4
     e = math.exp(x * y)
     want = 2 * e * np.array([[2 * y * y, 2 * x * y + 1], [2 * x * y + 1, 2 * x * x]])
-    for name, got in second_derivatives(lambda v: doubled_exp(v[0] * v[1]) + v[0],
+    for name, got in second_derivatives(lambda v: f(v[0] * v[1]) + v[0],
                                         np.array([x, y]), Binomial(2)).items():
         assert_close(got, want, RTOL, name)
 
