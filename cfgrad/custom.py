@@ -14,11 +14,17 @@ output is traced as a program of the tangents, and the reverse builder different
 that program, which for a rule linear in the tangents (as JAX requires) is exactly the
 transpose.
 
-Inside its own rules (`fwd`, `bwd`, the jvp rule) a custom function is its primal
-computation, so `def f_fwd(x): return f(x), residuals` works as in JAX. Redefining a rule
-makes every Program lowered with the old one stale: it starts a new lowering epoch
-(trace.py), and lowering caches (the rule objects here, the api's per-signature cache) are
-valid only for the epoch they were built in.
+Inside its own rules a call of the function is the function again, as in JAX: where the
+rule runs it computes the primal (so `def f_fwd(x): return f(x), residuals` works), and
+where the rule is differentiated (a derivative of a gradient) its rule gives its
+derivative once more. A custom_jvp rule's output and tangent are traced inline into the
+JVP program, a call of the function in it is the function's node; inside a custom_vjp's
+`fwd` and `bwd` it is `custom_vjp.within_rules`, since the node itself would run fwd
+inside fwd.
+
+Redefining a rule makes every Program lowered with the old one stale: it starts a new
+lowering epoch (trace.py), and lowering caches (the rule objects here, the api's
+per-signature cache) are valid only for the epoch they were built in.
 """
 
 from __future__ import annotations
@@ -47,6 +53,10 @@ def stop_gradient(x: Any) -> Any:
 
 def _dummies(types: list[TensorType]) -> list[np.ndarray]:
     return [np.zeros(t.shape, t.dtype) for t in types]
+
+
+def _types(leaves: list[Any]) -> list[TensorType]:
+    return [x.value.type if isinstance(x, Tracer) else type_of(x) for x in leaves]
 
 
 def _run(compiled: Compiled, args: Any) -> tuple:
@@ -97,10 +107,11 @@ class _Signature:
         self.check_leaves(what, leaves, self.result_types, f" (what {self.name} returns)")
         return leaves
 
-    def lower(self, fun: Callable, types: list[TensorType], name: str) -> Program:
+    def lower(self, fun: Callable, types: list[TensorType], name: str,
+              calls: Callable | None = None) -> Program:
         """Trace `fun` on leaves of `types`, with the function's own calls inside it
-        computing its primal (see _CustomFunction.own_rule)."""
-        with self.fn.own_rule():
+        calling `calls` (by default its primal; see _CustomFunction.calls_become)."""
+        with self.fn.calls_become(calls or self.fn.fun):
             try:
                 return trace_program(fun, tuple(_dummies(types)), name=name)
             except TracerBoolError as exc:  # the line is named; say why it was traced
@@ -137,7 +148,8 @@ class _VJPRule(_Signature):
             res_leaves, self.res_tree = treelib.flatten(result[1])
             return out_leaves + res_leaves
 
-        self.fwd_program = self.lower(fwd_flat, in_types, f"{self.name}.fwd")
+        self.fwd_program = self.lower(fwd_flat, in_types, f"{self.name}.fwd",
+                                      calls=fn.within_rules)
         self.fwd_compiled = Compiled(self.fwd_program)
         self.out_types = [v.type for v in self.fwd_program.outputs]
         self._forward_call: Call | None = None
@@ -172,18 +184,23 @@ class _VJPRule(_Signature):
     # differentiates fwd and bwd as ordinary code, as JAX does: where the program reads
     # the function's output again, its derivative there is fwd's, not the rule's.
     def outputs_and_tangents(self, ts: list[Any], xs: list[Any]) -> tuple[list, list]:
-        n_res = len(self.out_types) - self.n_out
         values = self.forward_call().jvp_outputs(list(xs), ts)
         outs, fwd_tangents = values[:len(self.out_types)], values[len(self.out_types):]
+        return outs, self.rule_tangents(outs[self.n_out:], ts) + list(fwd_tangents[self.n_out:])
+
+    def rule_tangents(self, residuals: list[Any], ts: list[Any]) -> list[Any]:
+        """The outputs' tangents along `ts` (one per input, None for zero) by the rule: bwd
+        at `residuals` transposed, by reverse mode of the bwd program in its cotangents
+        (None for a non-float output)."""
+        n_res = len(residuals)
         dx = filled([ts[i] for i in self.float_inputs],
                     [self.in_types[i] for i in self.float_inputs])
         cts = _dummies(self.out_types[: self.n_out])
         wrt = tuple(range(n_res, n_res + self.n_out))
-        transposed = bind("vjp_call", *outs[self.n_out:], *cts, *dx,
+        transposed = bind("vjp_call", *residuals, *cts, *dx,
                           of=self.backward_call().pullback_of(wrt, None, of_jvp=False))
-        result = [transposed[n_res + i] if t.is_float else None
-                  for i, t in enumerate(self.out_types[: self.n_out])]
-        return outs, result + list(fwd_tangents[self.n_out:])
+        return [transposed[n_res + i] if t.is_float else None
+                for i, t in enumerate(self.out_types[: self.n_out])]
 
     def forward_call(self) -> Call:
         if self._forward_call is None:
@@ -228,8 +245,8 @@ class _VJPRule(_Signature):
 
         types = self.out_types[self.n_out:] + self.out_types[: self.n_out]
         # bwd runs only in pullbacks, for the first time there: its debug prints show
-        self._backward_call = Call(self.lower(bwd_flat, types, f"{self.name}.bwd"),
-                                   first_run=True)
+        self._backward_call = Call(self.lower(bwd_flat, types, f"{self.name}.bwd",
+                                              calls=self.fn.within_rules), first_run=True)
 
 
 class _JVPRule(_Signature):
@@ -246,25 +263,30 @@ class _JVPRule(_Signature):
     def primal(self, xs: tuple) -> tuple:
         return _run(self.primal_compiled, xs)
 
-    def _rule_tangents(self, primals: list[Any], tangents: list[Any]) -> list[Any]:
-        """The user's rule, called with pytrees; returns the tangent output leaves."""
-        with self.fn.own_rule():
-            result = self.jvp_rule(self.args(primals), self.args(tangents))
+    def _rule_outputs(self, primals: list[Any], tangents: list[Any]) -> tuple[list, list]:
+        """The user's rule, called with pytrees: its output's leaves and its tangent's.
+
+        Traced into a JVP program, a call of the function inside its rule is the function
+        again, as in JAX: a node whose rule is expanded only when that node is
+        differentiated, at the next order, so tracing the rule never recurses."""
+        result = self.jvp_rule(self.args(primals), self.args(tangents))
         if not (isinstance(result, tuple) and len(result) == 2):
             raise ArgumentTypeError(f"{self.name}: the jvp rule must return (output, tangent)")
-        self.check_output("the jvp rule's output", result[0])
-        return self.check_output("the jvp rule's tangent", result[1])
+        return (self.check_output("the jvp rule's output", result[0]),
+                self.check_output("the jvp rule's tangent", result[1]))
 
-    # forward mode, at build time: the rule is traced inline into the JVP program
-    def tangents(self, ts: list[Any], xs: list[Any], outs: list[Any]) -> list[Any]:
-        full = [t if t is not None else np.zeros(ty.shape, ty.dtype)
-                for t, ty in zip(ts, self.in_types)]
+    # forward mode, at build time: the rule is traced inline into the JVP program, values
+    # included, so a derivative of the tangents (a Hessian) differentiates the rule's
+    # output as ordinary code, as JAX does (a rule returning x·y for the product is
+    # differentiated as x·y there, whatever its tangent says)
+    def outputs_and_tangents(self, ts: list[Any], xs: list[Any]) -> tuple[list, list]:
         with tracing(xs[0]._cfgrad_trace):
-            return self._rule_tangents(list(xs), full)
+            return self._rule_outputs(list(xs), filled(ts, self.in_types))
 
     # reverse mode, at build time: reverse mode of the rule's program of the tangents (a
     # `vjp_call` with respect to the tangents), which for a rule linear in the tangents is
-    # its transpose; an outer transformation differentiates it like any vjp_call
+    # its transpose. It only runs in a reverse pass: derivatives of a gradient are built
+    # from the JVP program (nested.py), never by differentiating a reverse pass
     def transpose(self, cts: list[Any], xs: list[Any]) -> tuple:
         n = len(self.in_types)
         main = filled(cts, self.result_types)
@@ -277,12 +299,15 @@ class _JVPRule(_Signature):
 
     def _transpose(self) -> Pullback:
         """Reverse mode, with respect to the tangents, of the program (primals, tangents)
-        -> the rule's tangent output."""
+        -> the rule's tangent output. A call of the function inside the rule computes its
+        primal here, as JAX inlines the function when it transposes: a call on the
+        tangents (a linear function whose rule is itself) is transposed as ordinary code,
+        not by this pullback again without end; the values are the same either way."""
         if self._transpose_pullback is None:
             n = len(self.in_types)
 
             def linear(*leaves: Any) -> list[Any]:
-                return self._rule_tangents(list(leaves[:n]), list(leaves[n:]))
+                return self._rule_outputs(list(leaves[:n]), list(leaves[n:]))[1]
 
             program = self.lower(linear, self.in_types + self.in_types,
                                  f"{self.name}.jvp_rule")
@@ -303,7 +328,8 @@ class _CustomFunction:
         self.fun = fun
         self._rules: dict[Any, Any] = {}
         self._rules_epoch = lowering_epoch()
-        self._rule_depth = 0  # > 0 while one of this function's rules is being traced
+        # what a call of the function is while code of its own is lowered (innermost last)
+        self._inside: list[Callable] = []
 
     def _ready(self) -> None:
         raise NotImplementedError
@@ -316,15 +342,17 @@ class _CustomFunction:
         self._rules.clear()
 
     @contextmanager
-    def own_rule(self) -> Iterator[None]:
-        """Calls of the function inside its own rules compute its primal (`fun`) instead
-        of a node whose rule would be traced again, without end."""
-        with LOWERING_LOCK:  # the depth is shared by threads: only the tracing one sets it
-            self._rule_depth += 1
+    def calls_become(self, target: Callable) -> Iterator[None]:
+        """Calls of the function inside the code lowered now call `target` instead of
+        becoming this function's node: inside the function itself its primal (`fun`),
+        whose node would lower it again without end; inside a custom_vjp's fwd and bwd
+        the function as it is within its rules (`custom_vjp.within_rules`)."""
+        with LOWERING_LOCK:  # the stack is shared by threads: only the tracing one sets it
+            self._inside.append(target)
             try:
                 yield
             finally:
-                self._rule_depth -= 1
+                self._inside.pop()
 
     def _rule(self, in_tree: treelib.TreeDef, types: list[TensorType]) -> Any:
         """The rule object for this input signature, lowered on first use in an epoch."""
@@ -339,11 +367,12 @@ class _CustomFunction:
 
     def __call__(self, *args: Any) -> Any:
         leaves, in_tree = treelib.flatten(args)
-        if self._rule_depth or not any(isinstance(x, Tracer) for x in leaves):
+        if not any(isinstance(x, Tracer) for x in leaves):
             return self.fun(*args)
+        if self._inside:
+            return self._inside[-1](*args)
         self._ready()
-        rule = self._rule(in_tree, [x.value.type if isinstance(x, Tracer) else type_of(x)
-                                    for x in leaves])
+        rule = self._rule(in_tree, _types(leaves))
         outs = bind(self.node_op, *leaves, rule=rule)
         return treelib.unflatten(rule.out_tree, list(outs[: rule.n_out]))
 
@@ -362,6 +391,28 @@ class custom_vjp(_CustomFunction):  # noqa: N801 - the JAX name
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         self.fwd, self.bwd = fwd, bwd
         self._redefined()
+
+    @functools.cached_property
+    def within_rules(self) -> custom_jvp:
+        """The function inside its own fwd and bwd, as JAX has it: its primal where it
+        runs (a node running fwd would run fwd inside fwd, without end), and, where it is
+        differentiated, its own rule again — values and residuals from fwd, tangents by
+        bwd transposed — so a derivative of fwd or bwd (a Hessian) uses the rule for
+        their calls of the function at every order."""
+        inner = custom_jvp(self.fun)
+        inner.defjvp(self._jvp_by_rule)
+        return inner
+
+    def _jvp_by_rule(self, primals: tuple, tangents: tuple) -> tuple:
+        """within_rules' JVP rule: this function's custom derivative, as JAX's forward
+        mode of a custom_vjp (which cfgrad's node has too, `_VJPRule.rule_tangents`)."""
+        leaves, in_tree = treelib.flatten(primals)
+        rule = self._rule(in_tree, _types(leaves))
+        outs = list(bind("call", *leaves, of=rule.forward_call()))
+        dx = rule.rule_tangents(outs[rule.n_out:], treelib.flatten(tangents)[0])
+        tangent = filled(dx, rule.out_types[: rule.n_out])
+        return (treelib.unflatten(rule.out_tree, outs[: rule.n_out]),
+                treelib.unflatten(rule.out_tree, tangent))
 
     def _ready(self) -> None:
         if self.fwd is None:
@@ -428,30 +479,27 @@ def custom_root(f: Callable, initial_guess: Any, solve: Callable, tangent_solve:
         tangents = residual.jvp_call([*x, *theta], [*dx, *dtheta])
         return treelib.unflatten(program.out_tree, list(tangents))
 
-    def implicit_root() -> custom_jvp:
+    def identity(x: Any, theta: tuple) -> Any:
+        return x
+
+    identity.__name__ = f"custom_root({name})"
+    root = custom_jvp(identity)
+
+    @root.defjvp
+    def theorem(primals: tuple, tangents: tuple) -> tuple:
         """x ↦ x, with the theorem as its JVP rule. Inside the rule the root is this
-        function again (a fresh object, so not its own primal), so a derivative of the
-        rule, where the root moves with θ, uses the theorem once more: every order of
-        derivative of the root comes from the theorem, none from the iterations."""
-        def identity(x: Any, theta: tuple) -> Any:
-            return x
+        function again, so a derivative of the rule, where the root moves with θ, uses the
+        theorem once more: every order of derivative of the root comes from the theorem,
+        none from the iterations."""
+        x, theta = primals
+        x = root(x, theta)
+        xs = treelib.flatten(x)[0]
+        rhs = partial_jvp(xs, theta, [None] * n, list(tangents[1]))
+        rhs = treelib.tree_map(lambda r: -r, rhs)
+        dx = tangent_solve(
+            lambda v: partial_jvp(xs, theta, treelib.flatten(v)[0], [None] * len(theta)),
+            rhs)
+        return x, dx
 
-        identity.__name__ = f"custom_root({name})"
-        root = custom_jvp(identity)
-
-        @root.defjvp
-        def theorem(primals: tuple, tangents: tuple) -> tuple:
-            x, theta = primals
-            x = implicit_root()(x, theta)
-            xs = treelib.flatten(x)[0]
-            rhs = partial_jvp(xs, theta, [None] * n, list(tangents[1]))
-            rhs = treelib.tree_map(lambda r: -r, rhs)
-            dx = tangent_solve(
-                lambda v: partial_jvp(xs, theta, treelib.flatten(v)[0], [None] * len(theta)),
-                rhs)
-            return x, dx
-
-        return root
-
-    root = implicit_root()(solution, tuple(captured))
-    return (root, stop_gradient(aux)) if has_aux else root
+    found = root(solution, tuple(captured))
+    return (found, stop_gradient(aux)) if has_aux else found

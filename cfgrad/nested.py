@@ -10,16 +10,19 @@ parameters of P, `trace.trace_nested`) and emits one node into the enclosing tra
 - `vjp_call` (of a `Pullback`): P's parameters' cotangents from its outputs' cotangents,
   by a taped run of P and its adjoint, under the call's checkpoint strategy.
 
-Both nodes are differentiable with rules built from two derived programs, which is all
+Both nodes are differentiable with rules built from derived programs, which is all
 higher order needs (JAX's facts; notation: J = the JVP program of P, `jvp(P)`, with
 parameters (x, dx) and results (y, dy)):
 
 - JVP of `call P` along dx: the tangent results of `call J (x, dx)`.
 - VJP of `call P` for cotangents c: `vjp_call P (x, c)`.
 - JVP of `g = vjp_call P (x, c)` along (dx, dc): g is linear in c, so its tangent is
-  `vjp_call P (x, dc)` plus the derivative in x of `c · J_P(x)`, which is reverse mode of
-  J with cotangent (0, c) on its results: `vjp_call J (x, dx, 0, c)`, first n results.
-  This is a Hessian-vector product by reverse over forward, without reversing a reverse.
+  `vjp_call P (x, dc)` plus D_x[J_P(x)ᵀ c] dx. When P has no custom rule this is the
+  derivative in x of `c · J_P(x) dx` (symmetric second derivatives), reverse mode of J with
+  cotangent (0, c) on its results: `vjp_call J (x, dx, 0, c)`, first n results, a
+  Hessian-vector product by reverse over forward, without reversing a reverse. A custom
+  rule's derivative field need not be a gradient, so there it is the transpose it is:
+  reverse mode of J's JVP program in J's tangent parameters (`Pullback._along_x`).
 - VJP of `g = vjp_call P (x, c)` for cotangents ḡ: since `ḡ · g = c · J_P(x) ḡ`, the
   cotangent of c is `call J (x, ḡ)`'s tangent results and that of x is
   `vjp_call J (x, ḡ, 0, c)`, first n results.
@@ -28,11 +31,10 @@ Every reverse pass is an ordinary reverse pass of an ordinary Program, so while 
 data-dependent trip counts, the control log and every checkpoint strategy work at every
 order, and results do not depend on the strategy.
 
-The JVP rule of `vjp_call` equates the derivative of Jᵀc along dx with the gradient of
-c · J dx, which holds when the second derivatives are symmetric: always for programs of
-primitives, not for a custom rule whose derivative field is not a gradient (a rule for
-x·y that drops y's part), where forward over reverse then gives the transpose of reverse
-over reverse (a known difference from JAX, documented in api.md; issue 12).
+Forward over reverse, reverse over reverse and JAX then agree also for custom rules whose
+derivative field is not a gradient (a rule for x·y that drops y's part): both rules of
+`vjp_call` rest on ḡ · J_P(x)ᵀ c = c · J_P(x) ḡ, which holds for every x whatever the
+rules are.
 """
 
 from __future__ import annotations
@@ -308,18 +310,14 @@ class Pullback(_Derived):
 
     def outputs_and_tangents(self, ts: list[Any], xs: list[Any]) -> tuple[list, list]:
         """g = P's pullback of c at x, and its tangent along (dx, dc): g is linear in c,
-        so dc contributes P's pullback of dc; dx contributes the derivative in x of
-        c · J_P(x) dx, reverse mode of the JVP program, whose same pass gives g."""
+        so dc contributes P's pullback of dc; dx contributes the derivative of g in x
+        along dx, from one reverse pass that also gives g (`_along_x`)."""
         program = self.program
         n = len(program.params)
         x, c, dx, dc = list(xs[:n]), list(xs[n:]), ts[:n], ts[n:]
         tangents: list[Any] = [None] * n
         if any(dx[i] is not None for i in self.float_params()):
-            g = self.jvp_pullback(x, dx, c, self.wrt, self.checkpoint, also_primal=True)
-            position = {i: n + k for k, i in enumerate(self.float_params())}
-            outs = [g[position[i]] if i in self.wrt else _zeros(p.type)
-                    for i, p in enumerate(program.params)]
-            tangents = [g[i] if i in self.wrt else None for i in range(n)]
+            outs, tangents = self._along_x(x, dx, c)
         else:
             outs = list(bind("vjp_call", *x, *c, of=self))
         if any(t is not None for t in dc):  # linear in c
@@ -328,6 +326,47 @@ class Pullback(_Derived):
             tangents = [add_contributions(t, by_c[i]) if i in self.wrt else t
                         for i, t in enumerate(tangents)]
         return outs, tangents
+
+    def _along_x(self, x: list[Any], dx: list[Any], c: list[Any]) -> tuple[list, list]:
+        """g = J_P(x)ᵀ c and its derivative in x along dx, D_x[J_P(x)ᵀ c] dx (None outside
+        `wrt`).
+
+        When J_P is a true Jacobian (P has no custom rule), that derivative is the gradient
+        of c · J_P(x) dx (symmetric second derivatives): reverse mode of J, whose pass also
+        gives g. A custom rule's derivative field need not be a gradient (a rule for x·y
+        that drops y's part), so then it is computed as the transpose it is: with ḡ the
+        tangent parameters of J (J_P(x) ḡ = J's tangent results), D_x[J_P(x)ᵀ c] dx is the
+        gradient in ḡ of c · D_x[J_P(x) ḡ] dx, the derivative of J's tangent results along
+        (dx, dḡ = 0): reverse mode of J's JVP program with cotangent c on those, where the
+        same pass gives g as the cotangent of dḡ. Both passes are exact whatever the rules
+        are, since ḡ · J_P(x)ᵀ c = c · J_P(x) ḡ for every x."""
+        program = self.program
+        n = len(program.params)
+        floats = self.float_params()
+        if not self.has_custom_rules:
+            g = self.jvp_pullback(x, dx, c, self.wrt, self.checkpoint, also_primal=True)
+            value = {i: g[n + k] for k, i in enumerate(floats)}
+            along = {i: g[i] for i in floats}
+        else:
+            nf, m = len(floats), len(program.outputs)
+            g_bar = [_zeros(program.params[i].type) for i in floats]  # J is linear in ḡ
+            wrt = tuple(n + k for k, i in enumerate(floats) if i in self.wrt)
+            g = self.jvp_call_of().jvp_pullback(
+                x + g_bar, list(dx) + [None] * nf, [None] * m + list(c), wrt,
+                self.checkpoint, also_primal=True)
+            value = {i: g[n + 2 * nf + k] for k, i in enumerate(floats)}  # dḡ's
+            along = {i: g[n + k] for k, i in enumerate(floats)}
+        outs = [value[i] if i in self.wrt else _zeros(p.type)
+                for i, p in enumerate(program.params)]
+        return outs, [along[i] if i in self.wrt else None for i in range(n)]
+
+    @property
+    def has_custom_rules(self) -> bool:
+        """Whether P (or a sub-program it calls, at any depth) has a custom rule's node."""
+        return self._once("custom rules", lambda: any(
+            node.op in ("custom_vjp", "custom_jvp")
+            for p in [self.program] + [q for _, q in sub_programs(self.program)]
+            for block in p.blocks for node in block.nodes))
 
     def cotangents(self, cts: list[Any], xs: list[Any]) -> list[Any]:
         program = self.program

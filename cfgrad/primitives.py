@@ -1603,9 +1603,10 @@ _register(Primitive(
     name="custom_jvp", impl=lambda *xs, rule: rule.primal(xs),
     abstract=lambda types, rule: rule.primal_types(),
     vjp=lambda cts, xs, outs, rule: rule.transpose(cts, xs),
-    jvp=lambda ts, xs, outs, rule: rule.tangents(ts, xs, outs), family="custom", promote="none",
-    multi_output=True,
-    notes="a cg.custom_jvp function: forward mode traces its JVP rule inline; reverse mode "
+    jvp=lambda ts, xs, outs, rule: rule.outputs_and_tangents(ts, xs), family="custom",
+    promote="none", multi_output=True, jvp_gives_primal=True,
+    notes="a cg.custom_jvp function: forward mode traces its JVP rule inline (values "
+          "included); reverse mode "
           "transposes that rule (it must be linear in the tangents, as in JAX) by a "
           "`vjp_call` of the rule's program with respect to the tangents"))
 
@@ -1646,4 +1647,6 @@ _register(_sub_program_primitive(
                 "function): its parameters' cotangents from its outputs' cotangents, by a "
                 "taped run and its adjoint under the call's checkpoint strategy; the JVP of "
                 "it is reverse mode of the sub-program's JVP program (a Hessian-vector "
-                "product), its VJP a call of that JVP program and reverse mode of it"))
+                "product; of that program's own JVP program when custom rules make the "
+                "second derivative unsymmetric), its VJP a call of that JVP program and "
+                "reverse mode of it"))

@@ -11,6 +11,7 @@ not installed (it is not a dependency); run `pip install jax` to include these.
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import numpy as np
@@ -208,3 +209,91 @@ def test_fft_vjp_and_jvp_agree_with_jax(name, kwargs):
     np.testing.assert_allclose(cg.jvp(lambda a: ours(a, **kwargs), (x,), (t,))[1],
                                jax.jvp(lambda a: theirs(a, **kwargs), (jnp.asarray(x),),
                                        (jnp.asarray(t),))[1], rtol=1e-12, atol=1e-12)
+
+
+# Custom rules that are not exact derivatives, and a rule calling its own function: JAX
+# differentiates the field the rule defines (issue 12). JAX cannot run forward mode
+# through a custom_vjp, so its reference is reverse over reverse.
+def custom_rules(lib, custom_vjp, custom_jvp):
+    """The same functions with `custom_vjp`/`custom_jvp` of one library."""
+    np_ = lib.np
+
+    @custom_vjp
+    def detach_y(x, y):
+        return x * y
+
+    detach_y.defvjp(lambda x, y: (x * y, (x, y)), lambda r, ct: (ct * r[1], ct * 0.0))
+
+    @custom_jvp
+    def x_part(x, y):
+        return x * y
+
+    @x_part.defjvp
+    def _(primals, tangents):
+        (x, y), (dx, _) = primals, tangents
+        return x * y, y * dx
+
+    @custom_jvp
+    def doubled_exp(x):
+        return np_.exp(x)
+
+    @doubled_exp.defjvp
+    def _(primals, tangents):
+        y = doubled_exp(primals[0])
+        return y, 2.0 * y * tangents[0]
+
+    @custom_vjp
+    def doubled_exp_vjp(x):
+        return np_.exp(x)
+
+    def fwd(x):
+        y = doubled_exp_vjp(x)  # the custom function again, as JAX has it
+        return y, y
+
+    doubled_exp_vjp.defvjp(fwd, lambda y, ct: (2.0 * y * ct,))
+
+    @custom_vjp
+    def surrogate(x, a):
+        return np_.sin(x) * a
+
+    surrogate.defvjp(lambda x, a: (np_.sin(x) * a, (x, a)),
+                     lambda r, ct: (ct * np_.cos(r[0]) * r[1] * np_.exp(r[0]),
+                                    ct * np_.sin(2.0 * r[0])))
+
+    def products(v):
+        return (np_.sin(detach_y(v[0], v[1])) + x_part(v[1], v[0] * v[0])
+                + doubled_exp(v[0] * v[1]) + doubled_exp_vjp(v[0] - v[1]))
+
+    def in_loop(v):
+        def body(i, c):
+            return surrogate(c[0], c[1]), detach_y(c[1], c[0]) + 0.1
+
+        return lib.fori_loop(0, 3, body, (v[0], v[1]))[0]
+
+    def in_cond(v):
+        return lib.cond(v[0] > 0.0, lambda u: surrogate(u[0], u[1]) * x_part(u[1], u[0]),
+                        lambda u: u[0] * u[1], v)
+
+    return [products, in_loop, in_cond]
+
+
+CUSTOM_POINT = np.array([0.7, -0.4])
+
+
+@pytest.mark.parametrize("k", range(3), ids=["products", "in_loop", "in_cond"])
+@pytest.mark.parametrize("strategy", [None, Binomial(2)], ids=repr)
+def test_custom_rules_at_second_and_third_order_agree_with_jax(k, strategy):
+    ours = custom_rules(SimpleNamespace(np=cnp, cond=cg.cond, fori_loop=functools.partial(
+        cg.fori_loop, checkpoint=strategy)), cg.custom_vjp, cg.custom_jvp)[k]
+    theirs = custom_rules(JAX, jax.custom_vjp, jax.custom_jvp)[k]
+    x = CUSTOM_POINT
+    want = np.asarray(jax.jacrev(jax.grad(theirs))(jnp.asarray(x)))
+    g = cg.grad(ours, checkpoint=strategy)
+    basis = np.eye(2)
+    for got in (cg.hessian(ours, checkpoint=strategy)(x), cg.jacrev(g)(x), cg.jacfwd(g)(x),
+                np.stack([cg.jvp(g, (x,), (e,))[1] for e in basis], axis=1)):
+        assert got == pytest.approx(want, rel=1e-10, abs=1e-12)
+    want3 = np.asarray(jax.jacrev(jax.jacrev(jax.grad(theirs)))(jnp.asarray(x)))
+    for got in (cg.jacfwd(cg.hessian(ours, checkpoint=strategy))(x),
+                cg.jacrev(cg.jacrev(g))(x)):
+        assert got == pytest.approx(want3, rel=1e-9, abs=1e-11)

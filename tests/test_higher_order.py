@@ -1076,3 +1076,149 @@ def test_anomaly_detection_names_the_operation_inside_a_nested_gradient():
                  lambda: cg.grad(plain, detect_anomaly=True)(0.5)):
         with pytest.raises(cg.AnomalyError, match=r"`log` produced nan .* program inner"):
             call()
+
+
+# ---------------------------------------------------------------------------------
+# Custom rules that are not exact derivatives (issue 12): the derivative of the field the
+# rule defines, as JAX gives it, by every composition
+# ---------------------------------------------------------------------------------
+
+
+@cg.custom_vjp
+def product_vjp(x: Any, y: Any) -> Any:
+    return x * y
+
+
+# fwd computes x·y as ordinary code; bwd drops y's cotangent ("detach y")
+product_vjp.defvjp(lambda x, y: (x * y, y), lambda y, ct: (ct * y, None))
+
+
+@cg.custom_jvp
+def product_jvp(x: Any, y: Any) -> Any:
+    return x * y
+
+
+@product_jvp.defjvp
+def _product_jvp_rule(primals: tuple, tangents: tuple) -> tuple:
+    (x, y), (dx, _) = primals, tangents
+    return x * y, y * dx  # the rule's output x·y is differentiated as x·y at second order
+
+
+@cg.custom_jvp
+def doubled_exp(x: Any) -> Any:
+    return cnp.exp(x)
+
+
+@doubled_exp.defjvp
+def _doubled_exp_rule(primals: tuple, tangents: tuple) -> tuple:
+    (x,), (dx,) = primals, tangents
+    y = doubled_exp(x)  # the function again, whose rule gives its derivative at next order
+    return y, 2.0 * y * dx
+
+
+@cg.custom_vjp
+def doubled_exp_vjp(x: Any) -> Any:
+    return cnp.exp(x)
+
+
+def _doubled_exp_fwd(x: Any) -> tuple:
+    y = doubled_exp_vjp(x)  # the function again: its rule gives its derivative at next order
+    return y, y
+
+
+doubled_exp_vjp.defvjp(_doubled_exp_fwd, lambda y, ct: (2.0 * y * ct,))
+
+
+def second_derivatives(f: Callable, x: np.ndarray, checkpoint: Any = None) -> dict:
+    """The derivative of grad f at x by every composition: row i is the gradient of the
+    i-th component of grad f (the Jacobian of the gradient field, as jax.hessian)."""
+    g = cg.grad(f, checkpoint=checkpoint)
+    basis = np.eye(len(x))
+    return {
+        "hessian": cg.hessian(f, checkpoint=checkpoint)(x),
+        "jacrev.grad": cg.jacrev(g, checkpoint=checkpoint)(x),
+        "jacfwd.grad": cg.jacfwd(g)(x),
+        "jvp.grad": np.stack([cg.jvp(g, (x,), (e,))[1] for e in basis], axis=1),
+        "grad.grad": np.stack([cg.grad(lambda v, e=e: cnp.sum(g(v) * e),
+                                       checkpoint=checkpoint)(x) for e in basis]),
+    }
+
+
+def product_field(product: Callable) -> Callable:
+    """F = sin(m(x, y)) + m(y, x²) for a product m whose rule keeps only its first
+    argument's part: grad F = (y cos xy, x²), whose derivative is not symmetric."""
+    return lambda v: cnp.sin(product(v[0], v[1])) + product(v[1], v[0] * v[0])
+
+
+def product_field_exact(x: float, y: float) -> np.ndarray:
+    return np.array([[-y * y * math.sin(x * y), math.cos(x * y) - x * y * math.sin(x * y)],
+                     [2.0 * x, 0.0]])
+
+
+def power_loop(product: Callable, checkpoint: Any = None) -> Callable:
+    """c ← m(c, a) three times from c = x, in a cond branch for x > 0: x a³, whose gradient
+    field by the rule is (a³, 0), with derivative [[0, 3a²], [0, 0]]."""
+    def f(v: Any) -> Any:
+        def cubed(u: Any) -> Any:
+            return cg.fori_loop(0, 3, lambda i, c: product(c, u[1]), u[0],
+                                checkpoint=checkpoint)
+
+        return cg.cond(v[0] > 0.0, cubed, lambda u: u[0] * u[1], v)
+
+    return f
+
+
+@pytest.mark.parametrize("product", [product_vjp, product_jvp], ids=["custom_vjp",
+                                                                     "custom_jvp"])
+@pytest.mark.parametrize("checkpoint", [None, Binomial(2), EveryK(2)], ids=repr)
+def test_unsymmetric_rule_fields_are_differentiated_not_transposed(
+        product: Callable, checkpoint: Any) -> None:
+    """A rule whose derivative field is not a gradient: every composition gives the
+    Jacobian of that field (forward over reverse used to give its transpose)."""
+    x = np.array([0.7, -0.4])
+    for name, got in second_derivatives(product_field(product), x, checkpoint).items():
+        assert_close(got, product_field_exact(*x), RTOL, name)
+    a = 0.9
+    want = np.array([[0.0, 3 * a * a], [0.0, 0.0]])
+    for name, got in second_derivatives(power_loop(product, checkpoint),
+                                        np.array([1.3, a]), checkpoint).items():
+        assert_close(got, want, RTOL, f"{name} through fori_loop and cond")
+
+
+@pytest.mark.parametrize("f", [doubled_exp, doubled_exp_vjp], ids=["custom_jvp",
+                                                                     "custom_vjp"])
+def test_a_rule_calling_its_function_uses_the_rule_again_at_each_order(f: Callable) -> None:
+    """f = exp with derivative 2 f(x) by a rule calling f (the custom_jvp's rule, the
+    custom_vjp's fwd): f' = 2eˣ, f'' = 4eˣ, f''' = 8eˣ (JAX's values); for F = f(xy) + x
+    the Hessian is 2eˣʸ[[2y², 2xy + 1], [2xy + 1, 2x²]]."""
+    x0 = 0.3
+    assert_close(cg.grad(f)(x0), 2 * math.exp(x0), RTOL, "f'")
+    results = third_orders(f, x0, forward_only=False)
+    assert_all_agree(results)
+    assert_close(results["grad.grad.grad"], 8 * math.exp(x0), RTOL, "f'''")
+    assert_close(cg.grad(cg.grad(f))(x0), 4 * math.exp(x0), RTOL, "f''")
+    x, y = 0.7, -0.4
+    e = math.exp(x * y)
+    want = 2 * e * np.array([[2 * y * y, 2 * x * y + 1], [2 * x * y + 1, 2 * x * x]])
+    for name, got in second_derivatives(lambda v: f(v[0] * v[1]) + v[0],
+                                        np.array([x, y]), Binomial(2)).items():
+        assert_close(got, want, RTOL, name)
+
+
+def test_a_linear_function_whose_rule_is_itself() -> None:
+    """f(x) = 3x with the rule (f(x), f(dx)): transposing the rule transposes the call on
+    the tangents as ordinary code (as JAX inlines it), not by the same pullback again."""
+    @cg.custom_jvp
+    def triple(x: Any) -> Any:
+        return 3.0 * x
+
+    @triple.defjvp
+    def _(primals: tuple, tangents: tuple) -> tuple:
+        return triple(primals[0]), triple(tangents[0])
+
+    def g(x: Any) -> Any:
+        return triple(x) * x
+
+    assert cg.grad(g)(2.0) == 12.0
+    assert cg.grad(cg.grad(g))(2.0) == 6.0
+    assert cg.jvp(cg.grad(g), (2.0,), (1.0,))[1] == 6.0
