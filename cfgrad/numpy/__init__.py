@@ -5,6 +5,8 @@ what is covered and each difference from numpy).
 This module only assembles the namespace; each part owns one family of functions:
 
 - `core`: creation, the operators' arithmetic, basic reductions, shapes and indexing;
+- `manipulation`: joining, splitting, padding, repeating, gathering, diagonals, triangles,
+  index grids and the axis shuffles;
 - `linalg` (`cnp.linalg`) and `fft` (`cnp.fft`): numpy's submodules of the same names.
 """
 
@@ -12,8 +14,10 @@ from . import fft, linalg
 from .core import *  # noqa: F403
 from .core import __all__ as _core_names
 from .core import _getitem
+from .manipulation import *  # noqa: F403
+from .manipulation import __all__ as _manipulation_names
 
-__all__ = [*_core_names, "fft", "linalg"]
+__all__ = [*_core_names, *_manipulation_names, "fft", "linalg"]
 
 # The functions numpy's dispatch (`np.sin(tracer)`) and the array methods of traced values
 # (`x.sum()`, `x[i]`, `x.T`) resolve to, by numpy name: read by trace.py's Tracer.
