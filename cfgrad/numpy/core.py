@@ -350,6 +350,8 @@ def reshape(a: Any, shape: Any, order: str = "C") -> Any:
     if shape.count(-1) == 1:
         known = int(_np.prod([s for s in shape if s != -1], dtype=_np.int64))
         shape = tuple(size // known if s == -1 else s for s in shape) if known else shape
+    if shape == _shape(a) and (is_traced(a) or isinstance(a, _np.ndarray)):
+        return a  # no node for a reshape that changes nothing (ravel of a vector)
     return bind("reshape", a, shape=shape)
 
 
@@ -366,6 +368,8 @@ def ravel(a: Any, order: str = "C") -> Any:
 def transpose(a: Any, axes: Sequence[int] | None = None) -> Any:
     n = _ndim(a)
     perm = tuple(reversed(range(n))) if axes is None else tuple(int(x) % n for x in axes)
+    if perm == tuple(range(n)) and len(perm) == n and (is_traced(a) or isinstance(a, _np.ndarray)):
+        return a  # no node for the identity permutation
     return bind("transpose", a, axes=perm)
 
 

@@ -127,7 +127,12 @@ EXAMPLES = {
     "fliplr": [dict(args=(A,)), dict(args=(B,))],
     "flipud": [dict(args=(V,)), dict(args=(A,))],
     "hsplit": [dict(args=(A, 2)), dict(args=(V, [1, 3])), dict(args=(B, [2]))],
-    "hstack": [dict(args=([A, A],), traced=(0,)), dict(args=([V, W],)), dict(args=([A, A[:, :1]],)), dict(args=([S, V],))],
+    "hstack": [
+        dict(args=([A, A],), traced=(0,)),
+        dict(args=([V, W],)),
+        dict(args=([A, A[:, :1]],)),
+        dict(args=([S, V],)),
+    ],
     "indices": [
         dict(args=((2, 3),)),
         dict(args=((2, 3, 1),), kwargs=dict(sparse=True)),
@@ -171,12 +176,12 @@ EXAMPLES = {
         dict(args=(S,)),
     ],
     "ravel_multi_index": [
-        dict(args=((np.array([0, 1, 2]), np.array([3, 0, 1])), (3, 4))),
-        dict(args=((np.array([0, 1, 2]), np.array([3, 0, 1])), (3, 4)),
-             kwargs=dict(order="F")),
-        dict(args=((np.array([0, 5, -1]), np.array([7, 0, 1])), (3, 4)),
+        dict(args=((np.array([0, 1, 2]), np.array([3, 0, 1])), (3, 4)), traced=()),
+        dict(args=((np.array([0, 1, 2]), np.array([3, 0, 1])), (3, 4)), traced=(0,),
+             kwargs=dict(order="F", mode="wrap")),
+        dict(args=((np.array([0, 5, -1]), np.array([7, 0, 1])), (3, 4)), traced=(0,),
              kwargs=dict(mode="clip")),
-        dict(args=((np.array([0, 5, -1]), np.array([7, 0, 1])), (3, 4)),
+        dict(args=((np.array([0, 5, -1]), np.array([7, 0, 1])), (3, 4)), traced=(0,),
              kwargs=dict(mode="wrap")),
         dict(args=((np.array([1, 2]), np.array([3, 0])), (3, 4)), traced=(),
              kwargs=dict(mode="raise")),
@@ -286,5 +291,9 @@ EXAMPLES = {
     ],
     "unstack": [dict(args=(A,)), dict(args=(B,), kwargs=dict(axis=-1))],
     "vsplit": [dict(args=(A, 3)), dict(args=(B, [1]))],
-    "vstack": [dict(args=([A, W],)), dict(args=([B, B],), traced=(0,)), dict(args=([V, V],)), dict(args=([B, B],))],
+    "vstack": [
+        dict(args=([A, W],)),
+        dict(args=([B, B],), traced=(0,)),
+        dict(args=([V, V],)),
+    ],
 }
