@@ -108,7 +108,7 @@ def moveaxis(a: Any, source: Any, destination: Any) -> Any:
     order = [i for i in range(n) if i not in sources]
     for dest, src in sorted(zip(destinations, sources)):
         order.insert(dest, src)
-    return transpose(a, order)
+    return a if order == list(range(n)) else transpose(a, order)
 
 
 def permute_dims(a: Any, axes: Sequence[int] | None = None) -> Any:
