@@ -31,6 +31,14 @@ def test_pad_constant_values_are_differentiable():
     np.testing.assert_array_equal(grads, [[4.0, 4.0], [5.0, 5.0]])
 
 
+def test_pad_end_values_of_a_linear_ramp_are_differentiable():
+    ends = np.array([[0.5, -1.0], [2.0, 3.0]])
+    check_grads(lambda x, e: cnp.pad(x, ((2, 1), (3, 2)), mode="linear_ramp", end_values=e),
+                (X, ends), modes=("fwd", "rev"))
+    out, _ = cg.vjp(lambda e: cnp.pad(X, 2, mode="linear_ramp", end_values=e), ends)
+    np.testing.assert_array_equal(out, np.pad(X, 2, mode="linear_ramp", end_values=ends))
+
+
 def test_repeat_with_traced_repeats_needs_a_total_length():
     counts = np.array([1, 0, 2])
 
@@ -92,6 +100,8 @@ def test_traced_arguments_that_set_a_shape_or_need_a_check_are_typed_errors(call
 
 @pytest.mark.parametrize(("call", "error"), [
     (lambda: cnp.pad(X, 1, mode="median"), ArgumentValueError),
+    (lambda: cnp.pad(X, 1, mode="minimum", stat_length=0), ArgumentValueError),
+    (lambda: cnp.pad(X, 1, mode="edge", constant_values=1.0), ArgumentValueError),
     (lambda: cnp.pad(X, -1), ArgumentValueError),
     (lambda: cnp.tril(X[0]), ArgumentValueError),
     (lambda: cnp.split(X, 3, axis=1), ArgumentValueError),

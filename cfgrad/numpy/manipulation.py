@@ -31,15 +31,20 @@ from .core import (
     _dtype,
     _ndim,
     _shape,
+    amax,
+    amin,
     astype,
     broadcast_to,
     clip,
     concatenate,
     floor_divide,
+    linspace,
+    mean,
     mod,
     public_names,
     ravel,
     reshape,
+    rint,
     stack,
     transpose,
     where,
@@ -422,30 +427,75 @@ def _pad_constant(array: Any, widths: _np.ndarray, constant_values: Any) -> Any:
     return array
 
 
-_GATHER_MODES = ("edge", "reflect", "symmetric", "wrap")
+_PAD_OPTIONS = {"constant": {"constant_values"}, "empty": set(), "edge": set(), "wrap": set(),
+                "reflect": {"reflect_type"}, "symmetric": {"reflect_type"},
+                "linear_ramp": {"end_values"}, "maximum": {"stat_length"},
+                "minimum": {"stat_length"}, "mean": {"stat_length"}}
+_STATISTICS = {"maximum": amax, "minimum": amin, "mean": mean}
+
+
+def _stat_lengths(ndim: int, stat_length: Any) -> list[list[int | None]]:
+    if stat_length is None:
+        return [[None, None]] * ndim
+    lengths = _np.asarray(_static("pad", "stat_length", stat_length))
+    if lengths.dtype.kind not in "iu" or (lengths < 0).any():
+        raise ArgumentValueError(f"cnp.pad: stat_length must be non-negative integers, got "
+                                 f"{stat_length!r}")
+    return _np.broadcast_to(lengths, (ndim, 2)).tolist()
+
+
+def _pad_side(mode: str, array: Any, axis: int, side: int, width: int, option: Any) -> Any:
+    """The pad of `array` before (side 0) or after (side 1) `axis`, `width` long, in a
+    computed mode: a ramp from the end value to the edge (numpy's `linspace`, floored for
+    integers), or a statistic of the `option` (stat_length) entries nearest that side
+    (rounded half to even for integers, as numpy)."""
+    n, dtype = _shape(array)[axis], _dtype(array)
+    if mode == "linear_ramp":
+        edge = bind("index", array, spec=_along(axis, 0 if side == 0 else n - 1))
+        ramp = moveaxis(linspace(option, edge, width, endpoint=False, dtype=dtype), 0, axis)
+        return flip(ramp, axis) if side else ramp
+    length = n if option is None else min(option, n)
+    if length == 0:
+        raise ArgumentValueError(f"cnp.pad: stat_length of 0 (axis {axis}) yields no value "
+                                 "for padding")
+    window = slice(0, length) if side == 0 else slice(n - length, n)
+    value = _STATISTICS[mode](bind("index", array, spec=_along(axis, window)), axis,
+                              keepdims=True)
+    if dtype.kind in "iu":
+        value = rint(value)
+    shape = list(_shape(array))
+    shape[axis] = width
+    return broadcast_to(astype(value, dtype), tuple(shape))
 
 
 def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> Any:
-    """numpy's pad in the modes 'constant' (constant_values may be traced), 'edge',
-    'reflect', 'symmetric' (reflect_type 'even' or 'odd') and 'wrap'. The non-constant
-    modes gather along each padded axis with the positions numpy's pad gives an
-    `arange`; the odd reflections, which are not gathers, are the linear maps numpy's pad
-    gives the identity matrix."""
+    """numpy's pad, in every mode of JAX's but 'median' and a callable. Axis after axis as
+    numpy (each axis's pads span the pads of the axes before it). 'constant' joins
+    constant blocks (constant_values may be traced, and differentiate); 'empty' pads
+    with zeros (JAX's choice); 'edge', 'reflect', 'symmetric' and 'wrap' gather along
+    each padded axis with the positions numpy's pad gives an `arange`, and the odd
+    reflections, which are not gathers, are the linear maps numpy's pad gives the
+    identity matrix; 'linear_ramp', 'maximum', 'minimum' and 'mean' compute each pad from
+    the array (`end_values` may be traced)."""
     array = _array(array)
     widths = _pad_widths(array, pad_width)
-    allowed = {"constant": {"constant_values"}, "edge": set()}
-    allowed.update({m: {"reflect_type"} for m in ("reflect", "symmetric")}, wrap=set())
-    if mode not in allowed:
+    if mode not in _PAD_OPTIONS:
         raise ArgumentValueError(f"cnp.pad: mode {mode!r} is not supported; use one of "
-                                 f"{', '.join(allowed)}")
-    unknown = set(kwargs) - allowed[mode]
+                                 f"{', '.join(_PAD_OPTIONS)}")
+    unknown = set(kwargs) - _PAD_OPTIONS[mode]
     if unknown:
         raise ArgumentValueError(f"cnp.pad: mode {mode!r} takes no {', '.join(sorted(unknown))}")
-    if mode == "constant":
+    if mode in ("constant", "empty"):
         return _pad_constant(array, widths, kwargs.get("constant_values", 0))
     odd = kwargs.get("reflect_type", "even")
     if odd not in ("even", "odd"):
         raise ArgumentValueError(f"cnp.pad: reflect_type must be 'even' or 'odd', got {odd!r}")
+    ndim = _ndim(array)
+    if mode == "linear_ramp":
+        ends = _array(kwargs.get("end_values", 0))
+        options: Any = ends if _ndim(ends) == 0 else broadcast_to(ends, (ndim, 2))
+    else:
+        options = _stat_lengths(ndim, kwargs.get("stat_length"))
     for axis, (before, after) in enumerate(widths):
         if not before and not after:
             continue
@@ -453,7 +503,15 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> An
         if n == 0:
             raise ArgumentValueError(f"cnp.pad: cannot pad an empty axis ({axis}) in mode "
                                      f"{mode!r}")
-        if odd == "odd":
+        if mode in ("linear_ramp", *_STATISTICS):
+            sides = []
+            for side, width in enumerate((int(before), int(after))):
+                option = (options if _ndim(options) == 0 else bind(
+                    "index", options, spec=(axis, side))) if mode == "linear_ramp" \
+                    else options[axis][side]
+                sides.append(_pad_side(mode, array, axis, side, width, option))
+            array = concatenate([sides[0], array, sides[1]], axis=axis)
+        elif odd == "odd":
             lift = _np.pad(_np.eye(n), ((before, after), (0, 0)), mode, reflect_type="odd")
             moved = moveaxis(array, axis, -1)
             array = moveaxis(bind("matmul", moved, lift.T.astype(_dtype(array))), -1, axis)

@@ -168,6 +168,14 @@ EXAMPLES = {
         dict(args=(B, 2), kwargs=dict(mode="wrap")),
         dict(args=(V, (7, 3)), kwargs=dict(mode="reflect", reflect_type="odd")),
         dict(args=(A, ((2, 1), (5, 2))), kwargs=dict(mode="symmetric", reflect_type="odd")),
+        dict(args=(A, ((1, 2), (3, 1))), kwargs=dict(mode="linear_ramp", end_values=5.0)),
+        dict(args=(I, 2), kwargs=dict(mode="linear_ramp", end_values=((1, 2), (3, -4)))),
+        dict(args=(B, 2), kwargs=dict(mode="maximum")),
+        dict(args=(A, ((1, 2), (3, 1))), kwargs=dict(mode="minimum", stat_length=((1, 2), (2, 2)))),
+        dict(args=(A, ((2, 2), (1, 3))), kwargs=dict(mode="mean", stat_length=2)),
+        dict(args=(I, (1, 3)), kwargs=dict(mode="mean")),
+        dict(args=(A, 2), kwargs=dict(mode="empty"),
+             reference=lambda a, w, mode: np.pad(a, w)),  # JAX pads with zeros
     ],
     "permute_dims": [dict(args=(B, (2, 0, 1))), dict(args=(A, (1, 0)))],
     "ravel": [
