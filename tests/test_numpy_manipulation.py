@@ -108,6 +108,8 @@ def test_traced_arguments_that_set_a_shape_or_need_a_check_are_typed_errors(call
     (lambda: cnp.choose(np.array([0, 2]), [X[0, :2], X[1, :2]]), ArgumentValueError),
     (lambda: cnp.take(X, np.array([20]), mode="raise"), IndexError),
     (lambda: cnp.block([[X], X]), ArgumentValueError),
+    (lambda: cnp.concatenate([]), ArgumentValueError),
+    (lambda: cnp.vstack([]), ArgumentValueError),
 ])
 def test_bad_arguments_are_typed_errors(call, error):
     with pytest.raises(error):

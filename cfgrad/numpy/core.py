@@ -408,14 +408,23 @@ def squeeze(a: Any, axis: Any = None) -> Any:
     return reshape(a, tuple(d for i, d in enumerate(shape) if i not in axes))
 
 
+def _joined(function: str, arrays: Sequence[Any]) -> list[Any]:
+    """The arrays a joining function takes, at least one."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ArgumentValueError(f"cnp.{function}: need at least one array to join")
+    return arrays
+
+
 def concatenate(arrays: Sequence[Any], axis: int | None = 0) -> Any:
     """As numpy: `axis=None` flattens the arrays first."""
-    arrays = [ravel(a) for a in arrays] if axis is None else list(arrays)
+    arrays = _joined("concatenate", arrays)
+    arrays = [ravel(a) for a in arrays] if axis is None else arrays
     return bind("concatenate", *arrays, axis=_axes(arrays[0], 0 if axis is None else axis)[0])
 
 
 def stack(arrays: Sequence[Any], axis: int = 0) -> Any:
-    arrays = list(arrays)
+    arrays = _joined("stack", arrays)
     axis = axis % (_ndim(arrays[0]) + 1)
     return concatenate([expand_dims(a, axis) for a in arrays], axis=axis)
 

@@ -29,6 +29,7 @@ from .core import (
     _axes,
     _concrete_length,
     _dtype,
+    _joined,
     _ndim,
     _shape,
     amax,
@@ -171,10 +172,7 @@ def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Any:
 
 
 def _arrays(function: str, arrays: Sequence[Any]) -> list[Any]:
-    arrays = [_array(a) for a in arrays]
-    if not arrays:
-        raise ArgumentValueError(f"cnp.{function}: need at least one array to join")
-    return arrays
+    return [_array(a) for a in _joined(function, arrays)]
 
 
 def hstack(tup: Sequence[Any]) -> Any:
