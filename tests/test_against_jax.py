@@ -91,7 +91,24 @@ def rk4_pendulum(lib, x):
     return s[0] ** 2 + 0.5 * s[1] ** 2
 
 
-PROGRAMS = [branchy, newton_sqrt, nested_loops, rnn, rk4_pendulum]
+def rearranged(lib, x):
+    """Array manipulation in a loop: a reflected pad gathered at indices the loop computes
+    (`take`, `choose` in mode 'wrap'), triangles and diagonals, repeats, tiles, rolls,
+    an insertion and a selection."""
+    def step(t, v):
+        padded = lib.np.pad(v, (2, 1), mode="reflect")
+        idx = (lib.np.arange(3) + t) % 6
+        gathered = lib.np.take(padded, idx)
+        chosen = lib.np.choose(idx % 2, [v, gathered], mode="wrap")
+        m = lib.np.tril(lib.np.outer(v, lib.np.flip(v)), -1) + lib.np.diag(lib.np.sin(v))
+        wide = lib.np.insert(lib.np.repeat(v, 2), 1, gathered[0])[1::2]
+        picked = lib.np.select([v > 0.5], [v * v], default=lib.np.roll(gathered, 1))
+        return lib.np.tanh(m @ chosen * 0.3 + wide * 0.5 + picked * 0.1)
+
+    return lib.np.sum(lib.fori_loop(0, 4, step, x) * lib.np.tile(x, 2)[1:4])
+
+
+PROGRAMS = [branchy, newton_sqrt, nested_loops, rnn, rk4_pendulum, rearranged]
 POINT = np.array([0.7, 0.2, 0.9])
 
 

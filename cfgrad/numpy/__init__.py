@@ -8,6 +8,8 @@ This module only assembles the namespace; each part owns one family of functions
 - `statistics`: cumulative sums and products, sorting and searching, quantiles, the
   NaN-ignoring reductions, average/cov/corrcoef, differences, integrals, interpolation;
 - `complex`: real and imaginary parts, conjugate, angle;
+- `manipulation`: joining, splitting, padding, repeating, gathering, diagonals, triangles,
+  index grids and the axis shuffles;
 - `linalg` (`cnp.linalg`) and `fft` (`cnp.fft`): numpy's submodules of the same names.
 """
 
@@ -17,10 +19,13 @@ from .complex import __all__ as _complex_names
 from .core import *  # noqa: F403
 from .core import __all__ as _core_names
 from .core import _getitem
+from .manipulation import *  # noqa: F403
+from .manipulation import __all__ as _manipulation_names
 from .statistics import *  # noqa: F403
 from .statistics import __all__ as _statistics_names
 
-__all__ = [*_core_names, *_complex_names, *_statistics_names, "fft", "linalg"]
+__all__ = [*_core_names, *_complex_names, *_manipulation_names, *_statistics_names, "fft",
+           "linalg"]
 
 # The functions numpy's dispatch (`np.sin(tracer)`) and the array methods of traced values
 # (`x.sum()`, `x[i]`, `x.T`) resolve to, by numpy name: read by trace.py's Tracer.

@@ -464,17 +464,30 @@ def outer(a: Any, b: Any) -> Any:
 # -- shapes ---------------------------------------------------------------------------------
 
 
-def reshape(a: Any, shape: Any) -> Any:
+def reshape(a: Any, shape: Any, order: str = "C") -> Any:
+    """numpy's reshape; order 'F' reads and writes the elements with the first index
+    changing fastest (the C reshape of the reversed axes, transposed back), as JAX."""
+    _check_order("reshape", order)
     shape = (shape,) if isinstance(shape, int | _np.integer) else tuple(int(s) for s in shape)
+    if order == "F":
+        return transpose(reshape(transpose(a), shape[::-1]))
     size = int(_np.prod(_shape(a), dtype=_np.int64))
     if shape.count(-1) == 1:
         known = int(_np.prod([s for s in shape if s != -1], dtype=_np.int64))
         shape = tuple(size // known if s == -1 else s for s in shape) if known else shape
+    if shape == _shape(a) and (is_traced(a) or isinstance(a, _np.ndarray)):
+        return a  # no node for a reshape that changes nothing (ravel of a vector)
     return bind("reshape", a, shape=shape)
 
 
-def ravel(a: Any) -> Any:
-    return reshape(a, (-1,))
+def _check_order(function: str, order: str) -> None:
+    if order not in ("C", "F"):
+        raise ArgumentValueError(f"cnp.{function}: order must be 'C' or 'F' (as in JAX), got "
+                                 f"{order!r}")
+
+
+def ravel(a: Any, order: str = "C") -> Any:
+    return reshape(a, (-1,), order)
 
 
 def transpose(a: Any, axes: Sequence[int] | None = None) -> Any:
@@ -495,10 +508,19 @@ def broadcast_to(a: Any, shape: Any) -> Any:
     return bind("broadcast_to", a, shape=shape)
 
 
-def expand_dims(a: Any, axis: int) -> Any:
+def expand_dims(a: Any, axis: Any) -> Any:
+    """New axes of length 1 at the positions `axis` (an int or a tuple) of the result."""
+    axes = (axis,) if isinstance(axis, int | _np.integer) else tuple(axis)
+    ndim = _ndim(a) + len(axes)
+    placed = sorted(int(ax) % ndim if -ndim <= ax < ndim else ndim for ax in axes)
+    if placed and placed[-1] == ndim:
+        raise ValueError(f"expand_dims: axis {axis} is out of bounds for a result of "
+                         f"dimension {ndim}")
+    if len(set(placed)) != len(placed):
+        raise ValueError(f"expand_dims: repeated axis in {axis}")
     shape = list(_shape(a))
-    axis = axis % (len(shape) + 1)
-    shape.insert(axis, 1)
+    for ax in placed:
+        shape.insert(ax, 1)
     return reshape(a, tuple(shape))
 
 
@@ -511,30 +533,52 @@ def squeeze(a: Any, axis: Any = None) -> Any:
     return reshape(a, tuple(d for i, d in enumerate(shape) if i not in axes))
 
 
+def _joined(function: str, arrays: Sequence[Any]) -> list[Any]:
+    """The arrays a joining function takes, at least one."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ArgumentValueError(f"cnp.{function}: need at least one array to join")
+    return arrays
+
+
 def concatenate(arrays: Sequence[Any], axis: int | None = 0) -> Any:
     """As numpy: `axis=None` flattens the arrays first."""
-    arrays = [ravel(a) for a in arrays] if axis is None else list(arrays)
+    arrays = _joined("concatenate", arrays)
+    arrays = [ravel(a) for a in arrays] if axis is None else arrays
     return bind("concatenate", *arrays, axis=_axes(arrays[0], 0 if axis is None else axis)[0])
 
 
 def stack(arrays: Sequence[Any], axis: int = 0) -> Any:
-    arrays = list(arrays)
+    arrays = _joined("stack", arrays)
     axis = axis % (_ndim(arrays[0]) + 1)
     return concatenate([expand_dims(a, axis) for a in arrays], axis=axis)
 
 
-def roll(a: Any, shift: Any, axis: int | None = None) -> Any:
-    if not is_traced(shift):
-        shift = _np.asarray(shift, dtype=_np.int64)
-    return bind("roll", a, shift, axis=None if axis is None else _axes(a, axis)[0])
+def roll(a: Any, shift: Any, axis: Any = None) -> Any:
+    """numpy's roll; several shifts and axes are broadcast together and applied in turn
+    (axis None: their sum, on the flattened array). A shift may be traced."""
+    if is_traced(shift) and shift.ndim == 0 or not is_traced(shift) and _np.ndim(shift) == 0:
+        if not is_traced(shift):
+            shift = _np.asarray(shift, dtype=_np.int64)
+        if axis is not None and not isinstance(axis, int | _np.integer):
+            axes = tuple(axis)
+            for ax in axes:
+                a = roll(a, shift, ax)
+            return a
+        return bind("roll", a, shift, axis=None if axis is None else _axes(a, axis)[0])
+    if axis is None:
+        return roll(a, sum(shift), None)
+    axes = (axis,) if isinstance(axis, int | _np.integer) else tuple(axis)
+    count = _np.broadcast_shapes(_shape(shift), (len(axes),))[0]
+    shifts = broadcast_to(shift, (count,)) if is_traced(shift) else _np.broadcast_to(
+        shift, (count,))
+    for i, ax in enumerate(_np.broadcast_to(_np.asarray(axes), (count,))):
+        a = roll(a, shifts[i], int(ax))
+    return a
 
 
 def astype(x: Any, dtype: Any) -> Any:
     return bind("astype", x, dtype=_np.dtype(dtype))
-
-
-def take(a: Any, indices: Any, axis: int = 0) -> Any:
-    return _getitem(a, (slice(None),) * _axes(a, axis)[0] + (indices,))
 
 
 def _normalize_index_item(item: Any, dynamic: list[Any]) -> Any:
