@@ -29,7 +29,7 @@ from .irparse import parse_program
 from .jacobians import hessian, jacfwd, jacrev
 from .numerics import LossScaler, clip_by_global_norm, clip_by_value
 from .reverse import adjoint
-from .trace import cond, fori_loop, lower, switch, while_loop
+from .trace import cond, fori_loop, lower, scan, switch, while_loop
 
 __all__ = [
     "AnomalyError", "ArgumentTypeError", "ArgumentValueError", "CfgradError", "LoopLimitError",
@@ -37,6 +37,6 @@ __all__ = [
     "ReplayMismatchError", "ScalerStateError", "TracerBoolError", "VerifyError",
     "adjoint", "checkpoint", "clip_by_global_norm", "clip_by_value", "cond", "custom_jvp",
     "custom_root", "custom_vjp", "detect_anomaly", "fori_loop", "grad", "hessian",
-    "inspect", "jacfwd", "jacrev", "jvp", "lower", "optim", "parse_program", "stop_gradient",
+    "inspect", "jacfwd", "jacrev", "jvp", "lower", "optim", "parse_program", "scan", "stop_gradient",
     "switch", "testing", "value_and_grad", "vjp", "while_loop",
 ]

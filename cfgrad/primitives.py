@@ -1030,6 +1030,60 @@ _register(Primitive(
     notes="zeros of `shape` with the input added at the indexed positions"))
 
 
+# -- Scan and indexed updates (issue 13): a scan's output stack, written row by row in place
+
+
+class StackBuffer(Deferred):
+    """The output stack of a `cg.scan`, owned by the loop that writes it: `write_row`
+    assigns each iteration's row into it in place, so the stack costs one allocation per
+    loop execution, not a copy per iteration. It is a Deferred so that the interpreter
+    hands it as it is only to `write_row` (its `deferred_inputs`) and every other reader,
+    and the caller, gets the plain array: nothing else can write to it. A checkpoint
+    strategy's snapshot of the loop's carry holds the same buffer, not a copy; re-running
+    an iteration from a snapshot writes the same row again."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def materialize(self) -> np.ndarray:
+        return self.array
+
+    def peek(self) -> np.ndarray:
+        return self.array
+
+
+def _write_row_impl(buf: Any, t: Any, y: np.ndarray) -> StackBuffer:
+    if type(buf) is not StackBuffer:  # the loop's first write: a buffer of its own
+        buf = StackBuffer(np.array(buf, copy=True))
+    buf.array[t] = y
+    return buf
+
+
+def _write_row_type(types: list[TensorType]) -> TensorType:
+    buf, t, y = types
+    if buf.ndim == 0 or buf.shape[1:] != y.shape or buf.dtype != y.dtype:
+        raise LoweringError(f"write_row: an {buf} stack cannot take an {y} row")
+    if t.ndim != 0 or t.dtype.kind not in "iu":
+        raise LoweringError(f"write_row: the row index must be an integer scalar, got {t}")
+    return buf
+
+
+_register(Primitive(
+    name="write_row", impl=_write_row_impl, abstract=_write_row_type,
+    vjp=lambda ct, xs, out: (ct, None, bind("index", ct, xs[1], spec=("$",))),
+    jvp=lambda ts, xs, out: ts[0] if ts[2] is None else bind(
+        "write_row", np.zeros(xs[0].shape, xs[0].dtype) if ts[0] is None else ts[0], xs[1],
+        ts[2]),
+    family="indexing", promote="none", dynamic=(1,), mutates=True, deferred_result=True,
+    deferred_inputs=(0,),
+    notes="stack[t] = y for a row t of `stack` that is zero (a cg.scan's output stack, each "
+          "row written once): it is stack + onehot(t) y, so its VJP passes the stack's "
+          "cotangent through and reads the row's, ct[t]. Assigned in place (a StackBuffer), "
+          "so a checkpoint strategy re-running an iteration writes the row again, not twice"))
+
+
 def _roll_type(types: list[TensorType], axis: int | None) -> TensorType:
     if types[1].dtype.kind not in "iu" or types[1].ndim != 0:
         raise LoweringError(f"roll: the shift must be an integer scalar, got {types[1]}")
