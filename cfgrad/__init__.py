@@ -37,6 +37,6 @@ __all__ = [
     "ReplayMismatchError", "ScalerStateError", "TracerBoolError", "VerifyError",
     "adjoint", "checkpoint", "clip_by_global_norm", "clip_by_value", "cond", "custom_jvp",
     "custom_root", "custom_vjp", "detect_anomaly", "fori_loop", "grad", "hessian",
-    "inspect", "jacfwd", "jacrev", "jvp", "lower", "optim", "parse_program", "scan", "stop_gradient",
-    "switch", "testing", "value_and_grad", "vjp", "while_loop",
+    "inspect", "jacfwd", "jacrev", "jvp", "lower", "optim", "parse_program", "scan",
+    "stop_gradient", "switch", "testing", "value_and_grad", "vjp", "while_loop",
 ]

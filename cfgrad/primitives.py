@@ -1053,6 +1053,9 @@ class StackBuffer(Deferred):
     def peek(self) -> np.ndarray:
         return self.array
 
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.array if dtype is None else self.array.astype(dtype)
+
 
 def _write_row_impl(buf: Any, t: Any, y: np.ndarray) -> StackBuffer:
     if type(buf) is not StackBuffer:  # the loop's first write: a buffer of its own

@@ -351,6 +351,29 @@ def draw_scatter_add(data, dtype):
     return f, (x, rows)
 
 
+# -- scan and indexed updates (issue 13)
+
+
+def draw_write_row(data, dtype):
+    """write_row is a scan's output stack: through cg.scan, forward and reverse, whose
+    stacks it writes row by row; and bound directly on a closed-over stack whose row t is
+    zero (its precondition: a stack row is written once)."""
+    rng = seeded(data)
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
+    reverse = data.draw(st.booleans(), label="reverse")
+    xs = rng.uniform(-2, 2, shape).astype(dtype)
+    t = data.draw(st.integers(0, shape[0] - 1), label="t")
+    stack = rng.uniform(-2, 2, shape).astype(dtype)
+    stack[t] = 0
+
+    def f(a):
+        carry, ys = cg.scan(lambda c, x: (c + x, c * x), cnp.zeros(shape[1:], a.dtype), a,
+                            reverse=reverse)
+        return carry, ys, bind("write_row", stack, t, a[0] * a[-1])
+
+    return f, (xs,)
+
+
 def draw_roll(data, dtype):
     shape = data.draw(SHAPES)
     axis = data.draw(st.none() | st.integers(-len(shape), len(shape) - 1)
@@ -468,6 +491,8 @@ CASES: dict[str, Case] = {
     "concatenate": Case(draw_concatenate, ALL),
     "index": Case(draw_index, ALL),
     "scatter_add": Case(draw_scatter_add, NUMERIC),
+    # scan and indexed updates (issue 13)
+    "write_row": Case(draw_write_row, NUMERIC),
     "roll": Case(draw_roll, ALL),
     "astype": Case(draw_astype, ALL),
     "const": Case(draw_const, ALL),
