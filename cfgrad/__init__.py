@@ -28,6 +28,7 @@ from .ir import Program
 from .irparse import parse_program
 from .jacobians import hessian, jacfwd, jacrev
 from .numerics import LossScaler, clip_by_global_norm, clip_by_value
+from .numpy.indexed import dynamic_slice, dynamic_update_slice
 from .reverse import adjoint
 from .trace import cond, fori_loop, lower, scan, switch, while_loop
 
@@ -36,7 +37,8 @@ __all__ = [
     "LossScaler", "LoweringError", "NonFiniteError", "PathInstabilityError", "Program",
     "ReplayMismatchError", "ScalerStateError", "TracerBoolError", "VerifyError",
     "adjoint", "checkpoint", "clip_by_global_norm", "clip_by_value", "cond", "custom_jvp",
-    "custom_root", "custom_vjp", "detect_anomaly", "fori_loop", "grad", "hessian",
-    "inspect", "jacfwd", "jacrev", "jvp", "lower", "optim", "parse_program", "scan",
-    "stop_gradient", "switch", "testing", "value_and_grad", "vjp", "while_loop",
+    "custom_root", "custom_vjp", "detect_anomaly", "dynamic_slice", "dynamic_update_slice",
+    "fori_loop", "grad", "hessian", "inspect", "jacfwd", "jacrev", "jvp", "lower", "optim",
+    "parse_program", "scan", "stop_gradient", "switch", "testing", "value_and_grad", "vjp",
+    "while_loop",
 ]

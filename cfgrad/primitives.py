@@ -1087,6 +1087,136 @@ _register(Primitive(
           "so a checkpoint strategy re-running an iteration writes the row again, not twice"))
 
 
+# -- Indexed updates (x.at[idx].set / multiply / min / max; add is a scatter_add): the
+# functional form of numpy's `x[idx] = v` and `np.multiply.at` / `minimum.at` / `maximum.at`
+
+
+_SCATTER_UFUNCS = {"mul": np.multiply, "min": np.minimum, "max": np.maximum}
+
+
+def _scatter_impl(x, v, *dynamic, spec, op):
+    out = np.array(x, copy=True)
+    idx = _index_tuple(spec, dynamic)
+    if op == "set":
+        out[idx] = v  # repeated indices: the last write wins (numpy's order)
+    else:
+        _SCATTER_UFUNCS[op].at(out, idx, v)
+    return out
+
+
+def _scatter_op_type(types: list[TensorType], spec: tuple, op: str) -> TensorType:
+    """x's type; v has the type indexing x with `spec` gives (the caller broadcasts it)."""
+    x, v = types[0], types[1]
+    if op not in ("set", "mul", "min", "max"):
+        raise LoweringError(f"scatter: parameter op must be 'set', 'mul', 'min' or 'max', got "
+                            f"{op!r}")
+    target = _index_type([x, *types[2:]], spec)
+    if target != TensorType(target.shape, v.dtype) or v.shape != target.shape:
+        raise LoweringError(f"scatter: spec {spec!r} selects {target} from {x}, but the "
+                            f"update is {v}")
+    return x
+
+
+class _Scattered:
+    """The pieces a scatter's rules are written with: gathering at its index, scattering
+    into its index, and whether an index may repeat (an integer array among the items)."""
+
+    def __init__(self, xs: list[Any], spec: tuple):
+        self.x, self.v, self.dynamic, self.spec = xs[0], xs[1], xs[2:], spec
+        self.repeats = any(isinstance(s, np.ndarray) and s.ndim > 0 for s in spec) or any(
+            d.ndim > 0 for d in self.dynamic)
+
+    def gather(self, a: Any) -> Any:
+        return bind("index", a, *self.dynamic, spec=self.spec)
+
+    def scatter(self, base: Any, v: Any, op: str) -> Any:
+        return bind("scatter", base, v, *self.dynamic, spec=self.spec, op=op)
+
+    def add(self, v: Any) -> Any:
+        return bind("scatter_add", v, *self.dynamic, spec=self.spec, shape=self.x.shape)
+
+    def zeros(self, like: Any) -> np.ndarray:
+        return np.zeros(like.shape, like.dtype)
+
+    def winners(self) -> Any:
+        """1 where an update is the one written (the last of a repeated index), else 0."""
+        v = self.v
+        if not self.repeats:
+            return None
+        order = np.arange(v.size, dtype=np.int64).reshape(v.shape)
+        ids = self.scatter(np.full(self.x.shape, -1, np.int64), order, "set")
+        return _mask(bind("eq", self.gather(ids), order), v)
+
+    def others_product(self) -> Any:
+        """For each update, the product of the other updates to its position (1 when none):
+        counted with zeros apart, so an update of 0 does not make it 0/0."""
+        v = self.v
+        if not self.repeats:
+            return None
+        zero = bind("eq", v, np.zeros((), v.dtype))
+        nonzero = bind("where", zero, np.ones((), v.dtype), v)
+        product = self.gather(self.scatter(np.ones(self.x.shape, v.dtype), nonzero, "mul"))
+        zeros = self.gather(self.add(_mask(zero, v)))
+        none = np.zeros((), v.dtype)
+        return bind("where", zero, bind("where", bind("eq", zeros, np.ones((), v.dtype)),
+                                        product, none),
+                    bind("where", bind("eq", zeros, none), product / nonzero, none))
+
+    def extremes(self, out: Any) -> tuple[Any, Any, Any]:
+        """Masks of x and of the updates equal to the result (min/max), and how many tie
+        at each position: ties share the derivative equally, as in JAX."""
+        at_x = _mask(bind("eq", self.x, out), self.x)
+        at_v = _mask(bind("eq", self.v, self.gather(out)), self.v)
+        count = bind("maximum", at_x + self.add(at_v), np.ones((), self.x.dtype))
+        return at_x, at_v, count
+
+
+def _times(a: Any, b: Any) -> Any:
+    return a if b is None else a * b
+
+
+def _scatter_vjp(ct, xs, out, spec, op):
+    s = _Scattered(xs, spec)
+    rest = (None,) * len(s.dynamic)
+    if op == "set":
+        return (s.scatter(ct, s.zeros(s.v), "set"), _times(s.gather(ct), s.winners())) + rest
+    if op == "mul":
+        factor = s.scatter(np.ones(s.x.shape, s.x.dtype), s.v, "mul")
+        return (ct * factor, _times(s.gather(ct * s.x), s.others_product())) + rest
+    at_x, at_v, count = s.extremes(out)
+    share = ct / count
+    return (share * at_x, s.gather(share) * at_v) + rest
+
+
+def _scatter_jvp(ts, xs, out, spec, op):
+    s = _Scattered(xs, spec)
+    tx, tv = ts[0], ts[1]
+    if tx is None and tv is None:
+        return None
+    if op == "set":
+        return s.scatter(s.zeros(s.x) if tx is None else tx, s.zeros(s.v) if tv is None else tv,
+                         "set")
+    if op == "mul":
+        factor = s.scatter(np.ones(s.x.shape, s.x.dtype), s.v, "mul")
+        terms = [tx * factor if tx is not None else None,
+                 s.x * s.add(_times(tv, s.others_product())) if tv is not None else None]
+        return _add_terms(*terms)
+    at_x, at_v, count = s.extremes(out)
+    terms = [tx * at_x if tx is not None else None,
+             s.add(tv * at_v) if tv is not None else None]
+    return _add_terms(*terms) / count
+
+
+_register(Primitive(
+    name="scatter", impl=_scatter_impl, abstract=_scatter_op_type, vjp=_scatter_vjp,
+    jvp=_scatter_jvp, family="indexing", promote="none", dynamic=(2, 3, 4, 5, 6, 7, 8, 9),
+    notes="x.at[idx].set / multiply / min / max (op set, mul, min, max): a repeated index "
+          "keeps the last update for set (only that one gets a gradient), multiplies all "
+          "for mul (each update's derivative is the product of the others, exact with "
+          "zeros), and for min/max ties between x and the updates share the derivative "
+          "equally, as in JAX"))
+
+
 def _roll_type(types: list[TensorType], axis: int | None) -> TensorType:
     if types[1].dtype.kind not in "iu" or types[1].ndim != 0:
         raise LoweringError(f"roll: the shift must be an integer scalar, got {types[1]}")

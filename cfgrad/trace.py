@@ -216,6 +216,12 @@ class Tracer:
     def T(self) -> Any:
         return cfgrad_numpy.NAMESPACE["transpose"](self)
 
+    @property
+    def at(self) -> Any:
+        """JAX's indexed updates: `x.at[idx].set(v)`, `.add`, `.multiply`, `.min`, `.max`,
+        `.get` (cfgrad.numpy.indexed)."""
+        return cfgrad_numpy.NAMESPACE["_at"](self)
+
     def __getattr__(self, name: str) -> Any:
         # array methods: x.sum(), x.reshape(…), x.astype(…), …
         fn = cfgrad_numpy.NAMESPACE.get(name)

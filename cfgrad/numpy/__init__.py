@@ -5,6 +5,7 @@ what is covered and each difference from numpy).
 This module only assembles the namespace; each part owns one family of functions:
 
 - `core`: creation, the operators' arithmetic, basic reductions, shapes and indexing;
+- `indexed`: JAX's indexed updates (the `.at` of traced values) and dynamic slices;
 - `linalg` (`cnp.linalg`) and `fft` (`cnp.fft`): numpy's submodules of the same names.
 """
 
@@ -12,11 +13,15 @@ from . import fft, linalg
 from .core import *  # noqa: F403
 from .core import __all__ as _core_names
 from .core import _getitem
+from .indexed import *  # noqa: F403
+from .indexed import __all__ as _indexed_names
+from .indexed import _IndexUpdateHelper
 
-__all__ = [*_core_names, "fft", "linalg"]
+__all__ = [*_core_names, *_indexed_names, "fft", "linalg"]
 
 # The functions numpy's dispatch (`np.sin(tracer)`) and the array methods of traced values
 # (`x.sum()`, `x[i]`, `x.T`) resolve to, by numpy name: read by trace.py's Tracer.
 NAMESPACE = {name: obj for name, obj in globals().items()
              if name in __all__ and callable(obj) and not isinstance(obj, type)}
 NAMESPACE["_getitem"] = _getitem
+NAMESPACE["_at"] = _IndexUpdateHelper
