@@ -36,6 +36,7 @@ import cfgrad.verify
 from cfgrad import tree as treelib
 from cfgrad.api import evaluate
 from cfgrad.interpret import Compiled, Machine
+from cfgrad.numpy import NAMESPACE
 from cfgrad.primitives import PRIMITIVES, Deferred, Primitive, bind
 from cfgrad.testing import check_grads
 
@@ -374,6 +375,31 @@ def draw_write_row(data, dtype):
     return f, (xs,)
 
 
+def draw_scatter(data, dtype):
+    """x.at[idx].set / multiply / min / max with a static integer-array index (repeats
+    drawn), and with a traced index, through cfgrad.numpy's .at. Updates are distinct
+    from x and from each other for min/max (no ties, where the derivative has a kink)."""
+    rng = seeded(data)
+    op = data.draw(st.sampled_from(["set", "multiply", "min", "max"]), label="op")
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
+    idx = tuple(i.astype(np.int64) for i in data.draw(hnp.integer_array_indices(
+        shape, result_shape=hnp.array_shapes(min_dims=1, max_dims=2, max_side=5))))
+    n_row = int(np.prod(shape[1:]))
+    size = int(np.prod(shape)) + int(np.zeros(shape)[idx].size) + n_row
+    values = rng.permutation(np.linspace(-2, 2, size))  # distinct: no ties
+    x = values[:np.prod(shape)].reshape(shape).astype(dtype)
+    v = values[x.size:x.size + np.zeros(shape)[idx].size].reshape(np.zeros(shape)[idx].shape)
+    row = values[len(values) - n_row:].reshape(shape[1:]).astype(dtype)
+    t = data.draw(st.integers(0, shape[0] - 1), label="t")
+
+    def f(a, b, r):  # `.at` of a traced value; the helper also runs on numpy arrays
+        at_idx = getattr(NAMESPACE["_at"](a)[idx], op)(b)
+        at_t = getattr(NAMESPACE["_at"](a)[cnp.asarray(t)], op)(r)
+        return at_idx, at_t
+
+    return f, (x, v.astype(dtype), row)
+
+
 def draw_roll(data, dtype):
     shape = data.draw(SHAPES)
     axis = data.draw(st.none() | st.integers(-len(shape), len(shape) - 1)
@@ -493,6 +519,7 @@ CASES: dict[str, Case] = {
     "scatter_add": Case(draw_scatter_add, NUMERIC),
     # scan and indexed updates (issue 13)
     "write_row": Case(draw_write_row, NUMERIC),
+    "scatter": Case(draw_scatter, NUMERIC),
     "roll": Case(draw_roll, ALL),
     "astype": Case(draw_astype, ALL),
     "const": Case(draw_const, ALL),
