@@ -536,7 +536,8 @@ class Trace:
         returns (carry, y, row) and each leaf of y is written as row `row` of an (n, …)
         stack, a carry of its own that only `write_row` touches (in place); returns
         (carry, stacked ys)."""
-        check_strategy(checkpoint, f"{kind}_loop at {loc}")
+        label = "scan" if kind == "scan" else f"{kind}_loop"  # the user's function
+        check_strategy(checkpoint, f"{label} at {loc}")
         init_leaves, init_td = treelib.flatten(init_val)
         init_values = [self.value_of(x) for x in init_leaves]
         region = LoopRegion(f"loop#{self.counters['loop']}", self.parent_region(), loc, kind=kind,
@@ -560,7 +561,7 @@ class Trace:
             selector = check_predicate(self, pred, f"{kind}_loop condition", loc)
             if self.current is not header:
                 raise LoweringError(
-                    f"{kind}_loop at {loc}: cond_fun contains control flow; compute the "
+                    f"{label} at {loc}: cond_fun contains control flow; compute the "
                     "predicate with straight-line operations (cnp.where, comparisons)")
             self.condition_defs.update((o, node) for node in header.nodes for o in node.outputs)
             body = self.new_block(region, "body")
@@ -573,7 +574,7 @@ class Trace:
             new_leaves, new_td = treelib.flatten(new)
             if new_td != init_td:
                 raise LoweringError(
-                    f"{kind}_loop at {loc}: the body changes the carry's structure: before "
+                    f"{label} at {loc}: the body changes the carry's structure: before "
                     f"{init_td.describe()}, after {new_td.describe()}")
             new_values = self._leaf_values(new_leaves, [v.type for v in init_values])
             if stack is not None:
@@ -586,12 +587,13 @@ class Trace:
                 header.phis = phis
         finally:
             self.scope = saved
+        counted = kind != "while"  # fori and scan carry their counter as leaf 0
         for i, (a, b) in enumerate(zip(init_values, new_values)):
             if a.type != b.type:
                 raise LoweringError(
-                    f"{kind}_loop at {loc}: the body changes carry leaf {i} from {a.type} "
-                    f"(before) to {b.type} (after); a carry keeps its shape and dtype, so cast "
-                    "or broadcast the initial value to match")
+                    f"{label} at {loc}: the body changes carry leaf {i - counted} from "
+                    f"{a.type} (before) to {b.type} (after); a carry keeps its shape and dtype, "
+                    "so cast or broadcast the initial value to match")
         latch = self.current
         region.latch = latch
         latch.term = Jmp(header)
