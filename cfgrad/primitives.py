@@ -1080,7 +1080,7 @@ _register(Primitive(
         "write_row", np.zeros(xs[0].shape, xs[0].dtype) if ts[0] is None else ts[0], xs[1],
         ts[2]),
     family="indexing", promote="none", dynamic=(1,), mutates=True, deferred_result=True,
-    deferred_inputs=(0,),
+    deferred_inputs=(0,), unchecked=True,
     notes="stack[t] = y for a row t of `stack` that is zero (a cg.scan's output stack, each "
           "row written once): it is stack + onehot(t) y, so its VJP passes the stack's "
           "cotangent through and reads the row's, ct[t]. Assigned in place (a StackBuffer), "
