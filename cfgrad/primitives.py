@@ -65,10 +65,10 @@ class Primitive:
     # a primitive that updates its first input in place, which passes never merge, move or
     # drop. `factors`, for an accumulator that takes its contribution in a factored form,
     # recognises that form: factors(contribution, producer) gives the inputs after the
-    # accumulator, or None; producer(v) is the node computing v in every iteration of the
-    # loop, or None (passes.accumulate_in_place).
+    # accumulator and the node's parameters, or None; producer(v) is the node computing v
+    # in every iteration of the loop, or None (passes.accumulate_in_place).
     mutates: bool = False
-    factors: Callable[[Any, Callable[[Any], Any]], list | None] | None = None
+    factors: Callable[[Any, Callable[[Any], Any]], tuple[list, dict] | None] | None = None
     # Deferred results (see `Deferred`): `deferred_result` marks a primitive whose `impl`
     # may return a Deferred, whose work is cheaper done later in one go than at each call
     # (accumulate_outer's RankOneSum); `deferred_inputs` are the inputs that take one as it
@@ -1087,6 +1087,44 @@ _register(Primitive(
           "so a checkpoint strategy re-running an iteration writes the row again, not twice"))
 
 
+def _accumulate_index_impl(acc: np.ndarray, contribution: np.ndarray, *dynamic: Any,
+                           spec: tuple) -> np.ndarray:
+    idx = _index_tuple(spec, dynamic)
+    if any(isinstance(s, np.ndarray) and s.ndim > 0 for s in idx):
+        np.add.at(acc, idx, contribution)
+    else:
+        acc[idx] += contribution
+    return acc
+
+
+def _scattered_factors(contribution: Any,
+                       producer: Callable[[Any], Any]) -> tuple[list, dict] | None:
+    """`scatter_add(c, *idx, spec, shape)` computed in the loop (the VJP of `xs[t]`, of
+    each row a scan reads) is the contribution `accumulate_index` takes as c at idx."""
+    made = producer(contribution)
+    if made is None or made.op != "scatter_add":
+        return None
+    return list(made.inputs), {"spec": made.params["spec"]}
+
+
+def _accumulate_index_type(types: list[TensorType], spec: tuple) -> TensorType:
+    acc, c = types[0], types[1]
+    target = _index_type([acc, *types[2:]], spec)
+    if target != TensorType(c.shape, acc.dtype) or c.dtype != acc.dtype:
+        raise LoweringError(f"accumulate_index: spec {spec!r} selects {target} from the {acc} "
+                            f"accumulator, but the contribution is {c}")
+    return acc
+
+
+_register(Primitive(
+    name="accumulate_index", impl=_accumulate_index_impl, abstract=_accumulate_index_type,
+    family="internal", promote="none", nondiff=True, mutates=True, factors=_scattered_factors,
+    notes="acc[idx] += contribution in place (repeated indices accumulate); emitted only by "
+          "the loop passes, in place of an accumulate of a scatter_add made in the loop (the "
+          "gradient of xs[t], of each row a scan reads): the work per iteration is the "
+          "row's, not the whole accumulator's"))
+
+
 # -- Indexed updates (x.at[idx].set / multiply / min / max; add is a scatter_add): the
 # functional form of numpy's `x[idx] = v` and `np.multiply.at` / `minimum.at` / `maximum.at`
 
@@ -1319,7 +1357,8 @@ def _accumulate_outer_impl(acc: Any, a: np.ndarray, b: np.ndarray) -> RankOneSum
     return acc
 
 
-def _outer_product_factors(contribution: Any, producer: Callable[[Any], Any]) -> list | None:
+def _outer_product_factors(contribution: Any,
+                           producer: Callable[[Any], Any]) -> tuple[list, dict] | None:
     """`mul(reshape(a, (n, 1)), reshape(b, (1, m)))` of float32/float64 vectors a and b,
     computed in the loop, is the outer product `accumulate_outer` takes as [a, b]: the
     weight gradient of a matrix-vector product in a loop body."""
@@ -1336,7 +1375,7 @@ def _outer_product_factors(contribution: Any, producer: Callable[[Any], Any]) ->
                 v.type.shape != shape or reshape.inputs[0].type.dtype != v.type.dtype:
             return None
         vectors.append(reshape.inputs[0])
-    return vectors
+    return vectors, {}
 
 
 def _accumulate_outer_type(types: list[TensorType]) -> TensorType:

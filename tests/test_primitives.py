@@ -548,7 +548,7 @@ def test_every_primitive_has_rules_or_is_marked_nondiff():
 
 # Emitted only by the reverse builder (never reachable from cfgrad.numpy): tested below
 # through the adjoints that use them.
-INTERNAL = {"copy", "accumulate", "accumulate_outer"}
+INTERNAL = {"copy", "accumulate", "accumulate_outer", "accumulate_index"}
 
 
 def test_every_primitive_has_a_case_here():

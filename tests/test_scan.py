@@ -316,3 +316,19 @@ def test_dynamic_slices():
         cg.dynamic_update_slice(m, np.ones((4, 1)), (0, 0))
     with pytest.raises(cg.ArgumentValueError, match="start indices for an operand"):
         cg.dynamic_slice(m, (0,), (1, 1))
+
+
+def test_reading_rows_in_a_loop_accumulates_their_gradient_in_place():
+    """The gradient of xs[t] in a loop is one row's work per iteration (accumulate_index),
+    not a scatter into a zero array of xs's size: repeated and traced rows included."""
+    xs = np.random.default_rng(2).normal(size=(6, 2))
+    rows = np.array([0, 3, 3, 5, 1])
+
+    def f(xs):
+        _, ys = cg.scan(lambda c, x: (c * 0.5 + x, c * x), np.zeros(2), xs)
+        picked = cg.fori_loop(0, 5, lambda i, acc: acc + xs[cnp.asarray(rows)[i]] ** 2,
+                              np.zeros(2))
+        return cnp.sum(ys) + cnp.sum(picked * xs[rows])
+    adjoint = cg.adjoint(cg.lower(f, xs)).text()
+    assert adjoint.count("accumulate_index") == 2  # one per loop; xs[rows] scatters once
+    check_grads(f, (xs,), modes=("rev",))
