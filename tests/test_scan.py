@@ -316,6 +316,12 @@ def test_dynamic_slices():
         cg.dynamic_update_slice(m, np.ones((4, 1)), (0, 0))
     with pytest.raises(cg.ArgumentValueError, match="start indices for an operand"):
         cg.dynamic_slice(m, (0,), (1, 1))
+    with pytest.raises(cg.ArgumentTypeError, match="must be integer scalars"):
+        cg.dynamic_slice(m, (0.5, 1), (1, 1))
+    # start indices as one (traced) integer array, as JAX takes them
+    got = cg.jvp(lambda m, s: cg.dynamic_slice(m, s, (2, 2)), (m, np.array([5, -7])),
+                 (m, np.zeros(2, np.int64)))[0]
+    np.testing.assert_array_equal(got, m[1:3, 0:2])
 
 
 def test_reading_rows_in_a_loop_accumulates_their_gradient_in_place():

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as _np
 
-from ..errors import ArgumentValueError, LoweringError
+from ..errors import ArgumentTypeError, ArgumentValueError, LoweringError
 from ..primitives import bind
 from .core import (
     _clamped_start,
@@ -205,7 +205,8 @@ def _starts(operand: Any, start_indices: Any, function: str) -> list[Any]:
     for s in starts:
         if (is_traced(s) and (s.dtype.kind not in "iu" or s.ndim)) or (
                 not is_traced(s) and _np.asarray(s).dtype.kind not in "iu"):
-            raise LoweringError(f"{function}: start indices must be integer scalars, got {s!r}")
+            raise ArgumentTypeError(f"{function}: start indices must be integer scalars, got "
+                                    f"{s!r}")
     return starts
 
 
