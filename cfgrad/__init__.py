@@ -30,15 +30,17 @@ from .ir import Program
 from .irparse import parse_program
 from .jacobians import hessian, jacfwd, jacrev
 from .numerics import LossScaler, clip_by_global_norm, clip_by_value
+from .numpy.indexed import dynamic_slice, dynamic_update_slice
 from .reverse import adjoint
-from .trace import cond, fori_loop, lower, switch, while_loop
+from .trace import cond, fori_loop, lower, scan, switch, while_loop
 
 __all__ = [
     "AnomalyError", "ArgumentTypeError", "ArgumentValueError", "CfgradError", "LoopLimitError",
     "LossScaler", "LoweringError", "NonFiniteError", "PathInstabilityError", "Program",
     "ReplayMismatchError", "ScalerStateError", "TracerBoolError", "VerifyError",
     "adjoint", "checkpoint", "clip_by_global_norm", "clip_by_value", "cond", "custom_jvp",
-    "custom_root", "custom_vjp", "debug", "detect_anomaly", "fori_loop", "grad", "hessian",
-    "inspect", "jacfwd", "jacrev", "jvp", "lower", "optim", "parse_program", "stop_gradient",
-    "switch", "testing", "tree_util", "value_and_grad", "vjp", "while_loop",
+    "custom_root", "custom_vjp", "debug", "detect_anomaly", "dynamic_slice",
+    "dynamic_update_slice", "fori_loop", "grad", "hessian", "inspect", "jacfwd", "jacrev",
+    "jvp", "lower", "optim", "parse_program", "scan", "stop_gradient", "switch", "testing",
+    "tree_util", "value_and_grad", "vjp", "while_loop",
 ]

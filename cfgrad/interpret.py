@@ -41,6 +41,7 @@ from .ir import (
     Jmp,
     LoopRegion,
     Node,
+    Phi,
     Program,
     Region,
     RegionIndex,
@@ -149,6 +150,7 @@ class Compiled:
         self.edges: list[tuple[int, Any, int, Any]] = []
         self.edge_id: dict[tuple[Block, Any], int] = {}
         self._build_edges()
+        in_place = _updated_in_place(program)
         for r, i in self.loop_index.items():
             bounds = None
             if r.trip_bounds is not None:
@@ -158,7 +160,7 @@ class Compiled:
                 tuple(self.slot[p.out] for p in r.header.phis),
                 self.edge_id[(r.latch, None)], self._alloc_extra(), bounds,
                 carry_bytes=sum(p.out.type.size * p.out.type.dtype.itemsize
-                                for p in r.header.phis)))
+                                for p in r.header.phis if p not in in_place)))
         nest = RegionNest(program.regions)
         for li in self.loops:
             inside = [r for r in program.regions
@@ -288,7 +290,9 @@ class Compiled:
             self.template[self.slot[n.outputs[0]]] = as_runtime_value(n.params["value"])
             return "pass"
         if n.op == "Primal":
-            return f"{outs} = fenv[{self.forward.slot[n.params['of']]}]"
+            read = f"fenv[{self.forward.slot[n.params['of']]}]"
+            return f"{outs} = " + (f"_dense({read})" if n.params["of"] in self.forward.deferred
+                                   else read)
         if n.op == "LogPop":
             return f"{outs} = m.pop_decision({self.forward.if_index[n.params['region']]})"
         if n.op == "TripPop":
@@ -918,6 +922,21 @@ def _free_values(index: RegionIndex) -> dict[LoopRegion, set[Value]]:
             result[r] = set(free[r])
         free[r] |= initial
     return result
+
+
+def _updated_in_place(program: Program) -> set[Phi]:
+    """The loop carries whose next value is their own buffer updated in place (by a
+    primitive that `mutates` its first input, a scan's `write_row`): a checkpoint of the
+    carry holds that same buffer, not a copy, so it costs no snapshot bytes."""
+    made = {o: n for b in program.blocks for n in b.nodes for o in n.outputs}
+    found = set()
+    for r in program.loops():
+        for phi in r.header.phis:
+            n = made.get(phi.inputs[-1])
+            prim = PRIMITIVES.get(n.op) if n is not None else None
+            if prim is not None and prim.mutates and n.inputs[0] is phi.out:
+                found.add(phi)
+    return found
 
 
 def _deferred_values(program: Program) -> frozenset[Value]:

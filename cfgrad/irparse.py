@@ -82,7 +82,7 @@ _LOOP_REGION = re.compile(
 _REGION_TAIL = re.compile(
     r"(?:\s+in\s+(?P<parent>\S+))?(?:\s+bounds\s+\((?P<bounds>[^)]*)\))?"
     r"(?:\s+checkpoint=(?P<checkpoint>.*?))?(?:\s+max_iters=(?P<max_iters>\d+))?\s*$")
-_LOOP_KINDS = ("while", "fori")
+_LOOP_KINDS = ("while", "fori", "scan")
 
 #: What each slot form of nodespec.FORMS matches in the text (the forms the parser reads).
 _FORM_PATTERNS = {
@@ -452,11 +452,11 @@ class _Parser:
             m = _LOOP_REGION.match(text)
             if m is None:
                 raise _LineError("expected `region ID cond|switch at …` or "
-                                 "`region ID while|fori preheader …`")
+                                 "`region ID while|fori|scan preheader …`")
             if m.group(2) not in _LOOP_KINDS:
                 if m.group(2) == "reverse":
                     raise _LineError(self.adjoint_message())
-                raise _LineError(f"unknown loop kind {m.group(2)!r} (expected while or fori)")
+                raise _LineError(f"unknown loop kind {m.group(2)!r} (expected while, fori or scan)")
         self.region_lines.append((ln, m, is_if, comment))
 
     def read_statement(self, ln: _Line, b: _RawBlock, text: str, comment: str) -> None:

@@ -385,9 +385,10 @@ def accumulate_in_place(program: Program) -> None:
             phi.inputs[0] = fresh
             if len(uses.get(contribution, [])) == 1:  # the factored form replaces it
                 for prim in factored:
-                    factors = prim.factors(contribution, producer)
-                    if factors is not None:
-                        add.op, add.inputs = prim.name, [phi.out, *factors]
+                    found = prim.factors(contribution, producer)
+                    if found is not None:
+                        factors, params = found
+                        add.op, add.inputs, add.params = prim.name, [phi.out, *factors], params
                         break
 
 

@@ -65,10 +65,10 @@ class Primitive:
     # a primitive that updates its first input in place, which passes never merge, move or
     # drop. `factors`, for an accumulator that takes its contribution in a factored form,
     # recognises that form: factors(contribution, producer) gives the inputs after the
-    # accumulator, or None; producer(v) is the node computing v in every iteration of the
-    # loop, or None (passes.accumulate_in_place).
+    # accumulator and the node's parameters, or None; producer(v) is the node computing v
+    # in every iteration of the loop, or None (passes.accumulate_in_place).
     mutates: bool = False
-    factors: Callable[[Any, Callable[[Any], Any]], list | None] | None = None
+    factors: Callable[[Any, Callable[[Any], Any]], tuple[list, dict] | None] | None = None
     # Deferred results (see `Deferred`): `deferred_result` marks a primitive whose `impl`
     # may return a Deferred, whose work is cheaper done later in one go than at each call
     # (accumulate_outer's RankOneSum); `deferred_inputs` are the inputs that take one as it
@@ -1223,6 +1223,231 @@ _register(Primitive(
     notes="zeros of `shape` with the input added at the indexed positions"))
 
 
+# -- Scan and indexed updates (issue 13): a scan's output stack, written row by row in place
+
+
+class StackBuffer(Deferred):
+    """The output stack of a `cg.scan`, owned by the loop that writes it: `write_row`
+    assigns each iteration's row into it in place, so the stack costs one allocation per
+    loop execution, not a copy per iteration. It is a Deferred so that the interpreter
+    hands it as it is only to `write_row` (its `deferred_inputs`) and every other reader,
+    and the caller, gets the plain array: nothing else can write to it. A checkpoint
+    strategy's snapshot of the loop's carry holds the same buffer, not a copy; re-running
+    an iteration from a snapshot writes the same row again."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def materialize(self) -> np.ndarray:
+        return self.array
+
+    def peek(self) -> np.ndarray:
+        return self.array
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.array if dtype is None else self.array.astype(dtype)
+
+
+def _write_row_impl(buf: Any, t: Any, y: np.ndarray) -> StackBuffer:
+    if type(buf) is not StackBuffer:  # the loop's first write: a buffer of its own
+        buf = StackBuffer(np.array(buf, copy=True))
+    buf.array[t] = y
+    return buf
+
+
+def _write_row_type(types: list[TensorType]) -> TensorType:
+    buf, t, y = types
+    if buf.ndim == 0 or buf.shape[1:] != y.shape or buf.dtype != y.dtype:
+        raise LoweringError(f"write_row: an {buf} stack cannot take an {y} row")
+    if t.ndim != 0 or t.dtype.kind not in "iu":
+        raise LoweringError(f"write_row: the row index must be an integer scalar, got {t}")
+    return buf
+
+
+_register(Primitive(
+    name="write_row", impl=_write_row_impl, abstract=_write_row_type,
+    vjp=lambda ct, xs, out: (ct, None, bind("index", ct, xs[1], spec=("$",))),
+    jvp=lambda ts, xs, out: ts[0] if ts[2] is None else bind(
+        "write_row", np.zeros(xs[0].shape, xs[0].dtype) if ts[0] is None else ts[0], xs[1],
+        ts[2]),
+    family="indexing", promote="none", dynamic=(1,), mutates=True, deferred_result=True,
+    deferred_inputs=(0,), unchecked=True,
+    notes="stack[t] = y for a row t of `stack` that is zero (a cg.scan's output stack, each "
+          "row written once): it is stack + onehot(t) y, so its VJP passes the stack's "
+          "cotangent through and reads the row's, ct[t]. Assigned in place (a StackBuffer), "
+          "so a checkpoint strategy re-running an iteration writes the row again, not twice"))
+
+
+def _accumulate_index_impl(acc: np.ndarray, contribution: np.ndarray, *dynamic: Any,
+                           spec: tuple) -> np.ndarray:
+    idx = _index_tuple(spec, dynamic)
+    if any(isinstance(s, np.ndarray) and s.ndim > 0 for s in idx):
+        np.add.at(acc, idx, contribution)
+    else:
+        acc[idx] += contribution
+    return acc
+
+
+def _scattered_factors(contribution: Any,
+                       producer: Callable[[Any], Any]) -> tuple[list, dict] | None:
+    """`scatter_add(c, *idx, spec, shape)` computed in the loop (the VJP of `xs[t]`, of
+    each row a scan reads) is the contribution `accumulate_index` takes as c at idx."""
+    made = producer(contribution)
+    if made is None or made.op != "scatter_add":
+        return None
+    return list(made.inputs), {"spec": made.params["spec"]}
+
+
+def _accumulate_index_type(types: list[TensorType], spec: tuple) -> TensorType:
+    acc, c = types[0], types[1]
+    target = _index_type([acc, *types[2:]], spec)
+    if target != TensorType(c.shape, acc.dtype) or c.dtype != acc.dtype:
+        raise LoweringError(f"accumulate_index: spec {spec!r} selects {target} from the {acc} "
+                            f"accumulator, but the contribution is {c}")
+    return acc
+
+
+_register(Primitive(
+    name="accumulate_index", impl=_accumulate_index_impl, abstract=_accumulate_index_type,
+    family="internal", promote="none", nondiff=True, mutates=True, factors=_scattered_factors,
+    notes="acc[idx] += contribution in place (repeated indices accumulate); emitted only by "
+          "the loop passes, in place of an accumulate of a scatter_add made in the loop (the "
+          "gradient of xs[t], of each row a scan reads): the work per iteration is the "
+          "row's, not the whole accumulator's"))
+
+
+# -- Indexed updates (x.at[idx].set / multiply / min / max; add is a scatter_add): the
+# functional form of numpy's `x[idx] = v` and `np.multiply.at` / `minimum.at` / `maximum.at`
+
+
+_SCATTER_UFUNCS = {"mul": np.multiply, "min": np.minimum, "max": np.maximum}
+
+
+def _scatter_impl(x, v, *dynamic, spec, op):
+    out = np.array(x, copy=True)
+    idx = _index_tuple(spec, dynamic)
+    if op == "set":
+        out[idx] = v  # repeated indices: the last write wins (numpy's order)
+    else:
+        _SCATTER_UFUNCS[op].at(out, idx, v)
+    return out
+
+
+def _scatter_op_type(types: list[TensorType], spec: tuple, op: str) -> TensorType:
+    """x's type; v has the type indexing x with `spec` gives (the caller broadcasts it)."""
+    x, v = types[0], types[1]
+    if op not in ("set", "mul", "min", "max"):
+        raise LoweringError(f"scatter: parameter op must be 'set', 'mul', 'min' or 'max', got "
+                            f"{op!r}")
+    target = _index_type([x, *types[2:]], spec)
+    if target != TensorType(target.shape, v.dtype) or v.shape != target.shape:
+        raise LoweringError(f"scatter: spec {spec!r} selects {target} from {x}, but the "
+                            f"update is {v}")
+    return x
+
+
+class _Scattered:
+    """The pieces a scatter's rules are written with: gathering at its index, scattering
+    into its index, and whether an index may repeat (an integer array among the items)."""
+
+    def __init__(self, xs: list[Any], spec: tuple):
+        self.x, self.v, self.dynamic, self.spec = xs[0], xs[1], xs[2:], spec
+        self.repeats = any(isinstance(s, np.ndarray) and s.ndim > 0 for s in spec) or any(
+            d.ndim > 0 for d in self.dynamic)
+
+    def gather(self, a: Any) -> Any:
+        return bind("index", a, *self.dynamic, spec=self.spec)
+
+    def scatter(self, base: Any, v: Any, op: str) -> Any:
+        return bind("scatter", base, v, *self.dynamic, spec=self.spec, op=op)
+
+    def add(self, v: Any) -> Any:
+        return bind("scatter_add", v, *self.dynamic, spec=self.spec, shape=self.x.shape)
+
+    def zeros(self, like: Any) -> np.ndarray:
+        return np.zeros(like.shape, like.dtype)
+
+    def winners(self) -> Any:
+        """1 where an update is the one written (the last of a repeated index), else 0."""
+        v = self.v
+        if not self.repeats:
+            return None
+        order = np.arange(v.size, dtype=np.int64).reshape(v.shape)
+        ids = self.scatter(np.full(self.x.shape, -1, np.int64), order, "set")
+        return _mask(bind("eq", self.gather(ids), order), v)
+
+    def others_product(self) -> Any:
+        """For each update, the product of the other updates to its position (1 when none):
+        counted with zeros apart, so an update of 0 does not make it 0/0."""
+        v = self.v
+        if not self.repeats:
+            return None
+        zero = bind("eq", v, np.zeros((), v.dtype))
+        nonzero = bind("where", zero, np.ones((), v.dtype), v)
+        product = self.gather(self.scatter(np.ones(self.x.shape, v.dtype), nonzero, "mul"))
+        zeros = self.gather(self.add(_mask(zero, v)))
+        none = np.zeros((), v.dtype)
+        return bind("where", zero, bind("where", bind("eq", zeros, np.ones((), v.dtype)),
+                                        product, none),
+                    bind("where", bind("eq", zeros, none), product / nonzero, none))
+
+    def extremes(self, out: Any) -> tuple[Any, Any, Any]:
+        """Masks of x and of the updates equal to the result (min/max), and how many tie
+        at each position: ties share the derivative equally, as in JAX."""
+        at_x = _mask(bind("eq", self.x, out), self.x)
+        at_v = _mask(bind("eq", self.v, self.gather(out)), self.v)
+        count = bind("maximum", at_x + self.add(at_v), np.ones((), self.x.dtype))
+        return at_x, at_v, count
+
+
+def _times(a: Any, b: Any) -> Any:
+    return a if b is None else a * b
+
+
+def _scatter_vjp(ct, xs, out, spec, op):
+    s = _Scattered(xs, spec)
+    rest = (None,) * len(s.dynamic)
+    if op == "set":
+        return (s.scatter(ct, s.zeros(s.v), "set"), _times(s.gather(ct), s.winners())) + rest
+    if op == "mul":
+        factor = s.scatter(np.ones(s.x.shape, s.x.dtype), s.v, "mul")
+        return (ct * factor, _times(s.gather(ct * s.x), s.others_product())) + rest
+    at_x, at_v, count = s.extremes(out)
+    share = ct / count
+    return (share * at_x, s.gather(share) * at_v) + rest
+
+
+def _scatter_jvp(ts, xs, out, spec, op):
+    s = _Scattered(xs, spec)
+    tx, tv = ts[0], ts[1]
+    if tx is None and tv is None:
+        return None
+    if op == "set":
+        return s.scatter(s.zeros(s.x) if tx is None else tx, s.zeros(s.v) if tv is None else tv,
+                         "set")
+    if op == "mul":
+        factor = s.scatter(np.ones(s.x.shape, s.x.dtype), s.v, "mul")
+        terms = [tx * factor if tx is not None else None,
+                 s.x * s.add(_times(tv, s.others_product())) if tv is not None else None]
+        return _add_terms(*terms)
+    at_x, at_v, count = s.extremes(out)
+    terms = [tx * at_x if tx is not None else None,
+             s.add(tv * at_v) if tv is not None else None]
+    return _add_terms(*terms) / count
+
+
+_register(Primitive(
+    name="scatter", impl=_scatter_impl, abstract=_scatter_op_type, vjp=_scatter_vjp,
+    jvp=_scatter_jvp, family="indexing", promote="none", dynamic=(2, 3, 4, 5, 6, 7, 8, 9),
+    notes="x.at[idx].set / multiply / min / max (op set, mul, min, max): a repeated index "
+          "keeps the last update for set (only that one gets a gradient), multiplies all "
+          "for mul (each update's derivative is the product of the others, exact with "
+          "zeros), and for min/max ties between x and the updates share the derivative "
+          "equally, as in JAX"))
+
+
 def _roll_type(types: list[TensorType], axis: int | None) -> TensorType:
     if types[1].dtype.kind not in "iu" or types[1].ndim != 0:
         raise LoweringError(f"roll: the shift must be an integer scalar, got {types[1]}")
@@ -1536,7 +1761,8 @@ def _accumulate_outer_impl(acc: Any, a: np.ndarray, b: np.ndarray) -> RankOneSum
     return acc
 
 
-def _outer_product_factors(contribution: Any, producer: Callable[[Any], Any]) -> list | None:
+def _outer_product_factors(contribution: Any,
+                           producer: Callable[[Any], Any]) -> tuple[list, dict] | None:
     """`mul(reshape(a, (n, 1)), reshape(b, (1, m)))` of float32/float64 vectors a and b,
     computed in the loop, is the outer product `accumulate_outer` takes as [a, b]: the
     weight gradient of a matrix-vector product in a loop body."""
@@ -1553,7 +1779,7 @@ def _outer_product_factors(contribution: Any, producer: Callable[[Any], Any]) ->
                 v.type.shape != shape or reshape.inputs[0].type.dtype != v.type.dtype:
             return None
         vectors.append(reshape.inputs[0])
-    return vectors
+    return vectors, {}
 
 
 def _accumulate_outer_type(types: list[TensorType]) -> TensorType:

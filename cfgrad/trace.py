@@ -224,6 +224,12 @@ class Tracer:
     def imag(self) -> Any:
         return cfgrad_numpy.NAMESPACE["imag"](self)
 
+    @property
+    def at(self) -> Any:
+        """JAX's indexed updates: `x.at[idx].set(v)`, `.add`, `.multiply`, `.min`, `.max`,
+        `.get` (cfgrad.numpy.indexed)."""
+        return cfgrad_numpy.NAMESPACE["_at"](self)
+
     def __getattr__(self, name: str) -> Any:
         # array methods: x.sum(), x.reshape(…), x.astype(…), …
         fn = cfgrad_numpy.NAMESPACE.get(name)
@@ -538,8 +544,14 @@ class Trace:
 
     def lower_loop(self, kind: str, cond_fun: Callable, body_fun: Callable, init_val: Any,
                    checkpoint: Any, max_iters: int | None, loc: SourceLoc | None,
-                   bounds: tuple[Value, Value] | None = None) -> Any:
-        check_strategy(checkpoint, f"{kind}_loop at {loc}")
+                   bounds: tuple[Value, Value] | None = None,
+                   stack: int | None = None) -> Any:
+        """Lower a loop; returns the carry after it. With `stack` = n, a scan: the body
+        returns (carry, y, row) and each leaf of y is written as row `row` of an (n, …)
+        stack, a carry of its own that only `write_row` touches (in place); returns
+        (carry, stacked ys)."""
+        label = "scan" if kind == "scan" else f"{kind}_loop"  # the user's function
+        check_strategy(checkpoint, f"{label} at {loc}")
         init_leaves, init_td = treelib.flatten(init_val)
         init_values = [self.value_of(x) for x in init_leaves]
         region = LoopRegion(f"loop#{self.counters['loop']}", self.parent_region(), loc, kind=kind,
@@ -563,7 +575,7 @@ class Trace:
             selector = check_predicate(self, pred, f"{kind}_loop condition", loc)
             if self.current is not header:
                 raise LoweringError(
-                    f"{kind}_loop at {loc}: cond_fun contains control flow; compute the "
+                    f"{label} at {loc}: cond_fun contains control flow; compute the "
                     "predicate with straight-line operations (cnp.where, comparisons)")
             self.condition_defs.update((o, node) for node in header.nodes for o in node.outputs)
             body = self.new_block(region, "body")
@@ -571,20 +583,31 @@ class Trace:
             body.preds = [Edge(header, True)]
             self.current = body
             new = body_fun(carry)
+            if stack is not None:
+                new, ys, row = new
             new_leaves, new_td = treelib.flatten(new)
             if new_td != init_td:
                 raise LoweringError(
-                    f"{kind}_loop at {loc}: the body changes the carry's structure: before "
+                    f"{label} at {loc}: the body changes the carry's structure: before "
                     f"{init_td.describe()}, after {new_td.describe()}")
             new_values = self._leaf_values(new_leaves, [v.type for v in init_values])
+            if stack is not None:
+                y_leaves, ys_td = treelib.flatten(ys)
+                stack_phis = self._stack_rows(region, stack, self._leaf_values(y_leaves))
+                new_values += [self.emit(PRIMITIVES["write_row"], [self.tracer(p.out), row, y],
+                                         {}, None).value
+                               for p, y in zip(stack_phis, y_leaves)]
+                phis = phis + stack_phis
+                header.phis = phis
         finally:
             self.scope = saved
+        counted = kind != "while"  # fori and scan carry their counter as leaf 0
         for i, (a, b) in enumerate(zip(init_values, new_values)):
             if a.type != b.type:
                 raise LoweringError(
-                    f"{kind}_loop at {loc}: the body changes carry leaf {i} from {a.type} "
-                    f"(before) to {b.type} (after); a carry keeps its shape and dtype, so cast "
-                    "or broadcast the initial value to match")
+                    f"{label} at {loc}: the body changes carry leaf {i - counted} from "
+                    f"{a.type} (before) to {b.type} (after); a carry keeps its shape and dtype, "
+                    "so cast or broadcast the initial value to match")
         latch = self.current
         region.latch = latch
         latch.term = Jmp(header)
@@ -598,7 +621,24 @@ class Trace:
         exit_phis = [Phi(Value(p.out.type), [p.out]) for p in phis]
         exit_block.phis = exit_phis
         self.current = exit_block
-        return treelib.unflatten(init_td, [self.tracer(p.out) for p in exit_phis])
+        out = [self.tracer(p.out) for p in exit_phis]
+        carry_out = treelib.unflatten(init_td, out[:len(init_values)])
+        if stack is None:
+            return carry_out
+        return carry_out, treelib.unflatten(ys_td, out[len(init_values):])
+
+    def _stack_rows(self, region: LoopRegion, n: int, y_values: list[Value]) -> list[Phi]:
+        """The header Phis of a scan's output stacks, one per leaf of y: each starts as a
+        zero (n, …) view made in the preheader (the first `write_row` copies it into a
+        buffer of the loop's own) and is updated by `write_row` at the row index."""
+        current, self.current = self.current, region.preheader
+        try:
+            starts = [self.emit(PRIMITIVES["broadcast_to"], [np.zeros((), y.type.dtype)],
+                                {"shape": (n, *y.type.shape)}, None).value
+                      for y in y_values]
+        finally:
+            self.current = current
+        return [Phi(Value(v.type), [v]) for v in starts]
 
 
 def check_predicate(trace: Trace, pred: Any, what: str, loc: Any) -> Value:
@@ -697,6 +737,93 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
         "fori", lambda c: c[0] < hi_t, lambda c: (c[0] + 1, body_fun(c[0], c[1])),
         (lo_t, init_val), checkpoint, None, loc, bounds=(lo_t.value, hi))
     return out[1]
+
+
+def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
+         reverse: bool = False, *, checkpoint: Any = None) -> tuple[Any, Any]:
+    """`lax.scan`: `carry, y = f(carry, x)` for each x of `xs` (pytree leaves sliced along
+    their axis 0), returning the final carry and the ys stacked along axis 0.
+
+    Lowered as a loop of `length` trips (a `scan` region) under the `checkpoint` strategy,
+    like a fori_loop; each iteration writes its y as a row of the output stack in place
+    (`write_row`), so no strategy snapshots or tapes the stack, and the reverse pass reads
+    each row's cotangent. `reverse=True` runs from the last x to the first; ys keep the
+    order of xs, as in JAX."""
+    n = _scan_length(xs, length)
+    if not isinstance(reverse, bool | np.bool_):
+        raise ArgumentTypeError(f"scan: reverse must be True or False (static), got "
+                                f"{reverse!r}")
+    x_leaves, x_td = treelib.flatten(xs)
+    trace = current_trace()
+    if trace is None:
+        return _scan_eagerly(f, init, x_leaves, x_td, n, reverse)
+    loc = current_loc()
+
+    def body(c: Any) -> Any:
+        r = n - 1 - c[0] if reverse else c[0]
+        # a scan of no steps traces f on zeros (the body never runs): no row to index
+        x = treelib.unflatten(x_td, [bind("index", leaf, r, spec=("$",)) if n else np.zeros(
+            leaf.shape[1:], leaf.dtype) for leaf in x_leaves])
+        carry, y = _carry_and_y(f(c[1], x), loc)
+        return (c[0] + 1, carry), y, r
+
+    start, stop = trace.const(np.int64(0)), trace.const(np.int64(n))
+    (_, carry), ys = trace.lower_loop(
+        "scan", lambda c: c[0] < n, body, (trace.tracer(start), init), checkpoint, None, loc,
+        bounds=(start, stop), stack=n)
+    return carry, ys
+
+
+def _scan_length(xs: Any, length: int | None) -> int:
+    """The trip count: the common axis-0 size of xs's leaves, which `length` must equal."""
+    if length is not None and (isinstance(length, bool) or not isinstance(
+            length, int | np.integer) or length < 0):
+        raise ArgumentValueError(f"scan: length must be a non-negative int, got {length!r}")
+    sizes = set()
+    for leaf in treelib.flatten(xs)[0]:
+        shape = np.shape(leaf) if not isinstance(leaf, Tracer) else leaf.shape
+        if not shape:
+            raise ArgumentValueError(f"scan: every leaf of xs must have an axis 0 to scan "
+                                     f"over; got a scalar leaf ({leaf!r})")
+        sizes.add(shape[0])
+    if length is not None:
+        sizes.add(int(length))
+    if len(sizes) > 1:
+        raise ArgumentValueError(f"scan: the leaves of xs (and length, if given) disagree on "
+                                 f"the number of steps: {sorted(sizes)}")
+    if not sizes:
+        raise ArgumentValueError("scan: with xs None (or without leaves), give length")
+    return sizes.pop()
+
+
+def _carry_and_y(out: Any, loc: Any) -> tuple[Any, Any]:
+    if not isinstance(out, tuple | list) or len(out) != 2:
+        raise LoweringError(f"scan at {loc}: f must return a pair (carry, y), got "
+                            f"{type(out).__name__}")
+    return out[0], out[1]
+
+
+def _scan_eagerly(f: Callable, init: Any, x_leaves: list[Any], x_td: Any, n: int,
+                  reverse: bool) -> tuple[Any, Any]:
+    """scan on concrete values, as Python (like the other control flow outside a trace).
+    A scan of no steps calls f once on zeros, for the structure and types of y."""
+    carry, ys = init, []
+    for t in (reversed(range(n)) if reverse else range(n)):
+        carry, y = _carry_and_y(f(carry, treelib.unflatten(
+            x_td, [np.asarray(leaf)[t] for leaf in x_leaves])), None)
+        ys.append(treelib.flatten(y)[0])
+    if reverse:
+        ys.reverse()
+    if n == 0:
+        probe = treelib.unflatten(x_td, [np.zeros(np.shape(leaf)[1:], np.asarray(leaf).dtype)
+                                         for leaf in x_leaves])
+        y = _carry_and_y(f(init, probe), None)[1]
+        y_leaves, y_td = treelib.flatten(y)
+        return carry, treelib.unflatten(y_td, [np.zeros((0, *np.shape(v)), np.asarray(v).dtype)
+                                               for v in y_leaves])
+    y_td = treelib.flatten(y)[1]
+    return carry, treelib.unflatten(y_td, [np.stack([np.asarray(v) for v in column])
+                                           for column in zip(*ys)])
 
 
 # ---------------------------------------------------------------------------------

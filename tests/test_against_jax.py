@@ -27,9 +27,11 @@ jnp = jax.numpy
 lax = jax.lax
 
 CFGRAD = SimpleNamespace(np=cnp, cond=cg.cond, switch=cg.switch, while_loop=cg.while_loop,
-                         fori_loop=cg.fori_loop)
+                         fori_loop=cg.fori_loop, scan=cg.scan, dynamic_slice=cg.dynamic_slice,
+                         dynamic_update_slice=cg.dynamic_update_slice)
 JAX = SimpleNamespace(np=jnp, cond=lax.cond, switch=lax.switch, while_loop=lax.while_loop,
-                      fori_loop=lax.fori_loop)
+                      fori_loop=lax.fori_loop, scan=lax.scan, dynamic_slice=lax.dynamic_slice,
+                      dynamic_update_slice=lax.dynamic_update_slice)
 
 
 def branchy(lib, x):
@@ -109,6 +111,26 @@ def rearranged(lib, x):
 
 
 PROGRAMS = [branchy, newton_sqrt, nested_loops, rnn, rk4_pendulum, rearranged]
+
+
+def scanned_updates(lib, x):
+    """A reversed scan whose ys are built by indexed updates (repeated indices), then
+    read through a dynamic slice and updated at a traced offset."""
+    xs = lib.np.stack([x, x * x, lib.np.sin(x), x[::-1]])
+
+    def step(c, row):
+        c = lib.np.tanh(c * row + 0.1)
+        y = c.at[1].multiply(row[0]).at[np.array([0, 2, 0])].add(c[1])
+        return c, y.at[np.array([2, 2])].min(row[:2] * 0.5)
+
+    c, ys = lib.scan(step, x, xs, reverse=True)
+    k = lib.np.sum((x > 0.5).astype(np.int64))
+    window = lib.dynamic_slice(ys, (k, 0), (2, 3))
+    ys = lib.dynamic_update_slice(ys, window * window, (k - 1, 0))
+    return lib.np.sum(ys ** 2) + lib.np.sum(c) + lib.np.sum(ys.at[2].max(0.5 * x))
+
+
+PROGRAMS = [branchy, newton_sqrt, nested_loops, rnn, rk4_pendulum, scanned_updates]
 POINT = np.array([0.7, 0.2, 0.9])
 
 

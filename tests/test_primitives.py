@@ -36,6 +36,7 @@ import cfgrad.verify
 from cfgrad import tree as treelib
 from cfgrad.api import evaluate
 from cfgrad.interpret import Compiled, Machine
+from cfgrad.numpy import NAMESPACE
 from cfgrad.primitives import PRIMITIVES, Deferred, Primitive, bind
 from cfgrad.testing import check_grads
 
@@ -351,6 +352,54 @@ def draw_scatter_add(data, dtype):
     return f, (x, rows)
 
 
+# -- scan and indexed updates (issue 13)
+
+
+def draw_write_row(data, dtype):
+    """write_row is a scan's output stack: through cg.scan, forward and reverse, whose
+    stacks it writes row by row; and bound directly on a closed-over stack whose row t is
+    zero (its precondition: a stack row is written once)."""
+    rng = seeded(data)
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
+    reverse = data.draw(st.booleans(), label="reverse")
+    xs = rng.uniform(-2, 2, shape).astype(dtype)
+    t = data.draw(st.integers(0, shape[0] - 1), label="t")
+    stack = rng.uniform(-2, 2, shape).astype(dtype)
+    stack[t] = 0
+
+    def f(a):
+        carry, ys = cg.scan(lambda c, x: (c + x, c * x), cnp.zeros(shape[1:], a.dtype), a,
+                            reverse=reverse)
+        return carry, ys, bind("write_row", stack, t, a[0] * a[-1])
+
+    return f, (xs,)
+
+
+def draw_scatter(data, dtype):
+    """x.at[idx].set / multiply / min / max with a static integer-array index (repeats
+    drawn), and with a traced index, through cfgrad.numpy's .at. Updates are distinct
+    from x and from each other for min/max (no ties, where the derivative has a kink)."""
+    rng = seeded(data)
+    op = data.draw(st.sampled_from(["set", "multiply", "min", "max"]), label="op")
+    shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
+    idx = tuple(i.astype(np.int64) for i in data.draw(hnp.integer_array_indices(
+        shape, result_shape=hnp.array_shapes(min_dims=1, max_dims=2, max_side=5))))
+    n_row = int(np.prod(shape[1:]))
+    size = int(np.prod(shape)) + int(np.zeros(shape)[idx].size) + n_row
+    values = rng.permutation(np.linspace(-2, 2, size))  # distinct: no ties
+    x = values[:np.prod(shape)].reshape(shape).astype(dtype)
+    v = values[x.size:x.size + np.zeros(shape)[idx].size].reshape(np.zeros(shape)[idx].shape)
+    row = values[len(values) - n_row:].reshape(shape[1:]).astype(dtype)
+    t = data.draw(st.integers(0, shape[0] - 1), label="t")
+
+    def f(a, b, r):  # `.at` of a traced value; the helper also runs on numpy arrays
+        at_idx = getattr(NAMESPACE["_at"](a)[idx], op)(b)
+        at_t = getattr(NAMESPACE["_at"](a)[cnp.asarray(t)], op)(r)
+        return at_idx, at_t
+
+    return f, (x, v.astype(dtype), row)
+
+
 def draw_roll(data, dtype):
     shape = data.draw(SHAPES)
     axis = data.draw(st.none() | st.integers(-len(shape), len(shape) - 1)
@@ -582,6 +631,9 @@ CASES: dict[str, Case] = {
     "concatenate": Case(draw_concatenate, ALL),
     "index": Case(draw_index, ALL),
     "scatter_add": Case(draw_scatter_add, NUMERIC),
+    # scan and indexed updates (issue 13)
+    "write_row": Case(draw_write_row, NUMERIC),
+    "scatter": Case(draw_scatter, NUMERIC),
     "roll": Case(draw_roll, ALL),
     "astype": Case(draw_astype, ALL),
     "const": Case(draw_const, ALL),
@@ -618,7 +670,7 @@ def test_every_primitive_has_rules_or_is_marked_nondiff():
 
 # Emitted only by the reverse builder (never reachable from cfgrad.numpy): tested below
 # through the adjoints that use them.
-INTERNAL = {"copy", "accumulate", "accumulate_outer"}
+INTERNAL = {"copy", "accumulate", "accumulate_outer", "accumulate_index"}
 
 
 def test_every_primitive_has_a_case_here():
@@ -630,9 +682,10 @@ def test_every_primitive_has_a_case_here():
 
 
 def test_in_place_accumulation_never_touches_shared_buffers():
-    """A reverse loop accumulates a closed-over weight's gradient in place (`accumulate`
-    on a `copy`); the gradient must not alias the compiled constants or the previous
-    call's result, and must equal the plain sum of per-iteration contributions."""
+    """A reverse loop accumulates a closed-over weight's gradient in place (on a `copy`:
+    `accumulate_outer` for the weight, `accumulate_index` for the rows xs[i] read); the
+    gradient must not alias the compiled constants or the previous call's result, and
+    must equal the plain sum of per-iteration contributions."""
     W = np.arange(6.0).reshape(2, 3) / 10
 
     def f(w, xs):
@@ -640,16 +693,19 @@ def test_in_place_accumulation_never_touches_shared_buffers():
 
     xs = np.linspace(-1.0, 1.0, 12).reshape(4, 3)
     ops = {n.op for b in cg.adjoint(cg.lower(f, W, xs)).blocks for n in b.nodes}
-    assert {"copy", "accumulate"} <= ops
-    g = cg.grad(f)
+    assert {"copy", "accumulate_outer", "accumulate_index"} <= ops
+    g = cg.grad(f, argnums=(0, 1))
     first = g(W, xs)
-    kept = first.copy()
+    kept = [a.copy() for a in first]
     second = g(W, xs)
-    assert second is not first
-    np.testing.assert_array_equal(first, kept)  # the second call did not write into the first
-    np.testing.assert_array_equal(second, kept)
+    for a, b, k in zip(first, second, kept):
+        assert b is not a
+        np.testing.assert_array_equal(a, k)  # the second call did not write into the first
+        np.testing.assert_array_equal(b, k)
     expected = sum(np.outer(1 - np.tanh(W @ x) ** 2, x) for x in xs)
-    np.testing.assert_allclose(first, expected, rtol=1e-12)
+    np.testing.assert_allclose(first[0], expected, rtol=1e-12)
+    rows = np.stack([(1 - np.tanh(W @ x) ** 2) @ W for x in xs])
+    np.testing.assert_allclose(first[1], rows, rtol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -10,6 +10,7 @@ This module only assembles the namespace; each part owns one family of functions
 - `complex`: real and imaginary parts, conjugate, angle;
 - `manipulation`: joining, splitting, padding, repeating, gathering, diagonals, triangles,
   index grids and the axis shuffles;
+- `indexed`: JAX's indexed updates (the `.at` of traced values) and dynamic slices;
 - `linalg` (`cnp.linalg`) and `fft` (`cnp.fft`): numpy's submodules of the same names.
 """
 
@@ -19,16 +20,20 @@ from .complex import __all__ as _complex_names
 from .core import *  # noqa: F403
 from .core import __all__ as _core_names
 from .core import _getitem
+from .indexed import *  # noqa: F403
+from .indexed import __all__ as _indexed_names
+from .indexed import _IndexUpdateHelper
 from .manipulation import *  # noqa: F403
 from .manipulation import __all__ as _manipulation_names
 from .statistics import *  # noqa: F403
 from .statistics import __all__ as _statistics_names
 
-__all__ = [*_core_names, *_complex_names, *_manipulation_names, *_statistics_names, "fft",
-           "linalg"]
+__all__ = [*_core_names, *_complex_names, *_indexed_names, *_manipulation_names,
+           *_statistics_names, "fft", "linalg"]
 
 # The functions numpy's dispatch (`np.sin(tracer)`) and the array methods of traced values
 # (`x.sum()`, `x[i]`, `x.T`) resolve to, by numpy name: read by trace.py's Tracer.
 NAMESPACE = {name: obj for name, obj in globals().items()
              if name in __all__ and callable(obj) and not isinstance(obj, type)}
 NAMESPACE["_getitem"] = _getitem
+NAMESPACE["_at"] = _IndexUpdateHelper

@@ -589,10 +589,6 @@ def _normalize_index_item(item: Any, dynamic: list[Any]) -> Any:
         dynamic.append(item)
         return "$"
     if isinstance(item, slice):
-        for bound in (item.start, item.stop, item.step):
-            if is_traced(bound):
-                raise LoweringError("slice bounds must be Python integers; for a window at a "
-                                    "traced offset, index with cnp.arange(n) + offset")
         return item
     if item is None or item is Ellipsis:
         return item
@@ -609,8 +605,89 @@ def _normalize_index_item(item: Any, dynamic: list[Any]) -> Any:
     return arr.astype(_np.int64)
 
 
+def _item_axes(items: tuple, ndim: int) -> list[int | None]:
+    """The axis of `x` each index item selects on (None for `None` and `...`)."""
+    taking = len([it for it in items if it is not None and it is not Ellipsis])
+    axes: list[int | None] = []
+    a = 0
+    for it in items:
+        if it is None or it is Ellipsis:
+            axes.append(None)
+            a += ndim - taking if it is Ellipsis else 0
+        else:
+            axes.append(a)
+            a += 1
+    return axes
+
+
+def _clamped_start(start: Any, n: int, size: int) -> Any:
+    """A window's start as `lax.dynamic_slice` takes it: a negative start counts from the
+    end, then the start is clamped so that `size` elements from it fit in `n`."""
+    start = astype(start, _np.int64)
+    return clip(where(start < 0, start + n, start), 0, n - size)
+
+
+def _window_rows(n: int, start: Any, size: int) -> Any:
+    """The indices of `size` consecutive elements of an axis of length `n` from `start`
+    (traced or not), clamped as `_clamped_start` says."""
+    if not 0 <= size <= n:
+        raise ArgumentValueError(f"a window of {size} elements does not fit in an axis of "
+                                 f"length {n}")
+    return arange(size) + _clamped_start(start, n, size)
+
+
+def _window(x: Any, axis: int, start: Any, size: int) -> Any:
+    """`size` consecutive elements of `x` along `axis` from `start`, clamped to fit."""
+    rows = _window_rows(_shape(x)[axis], start, size)
+    return bind("index", x, rows, spec=(slice(None),) * axis + ("$",))
+
+
+def _offset(stop: Any, start: Any) -> int | None:
+    """k when the traced `stop` was computed as `start + k` (or `k + start`) for a
+    concrete integer k, else None: read off the node that made it."""
+    trace = current_trace()
+    made = next((n for b in trace.blocks for n in b.nodes if stop.value in n.outputs), None)
+    if made is None or made.op != "add" or start.value not in made.inputs:
+        return None
+    other = made.inputs[1] if made.inputs[0] is start.value else made.inputs[0]
+    const = next((n for n in trace.const_nodes if other in n.outputs), None)
+    if const is None or const.params["value"].ndim != 0 or \
+            const.params["value"].dtype.kind not in "iu":
+        return None
+    return int(const.params["value"])
+
+
+def _window_size(item: Any) -> int | None:
+    """k for a slice `i:i + k` with a traced i and a concrete k (a cfgrad extension: JAX
+    refuses traced slice bounds); None for an item that is no slice with traced bounds."""
+    if not isinstance(item, slice) or not (
+            is_traced(item.start) or is_traced(item.stop) or is_traced(item.step)):
+        return None
+    size = None
+    if is_traced(item.start) and is_traced(item.stop) and item.step in (None, 1):
+        size = _offset(item.stop, item.start)
+    if size is None:
+        raise LoweringError(
+            "a slice with traced bounds must be x[i:i + k] with a concrete k (a window of "
+            "fixed size k at a traced offset i, clamped to fit as cg.dynamic_slice); for "
+            "anything else use cg.dynamic_slice(x, starts, sizes)")
+    return size
+
+
+def _traced_windows(x: Any, items: tuple) -> tuple[Any, tuple]:
+    """`x[i:i + k]` for a traced i: the window taken first (as `cg.dynamic_slice`, start
+    clamped), the item then a full slice."""
+    out = list(items)
+    for k, (item, axis) in enumerate(zip(items, _item_axes(items, _ndim(x)))):
+        size = _window_size(item)
+        if size is not None:
+            x, out[k] = _window(x, axis, item.start, size), slice(None)
+    return x, tuple(out)
+
+
 def _getitem(x: Any, index: Any) -> Any:
     items = index if isinstance(index, tuple) else (index,)
+    x, items = _traced_windows(x, items)
     dynamic: list[Any] = []
     spec = tuple(_normalize_index_item(item, dynamic) for item in items)
     return bind("index", x, *dynamic, spec=spec)
