@@ -5,6 +5,10 @@ what is covered and each difference from numpy).
 This module only assembles the namespace; each part owns one family of functions:
 
 - `core`: creation, the operators' arithmetic, basic reductions, shapes and indexing;
+- `elementwise`: the rest of the elementwise math and the float predicates;
+- `creation`: the remaining array constructors (`identity`, `tri`, `logspace`,
+  `geomspace`, `copy`) and `ndim`/`shape`/`size`;
+- `polynomial`: numpy's `poly*` functions on coefficient arrays and `vander`;
 - `linalg` (`cnp.linalg`) and `fft` (`cnp.fft`): numpy's submodules of the same names.
 """
 
@@ -12,8 +16,15 @@ from . import fft, linalg
 from .core import *  # noqa: F403
 from .core import __all__ as _core_names
 from .core import _getitem
+from .creation import *  # noqa: F403
+from .creation import __all__ as _creation_names
+from .elementwise import *  # noqa: F403
+from .elementwise import __all__ as _elementwise_names
+from .polynomial import *  # noqa: F403
+from .polynomial import __all__ as _polynomial_names
 
-__all__ = [*_core_names, "fft", "linalg"]
+__all__ = [*_core_names, *_elementwise_names, *_creation_names, *_polynomial_names, "fft",
+           "linalg"]
 
 # The functions numpy's dispatch (`np.sin(tracer)`) and the array methods of traced values
 # (`x.sum()`, `x[i]`, `x.T`) resolve to, by numpy name: read by trace.py's Tracer.
