@@ -485,8 +485,11 @@ def _pow_dy(x, y, out):
 
 
 def _pow_dx(x, y, out):
-    """y*x^(y-1), and exactly 0 where y == 0 (x^0 is constant; 0*0^-1 would be nan)."""
-    return bind("where", y == 0.0, 0.0, y * x ** (y - 1.0))
+    """y*x^(y-1), and exactly 0 where y == 0 (x^0 is constant; 0*0^-1 would be nan). The
+    exponent is 1 rather than -1 where y == 0, so the unselected side is finite and the
+    derivatives of this one are too (x^k at x = 0 to any order, as in `vander`)."""
+    constant = y == 0.0
+    return bind("where", constant, 0.0, y * x ** bind("where", constant, 1.0, y - 1.0))
 
 
 _binary("pow", np.power, _pow_dx, _pow_dy,

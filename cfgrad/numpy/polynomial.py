@@ -35,6 +35,7 @@ from .core import (
     sum,
     zeros,
 )
+from .elementwise import _inexact
 
 
 def _atleast_1d(a: Any) -> Any:
@@ -67,8 +68,9 @@ def polysub(a1: Any, a2: Any) -> Any:
 
 def polymul(a1: Any, a2: Any) -> Any:
     """The coefficients of the product of two polynomials: their full convolution, as
-    `T @ a2` with `T[k, j] = a1[k - j]` (zero outside a1) gathered in one indexing."""
-    a1, a2 = _atleast_1d(a1), _atleast_1d(a2)
+    `T @ a2` with `T[k, j] = a1[k - j]` (zero outside a1) gathered in one indexing.
+    Integer coefficients are computed in float64, as JAX (numpy keeps them integer)."""
+    a1, a2 = _inexact(_atleast_1d(a1)), _inexact(_atleast_1d(a2))
     if not is_traced(a1) and not is_traced(a2):
         return _np.polymul(a1, a2)
     n, m = _shape(a1)[0], _shape(a2)[0]
@@ -89,9 +91,10 @@ def polyval(p: Any, x: Any) -> Any:
 
 
 def polyder(p: Any, m: int = 1) -> Any:
-    """The coefficients of the `m`-th derivative."""
+    """The coefficients of the `m`-th derivative; integer coefficients in float64, as JAX
+    (numpy keeps them integer)."""
     m = _order("polyder", m)
-    p = _atleast_1d(p)
+    p = _inexact(_atleast_1d(p))
     for _ in range(m):
         p = p[:-1] * _np.arange(_shape(p)[0] - 1, 0, -1)
     return p
