@@ -162,7 +162,8 @@ EXAMPLES = {
     "fabs": unary(lambda s: away(s)),
     "sign": unary(lambda s: away(s)),
     "signbit": unary(lambda s: away(s)) + [ex(SPECIAL)],
-    "copysign": binary(lambda s: away(s), lambda s: away(s)) + [ex(F4, SPECIAL[3:], grad=False)],  # y = ±0: a jump
+    "copysign": binary(lambda s: away(s), lambda s: away(s))
+    + [ex(F4, SPECIAL[3:], grad=False)],  # y = ±0: a jump
     "heaviside": [ex(np.array([-1.5, 0.0, 2.0]), 0.5), ex(I23, np.array([5, 6, 7])),
                   ex(F23, F4[:3])],
     "floor": unary(grid),
