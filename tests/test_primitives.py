@@ -785,6 +785,20 @@ KINKS = [
      (ARR([[0.0, 0.0, 3.0], [8.0, 0.0, 15.0], [0.0, 0.0, 5.0]]),)),
     ("where: unselected gets 0", lambda x, y: cnp.where(ARR([True, False]), x, y),
      (ARR([1.0, 2.0]), ARR([3.0, 4.0])), (ARR([1.0, 0.0]), ARR([0.0, 1.0]))),
+    # elementwise family (issue 13)
+    ("sinc'(0)=0", cnp.sinc, (ARR([0.0, 2.0]),), (ARR([0.0, 0.5]),)),
+    ("sinc''(0)=-pi^2/3", lambda x: cg.grad(cnp.sinc)(x), (0.0,), (-np.pi ** 2 / 3.0,)),
+    ("cbrt'(0)=inf", cnp.cbrt, (0.0,), (math.inf,)),
+    ("arcsin'(1)=inf", cnp.arcsin, (ARR([1.0, -1.0]),), (ARR([math.inf, math.inf]),)),
+    ("arccos'(1)=-inf", cnp.arccos, (ARR([1.0, -1.0]),), (ARR([-math.inf, -math.inf]),)),
+    ("hypot at (0, 0)", cnp.hypot, (0.0, 0.0), (0.0, 0.0)),
+    ("i0''(0)=1/2", lambda x: cg.grad(cnp.i0)(x), (0.0,), (0.5,)),
+    ("fmod d/dy=-trunc(x/y)", cnp.fmod, (-7.5, 2.0), (1.0, 3.0)),
+    ("ceil'=0", cnp.ceil, (ARR([1.0, -0.5]),), (ARR([0.0, 0.0]),)),
+    ("trunc'=0", cnp.trunc, (ARR([1.0, -0.5]),), (ARR([0.0, 0.0]),)),
+    ("fmax tie to x2", cnp.fmax, (1.0, 1.0), (0.0, 1.0)),
+    ("fmin tie to x2", cnp.fmin, (1.0, 1.0), (0.0, 1.0)),
+    ("copysign at x1=0", cnp.copysign, (0.0, -1.0), (0.0, 0.0)),
 ]
 
 

@@ -188,7 +188,9 @@ def _make_rounding(name: str, module: str = __name__) -> Any:
     """floor, ceil, trunc: integers and bools are already whole, and are returned as they
     are (numpy 2 and JAX keep their dtype); floats go through primitive `name`."""
     def fn(x: Any) -> Any:
-        return x if _dtype(x).kind in "biu" else bind(name, x)
+        if _dtype(x).kind not in "biu":
+            return bind(name, x)
+        return x if is_traced(x) else _np.asarray(x)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__module__ = module

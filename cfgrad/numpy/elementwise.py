@@ -50,14 +50,20 @@ signbit = _make_unary("signbit", _here)
 ceil, trunc = _make_rounding("ceil", _here), _make_rounding("trunc", _here)
 
 
+def _array(x: Any) -> Any:
+    """`x` as an array (a list becomes one), a traced value as it is."""
+    return x if is_traced(x) else _np.asarray(x)
+
+
 def _inexact(x: Any) -> Any:
     """`x` as a float: bool and integer arrays in float64 (as numpy computes them), Python
-    numbers as Python floats (weakly typed, as JAX), floats as they are."""
+    numbers as Python floats (weakly typed, as JAX), float arrays as they are."""
     if isinstance(x, bool | int):
         return float(x)
     if isinstance(x, float):
         return x
-    return x if _dtype(x).kind == "f" else astype(x, _np.float64)
+    x = _array(x)
+    return x if x.dtype.kind == "f" else astype(x, _np.float64)
 
 
 def arctan2(x1: Any, x2: Any) -> Any:
@@ -134,12 +140,14 @@ def float_power(x1: Any, x2: Any) -> Any:
 def fmax(x1: Any, x2: Any) -> Any:
     """The larger of x1 and x2, ignoring a nan in one of them: JAX's `where(x1 > x2 or
     x2 is nan, x1, x2)`, so at a tie the whole gradient goes to x2."""
+    x1, x2 = _array(x1), _array(x2)
     return where(logical_or(x1 > x2, isnan(x2)), x1, x2)
 
 
 def fmin(x1: Any, x2: Any) -> Any:
     """The smaller of x1 and x2, ignoring a nan in one of them; at a tie the gradient goes
     to x2, as JAX's."""
+    x1, x2 = _array(x1), _array(x2)
     return where(logical_or(x1 < x2, isnan(x2)), x1, x2)
 
 
@@ -171,6 +179,7 @@ def modf(x: Any) -> tuple[Any, Any]:
 
 def isnan(x: Any) -> Any:
     """x != x: true only for nan."""
+    x = _array(x)
     return x != x
 
 
@@ -179,11 +188,11 @@ def isinf(x: Any) -> Any:
 
 
 def isposinf(x: Any) -> Any:
-    return x == _np.inf
+    return _array(x) == _np.inf
 
 
 def isneginf(x: Any) -> Any:
-    return x == -_np.inf
+    return _array(x) == -_np.inf
 
 
 def nan_to_num(x: Any, copy: bool = True, nan: float = 0.0, posinf: float | None = None,
@@ -223,6 +232,7 @@ def allclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08,
 def array_equal(a1: Any, a2: Any, equal_nan: bool = False) -> Any:
     """Whether a1 and a2 have one shape and equal entries (nan equal to nan with
     `equal_nan`): False for different shapes, else a bool scalar (traced under a trace)."""
+    a1, a2 = _array(a1), _array(a2)
     if _shape(a1) != _shape(a2):
         return False
     equal = a1 == a2
