@@ -37,17 +37,12 @@ from .core import (
     where,
 )
 
-_here = __name__
-
-arcsin, arccos = _make_unary("arcsin", _here), _make_unary("arccos", _here)
-arcsinh, arccosh = _make_unary("arcsinh", _here), _make_unary("arccosh", _here)
-arctanh = _make_unary("arctanh", _here)
+arcsin, arccos, arcsinh, arccosh, arctanh, cbrt, exp2, log2, log10, sinc, i0, signbit = (
+    _make_unary(name, __name__) for name in ("arcsin", "arccos", "arcsinh", "arccosh",
+                                             "arctanh", "cbrt", "exp2", "log2", "log10",
+                                             "sinc", "i0", "signbit"))
 asin, acos, asinh, acosh, atanh = arcsin, arccos, arcsinh, arccosh, arctanh
-cbrt, exp2 = _make_unary("cbrt", _here), _make_unary("exp2", _here)
-log2, log10 = _make_unary("log2", _here), _make_unary("log10", _here)
-sinc, i0 = _make_unary("sinc", _here), _make_unary("i0", _here)
-signbit = _make_unary("signbit", _here)
-ceil, trunc = _make_rounding("ceil", _here), _make_rounding("trunc", _here)
+ceil, trunc = _make_rounding("ceil", __name__), _make_rounding("trunc", __name__)
 
 
 def _array(x: Any) -> Any:
@@ -184,14 +179,17 @@ def isnan(x: Any) -> Any:
 
 
 def isinf(x: Any) -> Any:
+    """|x| == inf."""
     return abs(x) == _np.inf
 
 
 def isposinf(x: Any) -> Any:
+    """x == +inf."""
     return _array(x) == _np.inf
 
 
 def isneginf(x: Any) -> Any:
+    """x == -inf."""
     return _array(x) == -_np.inf
 
 
