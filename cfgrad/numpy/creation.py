@@ -71,6 +71,16 @@ def _traced(*values: Any) -> bool:
     return any(is_traced(v) for v in values)
 
 
+def _behind_samples(x: Any, ndim: int, samples: int | None = None) -> Any:
+    """`x`, whose first axis holds `samples` samples (all of its first axis by default;
+    1 for a base, which has none), reshaped so that its other axes broadcast as the last
+    of `ndim` axes behind the samples' axis: numpy's alignment of start, stop and base."""
+    dims = tuple(_shape(x))
+    if samples is None:
+        samples, dims = dims[0], dims[1:]
+    return reshape(x, (samples,) + (1,) * (ndim - len(dims)) + dims)
+
+
 def logspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
              base: Any = 10.0, dtype: Any = None, axis: int = 0) -> Any:
     """base ** linspace(start, stop, num): `num` samples from base**start to base**stop,
@@ -78,10 +88,9 @@ def logspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
     _concrete_length("logspace", "num", num)
     if not _traced(start, stop, base):
         return _np.logspace(start, stop, num, endpoint, base, dtype, axis)
-    exponents = linspace(start, stop, num, endpoint)
-    if _ndim(base):  # numpy puts an array base's axes after the samples' axis
-        base = reshape(asarray(base), (1,) + tuple(_shape(base)))
-    y = _first_axis_to(power(base, exponents), axis)
+    shape = _np.broadcast_shapes(_shape(start), _shape(stop), _shape(base))
+    exponents = _behind_samples(linspace(start, stop, num, endpoint), len(shape))
+    y = _first_axis_to(power(_behind_samples(asarray(base), len(shape), 1), exponents), axis)
     return y if dtype is None else astype(y, dtype)
 
 

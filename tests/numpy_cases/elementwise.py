@@ -237,7 +237,9 @@ EXAMPLES = {
     "logspace": [ex(np.array(0.5), np.array(2.0), 4), ex(F0, 2.0, 3, False),
                  ex(np.array(1.0), np.array(3.0), 4, kwargs=dict(base=2.0)),
                  ex(np.array([0.0, 1.0]), np.array([2.0, -1.0]), 3, kwargs=dict(axis=-1)),
-                 ex(0.0, 2.0, 3, kwargs=dict(base=np.array(3.0)))],
+                 ex(0.0, 2.0, 3, kwargs=dict(base=np.array(3.0))),
+                 ex(0.0, 2.0, 3, True, np.array([2.0, 3.0])),  # a traced array base
+                 ex(np.zeros((2, 1)), np.array(2.0), 3, True, np.array([2.0, 3.0]), None, -1)],
     "geomspace": [ex(np.array(1.0), np.array(1000.0), 4), ex(np.array(-2.0), -50.0, 3),
                   ex(np.array([1.0, 2.0]), np.array([8.0, 0.5]), 4, kwargs=dict(axis=1)),
                   ex(np.array(0.5), np.array(8.0), 3, False)],
