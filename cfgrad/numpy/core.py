@@ -68,7 +68,14 @@ def asarray(x: Any, dtype: Any = None) -> Any:
     return _np.asarray(x, dtype=dtype)
 
 
-array = asarray
+def array(x: Any, dtype: Any = None, copy: bool = True, ndmin: int = 0) -> Any:
+    """numpy's array: `asarray`, with leading axes of length 1 up to `ndmin` axes; a
+    concrete array outside a trace is copied unless `copy=False`."""
+    if not is_traced(x) and current_trace() is None:
+        return _np.array(x, dtype=dtype, copy=copy or None, ndmin=ndmin)
+    out = asarray(x, dtype)
+    missing = operator.index(ndmin) - out.ndim
+    return reshape(out, (1,) * missing + tuple(out.shape)) if missing > 0 else out
 
 
 def zeros(shape: Any, dtype: Any = float) -> _np.ndarray:

@@ -212,8 +212,9 @@ EXAMPLES = {
                     ex(SPECIAL, SPECIAL), ex(SPECIAL, SPECIAL, kwargs=dict(equal_nan=True)),
                     ex(I23, I23)],
     # -- creation ------------------------------------------------------------------------
-    "array": [ex(F23), ex(I23, kwargs=dict(dtype=np.float64)), ex(F23, np.float32, grad=False,
-                                                                    rtol=1e-6)],
+    "array": [ex(F23), ex(I23, kwargs=dict(dtype=np.float64)),
+              ex(F23, np.float32, grad=False, rtol=1e-6), ex(F4, kwargs=dict(ndmin=3)),
+              ex(F0, kwargs=dict(ndmin=1)), ex(F23, kwargs=dict(copy=False))],
     "asarray": [ex(F23), ex(I23, kwargs=dict(dtype=np.float64)), ex(F0), ex(B3)],
     "astype": [ex(F32, np.float64), ex(F23, np.int64), ex(I23, np.float64), ex(F23, bool)],
     "copy": [ex(F23), ex(I23), ex(F0)],
