@@ -559,8 +559,11 @@ def _pow_dy(x, y, out):
 
 
 def _pow_dx(x, y, out):
-    """y*x^(y-1), and exactly 0 where y == 0 (x^0 is constant; 0*0^-1 would be nan)."""
-    return bind("where", y == 0.0, 0.0, y * x ** (y - 1.0))
+    """y*x^(y-1), and exactly 0 where y == 0 (x^0 is constant; 0*0^-1 would be nan). The
+    exponent is 1 rather than -1 where y == 0, so the unselected side is finite and the
+    derivatives of this one are too (x^k at x = 0 to any order, as in `vander`)."""
+    constant = y == 0.0
+    return bind("where", constant, 0.0, y * x ** bind("where", constant, 1.0, y - 1.0))
 
 
 _binary("pow", np.power, _pow_dx, _pow_dy,
@@ -601,6 +604,127 @@ _register(Primitive(
     family="elementwise", promote="none",
     notes="x ** n for a Python integer n: repeated multiplication (as JAX's integer_pow), "
           "so negative bases are fine; d/dx = n x^(n-1)"))
+
+
+# -- Elementwise family (issue 13): inverse trigonometric and hyperbolic functions, the
+# base-2/base-10 exponentials and logarithms, cube root, sinc, Bessel's I0 (and I1, its
+# derivative), logaddexp, hypot, arctan2, fmod, ceil, trunc, signbit. Derivatives are the
+# textbook ones (Abramowitz & Stegun 4.4, 4.6, 9.6.27); the conventions at kinks and domain
+# edges follow JAX's jax.numpy, except where a note says otherwise.
+
+_LN2, _LN10 = float(np.log(2.0)), float(np.log(10.0))
+
+_unary("arcsin", np.arcsin, lambda x, y: 1.0 / bind("sqrt", (1.0 - x) * (1.0 + x)),
+       "domain -1 <= x <= 1; derivative +inf at ±1, as JAX")
+_unary("arccos", np.arccos, lambda x, y: -1.0 / bind("sqrt", (1.0 - x) * (1.0 + x)),
+       "domain -1 <= x <= 1; derivative -inf at ±1, as JAX")
+_unary("arcsinh", np.arcsinh, lambda x, y: 1.0 / bind("hypot", x, 1.0),
+       "derivative 1/hypot(x, 1): no overflow for large |x|")
+_unary("arccosh", np.arccosh,
+       lambda x, y: 1.0 / (bind("sqrt", x - 1.0) * bind("sqrt", x + 1.0)),
+       "domain x >= 1; derivative +inf at 1, as JAX")
+_unary("arctanh", np.arctanh, lambda x, y: 1.0 / ((1.0 - x) * (1.0 + x)),
+       "domain -1 < x < 1; derivative +inf at ±1, as JAX")
+_unary("cbrt", np.cbrt, lambda x, y: 1.0 / (3.0 * y * y),
+       "real cube root, negative for negative x; derivative +inf at 0, as JAX")
+_unary("exp2", np.exp2, lambda x, y: y * _LN2)
+_unary("log2", np.log2, lambda x, y: 1.0 / (x * _LN2), "domain x > 0, as log")
+_unary("log10", np.log10, lambda x, y: 1.0 / (x * _LN10), "domain x > 0, as log")
+
+
+def _sinc_slope(x, y):
+    """sinc'(x) = (cos(pi x) - sinc(x)) / x, which cancels near 0: within 0.01 of it, the
+    Maclaurin series -pi^2 x/3 + pi^4 x^3/30 - pi^6 x^5/840 instead, whose own derivative
+    at 0 is sinc''(0) = -pi^2/3 (a `where` between the two: derivatives of any order are
+    right at 0, as JAX's)."""
+    near = bind("abs", x) < 0.01
+    safe = bind("where", near, 1.0, x)
+    general = (bind("cos", np.pi * safe) - y) / safe
+    x2 = x * x
+    series = x * (-np.pi ** 2 / 3.0 + x2 * (np.pi ** 4 / 30.0 - x2 * (np.pi ** 6 / 840.0)))
+    return bind("where", near, series, general)
+
+
+_unary("sinc", np.sinc, _sinc_slope,
+       "sin(pi x) / (pi x), 1 at 0; derivative 0 at 0 (and -pi^2/3 for the second), "
+       "from its Maclaurin series near 0, as JAX")
+
+
+def _i1_impl(x: np.ndarray) -> np.ndarray:
+    """Bessel's I1 (Abramowitz & Stegun 9.6.10): (x/2) * sum_k (x^2/4)^k / (k! (k+1)!).
+    Every term is positive (no cancellation), so the sum is accurate for any x; it runs
+    until the terms stop changing it (about |x|/2 + 20 terms), in float64."""
+    z = np.asarray(x, np.float64)
+    term = z / 2.0
+    total = term.copy()
+    quarter = z * z / 4.0
+    k = 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        while np.any(np.abs(term) > 1e-17 * np.abs(total)) and k < 2000:
+            term = term * quarter / ((k + 1) * (k + 2))
+            total = total + term
+            k += 1
+    return total.astype(x.dtype, copy=False)
+
+
+def _i1_slope(x, y):
+    """I1'(x) = I0(x) - I1(x)/x (A&S 9.6.27), and 1/2 at 0."""
+    zero = x == 0.0
+    return bind("i0", x) - bind("where", zero, 0.5, y / bind("where", zero, 1.0, x))
+
+
+_unary("i0", np.i0, lambda x, y: bind("i1", x),
+       "modified Bessel function of the first kind, order 0; derivative I1(x)")
+_unary("i1", _i1_impl, _i1_slope,
+       "modified Bessel function of the first kind, order 1 (the derivative of i0; not in "
+       "cfgrad.numpy); derivative I0(x) - I1(x)/x, 1/2 at 0")
+_unary("ceil", np.ceil, None, "derivative 0 (undefined at integers, taken as 0)")
+_unary("trunc", np.trunc, None, "derivative 0 (undefined at integers, taken as 0)")
+_unary("signbit", np.signbit, None, promote="none", out_dtype=np.bool_)
+
+
+def _safe_ratio(x, out):
+    """x / out, and 0 where out == 0."""
+    zero = out == 0.0
+    return bind("where", zero, 0.0, x / bind("where", zero, 1.0, out))
+
+
+_binary("arctan2", np.arctan2, lambda y, x, out: x / (x * x + y * y),
+        lambda y, x, out: -y / (x * x + y * y),
+        "arctan2(y, x): d/dy = x / (x^2 + y^2), d/dx = -y / (x^2 + y^2); nan at (0, 0), "
+        "as JAX", promote="float")
+_binary("hypot", np.hypot, lambda x, y, out: _safe_ratio(x, out),
+        lambda x, y, out: _safe_ratio(y, out),
+        "d/dx = x / hypot(x, y); 0 at (0, 0), the minimum-norm subgradient, as a norm's "
+        "gradient at 0 (JAX gives 1/2 each there)", promote="float")
+_binary("logaddexp", np.logaddexp, lambda x, y, out: bind("exp", x - out),
+        lambda x, y, out: bind("exp", y - out),
+        "log(e^x + e^y) without overflow; d/dx = e^(x - out); nan where x = y = ±inf",
+        promote="float")
+_binary("logaddexp2", np.logaddexp2, lambda x, y, out: bind("exp2", x - out),
+        lambda x, y, out: bind("exp2", y - out),
+        "log2(2^x + 2^y) without overflow; d/dx = 2^(x - out); nan where x = y = ±inf",
+        promote="float")
+
+
+def _fmod_type(types: list[TensorType]) -> TensorType:
+    """As mod's: bools are computed in int8 (the rule is defined further down)."""
+    return _integer_division_type("fmod")(types)
+
+
+def _truncated_quotient(x, y):
+    return bind("trunc", x / y)
+
+
+_register(Primitive(
+    name="fmod", impl=np.fmod, abstract=_fmod_type,
+    vjp=lambda ct, xs, out: (unbroadcast(ct, xs[0].shape),
+                             unbroadcast(-ct * _truncated_quotient(*xs), xs[1].shape)),
+    jvp=lambda ts, xs, out: _to_out_shape(_add_terms(
+        ts[0], None if ts[1] is None else -ts[1] * _truncated_quotient(*xs)), out),
+    family="elementwise",
+    notes="C's fmod, the sign of x: x - trunc(x/y)*y, exact; d/dx = 1, d/dy = -trunc(x/y), "
+          "as JAX; undefined where x/y is an integer (a jump)"))
 
 
 def _tie_mask(x, y, out, wins):

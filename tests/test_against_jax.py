@@ -12,6 +12,8 @@ not installed (it is not a dependency); run `pip install jax` to include these.
 from __future__ import annotations
 
 import functools
+import importlib.util
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -336,3 +338,72 @@ def test_custom_rules_at_second_and_third_order_agree_with_jax(k, strategy):
     for got in (cg.jacfwd(cg.hessian(ours, checkpoint=strategy))(x),
                 cg.jacrev(cg.jacrev(g))(x)):
         assert got == pytest.approx(want3, rel=1e-9, abs=1e-11)
+
+
+# -- The elementwise family (issue 13): every example of tests/numpy_cases/elementwise.py,
+# value and gradient, against jax.numpy. Where JAX refuses an example (integer rounding
+# to negative decimals, a scalar polynomial, the gradient of a cast to an integer, an
+# array `base` of logspace broadcast against 2-D ends as numpy does) there
+# is nothing to compare; where JAX's gradient is nan and ours finite (polyfit at x = 0,
+# from JAX's power rule), ours is the one checked against central differences.
+
+
+def _elementwise_examples() -> list[tuple[str, int, dict]]:
+    path = Path(__file__).parent / "numpy_cases" / "elementwise.py"
+    spec = importlib.util.spec_from_file_location("numpy_cases_elementwise_vs_jax", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return [(name, i, example) for name, examples in module.EXAMPLES.items()
+            for i, example in enumerate(examples)]
+
+
+def _leaves(tree):
+    if isinstance(tree, tuple | list):
+        return [leaf for item in tree for leaf in _leaves(item)]
+    return [tree]
+
+
+def _float_total(lib, out):
+    """The sum of every float output: one scalar whose gradient covers them all."""
+    return sum((lib.sum(o * 1.0) for o in _leaves(out) if lib.asarray(o).dtype.kind == "f"),
+               0.0)
+
+
+@pytest.mark.parametrize(("name", "number", "example"), _elementwise_examples(),
+                         ids=lambda v: v if isinstance(v, str | int) else "")
+def test_elementwise_family_agrees_with_jax(name, number, example):
+    args, kwargs = example["args"], example["kwargs"]
+    try:
+        theirs = getattr(jnp, name)(*args, **kwargs)
+    except (NotImplementedError, TypeError, IndexError, ValueError):
+        pytest.skip("jax.numpy refuses this example")
+    ours = getattr(cnp, name)(*args, **kwargs)
+    tolerance = dict(rtol=example.get("rtol", 1e-10) * 100, atol=1e-10)
+    for got, want in zip(_leaves(ours), _leaves(theirs), strict=True):
+        want = np.asarray(want)
+        if want.dtype == np.float32:
+            tolerance = dict(rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(got), want, equal_nan=True, **tolerance)
+    floats = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+    if not floats or not example.get("grad", True):
+        return
+
+    def of(lib, fn):
+        def total(*xs):
+            full = list(args)
+            for i, x in zip(floats, xs):
+                full[i] = x
+            return _float_total(lib, fn(*full, **kwargs))
+        return total
+
+    argnums = tuple(range(len(floats)))
+    values = [args[i] for i in floats]
+    try:
+        want = jax.grad(of(jnp, getattr(jnp, name)), argnums=argnums)(*values)
+    except TypeError:
+        pytest.skip("jax.numpy cannot differentiate this example")
+    got = cg.grad(of(cnp, getattr(cnp, name)), argnums=argnums)(*values)
+    for g, w in zip(got, want, strict=True):
+        w = np.asarray(w)
+        finite = np.isfinite(w)
+        np.testing.assert_allclose(np.asarray(g)[finite], w[finite], rtol=1e-7, atol=1e-9)

@@ -28,11 +28,11 @@ def test_linspace_with_traced_ends_is_numpys(start, stop, num, endpoint, dtype, 
     b = np.asarray(stop) if traced != "start" else stop
     want = np.linspace(a, b, num, endpoint=endpoint, dtype=dtype)
     if traced == "start":
-        got, _ = evaluate(lambda a: cnp.linspace(a, stop, num, endpoint, dtype), start)
+        got, _ = evaluate(lambda a: cnp.linspace(a, stop, num, endpoint, dtype=dtype), start)
     elif traced == "stop":
-        got, _ = evaluate(lambda b: cnp.linspace(start, b, num, endpoint, dtype), stop)
+        got, _ = evaluate(lambda b: cnp.linspace(start, b, num, endpoint, dtype=dtype), stop)
     else:
-        got, _ = evaluate(lambda a, b: cnp.linspace(a, b, num, endpoint, dtype), start, stop)
+        got, _ = evaluate(lambda a, b: cnp.linspace(a, b, num, endpoint, dtype=dtype), start, stop)
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
 

@@ -101,6 +101,15 @@ def with_zeros(count: int) -> Sampler:
     return sample
 
 
+def near_zero_or(sample: Sampler) -> Sampler:
+    """`sample`, with about half the entries scaled into [-0.01, 0.01]: the branch of a
+    rule that is taken near 0 (sinc's and i1's series)."""
+    def draw(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+        return sample(rng, shape) * rng.choice([1.0, 0.004], shape)
+
+    return draw
+
+
 def seeded(data: st.DataObject) -> np.random.Generator:
     return np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
 
@@ -574,13 +583,34 @@ CASES: dict[str, Case] = {
     "sinh": unary(cnp.sinh),
     "cosh": unary(cnp.cosh),
     "arctan": unary(cnp.arctan),
+    # elementwise family (issue 13)
+    "arcsin": unary(cnp.arcsin, uniform(-0.9, 0.9)),
+    "arccos": unary(cnp.arccos, uniform(-0.9, 0.9)),
+    "arcsinh": unary(cnp.arcsinh),
+    "arccosh": unary(cnp.arccosh, uniform(1.1, 3.0)),
+    "arctanh": unary(cnp.arctanh, uniform(-0.9, 0.9)),
+    "cbrt": unary(cnp.cbrt, away_from_zero),
+    "exp2": unary(cnp.exp2),
+    "log2": unary(cnp.log2, POSITIVE),
+    "log10": unary(cnp.log10, POSITIVE),
+    "sinc": unary(cnp.sinc, near_zero_or(SYMMETRIC)),  # also the series branch near 0
+    "i0": unary(cnp.i0, uniform(-4.0, 4.0)),
+    "i1": unary(lambda x: bind("i1", x), near_zero_or(uniform(-4.0, 4.0))),
+    "ceil": unary(cnp.ceil, grid(0.1), FLOATS),  # integers are returned as they are
+    "trunc": unary(cnp.trunc, grid(0.1), FLOATS),
+    "signbit": unary(cnp.signbit, away_from_zero),
+    "arctan2": binary(cnp.arctan2, away_from_zero, away_from_zero),
+    "hypot": binary(cnp.hypot, away_from_zero, away_from_zero),
+    "logaddexp": binary(cnp.logaddexp),
+    "logaddexp2": binary(cnp.logaddexp2),
+    "fmod": Case(integer_division(cnp.fmod), ALL),
     "sqrt": unary(cnp.sqrt, POSITIVE),
     "abs": unary(cnp.abs, away_from_zero, ALL),
     "sign": unary(cnp.sign, away_from_zero),
     "sigmoid": unary(cnp.sigmoid, uniform(-5.0, 5.0)),
     "relu": unary(cnp.relu, away_from_zero, ALL),
     "softplus": unary(cnp.softplus, uniform(-5.0, 5.0)),
-    "floor": unary(cnp.floor, grid(0.1)),
+    "floor": unary(cnp.floor, grid(0.1), FLOATS),  # integers are returned as they are
     "rint": unary(cnp.rint, grid(0.05)),  # at least 0.03 from a half
     "isfinite": unary(cnp.isfinite),
     "logical_not": unary(cnp.logical_not, dtypes=ALL),
@@ -958,6 +988,20 @@ KINKS = [
      (ARR([0.0, 0.5]),)),
     ("interp at knots", lambda x: cnp.interp(x, ARR([0.0, 1.0, 2.0]), ARR([0.0, 1.0, 3.0])),
      (ARR([0.0, 1.0, 2.0]),), (ARR([1.0, 2.0, 2.0]),)),
+    # elementwise family (issue 13)
+    ("sinc'(0)=0", cnp.sinc, (ARR([0.0, 2.0]),), (ARR([0.0, 0.5]),)),
+    ("sinc''(0)=-pi^2/3", lambda x: cg.grad(cnp.sinc)(x), (0.0,), (-np.pi ** 2 / 3.0,)),
+    ("cbrt'(0)=inf", cnp.cbrt, (0.0,), (math.inf,)),
+    ("arcsin'(1)=inf", cnp.arcsin, (ARR([1.0, -1.0]),), (ARR([math.inf, math.inf]),)),
+    ("arccos'(1)=-inf", cnp.arccos, (ARR([1.0, -1.0]),), (ARR([-math.inf, -math.inf]),)),
+    ("hypot at (0, 0)", cnp.hypot, (0.0, 0.0), (0.0, 0.0)),
+    ("i0''(0)=1/2", lambda x: cg.grad(cnp.i0)(x), (0.0,), (0.5,)),
+    ("fmod d/dy=-trunc(x/y)", cnp.fmod, (-7.5, 2.0), (1.0, 3.0)),
+    ("ceil'=0", cnp.ceil, (ARR([1.0, -0.5]),), (ARR([0.0, 0.0]),)),
+    ("trunc'=0", cnp.trunc, (ARR([1.0, -0.5]),), (ARR([0.0, 0.0]),)),
+    ("fmax tie to x2", cnp.fmax, (1.0, 1.0), (0.0, 1.0)),
+    ("fmin tie to x2", cnp.fmin, (1.0, 1.0), (0.0, 1.0)),
+    ("copysign at x1=0", cnp.copysign, (0.0, -1.0), (0.0, 0.0)),
 ]
 
 

@@ -11,6 +11,10 @@ This module only assembles the namespace; each part owns one family of functions
 - `manipulation`: joining, splitting, padding, repeating, gathering, diagonals, triangles,
   index grids and the axis shuffles;
 - `indexed`: JAX's indexed updates (the `.at` of traced values) and dynamic slices;
+- `elementwise`: the rest of the elementwise math and the float predicates;
+- `creation`: the remaining array constructors (`identity`, `tri`, `logspace`,
+  `geomspace`, `copy`) and `ndim`/`shape`/`size`;
+- `polynomial`: numpy's `poly*` functions on coefficient arrays and `vander`;
 - `linalg` (`cnp.linalg`) and `fft` (`cnp.fft`): numpy's submodules of the same names.
 """
 
@@ -20,16 +24,23 @@ from .complex import __all__ as _complex_names
 from .core import *  # noqa: F403
 from .core import __all__ as _core_names
 from .core import _getitem
+from .creation import *  # noqa: F403
+from .creation import __all__ as _creation_names
+from .elementwise import *  # noqa: F403
+from .elementwise import __all__ as _elementwise_names
 from .indexed import *  # noqa: F403
 from .indexed import __all__ as _indexed_names
 from .indexed import _IndexUpdateHelper
 from .manipulation import *  # noqa: F403
 from .manipulation import __all__ as _manipulation_names
+from .polynomial import *  # noqa: F403
+from .polynomial import __all__ as _polynomial_names
 from .statistics import *  # noqa: F403
 from .statistics import __all__ as _statistics_names
 
-__all__ = [*_core_names, *_complex_names, *_indexed_names, *_manipulation_names,
-           *_statistics_names, "fft", "linalg"]
+__all__ = [*_core_names, *_complex_names, *_creation_names, *_elementwise_names,
+           *_indexed_names, *_manipulation_names, *_polynomial_names, *_statistics_names,
+           "fft", "linalg"]
 
 # The functions numpy's dispatch (`np.sin(tracer)`) and the array methods of traced values
 # (`x.sum()`, `x[i]`, `x.T`) resolve to, by numpy name: read by trace.py's Tracer.

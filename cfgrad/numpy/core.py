@@ -68,7 +68,14 @@ def asarray(x: Any, dtype: Any = None) -> Any:
     return _np.asarray(x, dtype=dtype)
 
 
-array = asarray
+def array(x: Any, dtype: Any = None, copy: bool = True, ndmin: int = 0) -> Any:
+    """numpy's array: `asarray`, with leading axes of length 1 up to `ndmin` axes; a
+    concrete array outside a trace is copied unless `copy=False`."""
+    if not is_traced(x) and current_trace() is None:
+        return _np.array(x, dtype=dtype, copy=copy or None, ndmin=ndmin)
+    out = asarray(x, dtype)
+    missing = operator.index(ndmin) - out.ndim
+    return reshape(out, (1,) * missing + tuple(out.shape)) if missing > 0 else out
 
 
 def zeros(shape: Any, dtype: Any = float) -> _np.ndarray:
@@ -94,8 +101,10 @@ def ones_like(x: Any, dtype: Any = None) -> _np.ndarray:
     return _np.ones(_shape(x), dtype or _dtype(x))
 
 
-def full_like(x: Any, fill_value: Any, dtype: Any = None) -> Any:
-    return full(_shape(x), fill_value, dtype or _dtype(x))
+def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Any = None) -> Any:
+    """An array of `x`'s shape (or `shape`) and dtype (or `dtype`) filled with
+    `fill_value`, which may be traced (then the result is, and is differentiable in it)."""
+    return full(_shape(x) if shape is None else shape, fill_value, dtype or _dtype(x))
 
 
 def _concrete_length(function: str, what: str, value: Any) -> None:
@@ -120,14 +129,16 @@ def arange(*args: Any, dtype: Any = None) -> _np.ndarray:
 
 
 def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
-             dtype: Any = None) -> Any:
+             retstep: bool = False, dtype: Any = None, axis: int = 0) -> Any:
     """numpy's linspace. A traced `start` or `stop` gives `arange(num) * step + start`
     with `step = (stop - start) / (num - 1)` (numpy's own formula, so concrete and traced
     results agree) and the last element exactly `stop`: differentiable in both ends.
-    `num` must be concrete: it is the length of the result."""
+    `num` must be concrete: it is the length of the result. Array ends put the samples
+    along `axis` of the result (0: first)."""
     _concrete_length("linspace", "num", num)
     if not is_traced(start) and not is_traced(stop):
-        return _np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype)
+        return _np.linspace(start, stop, num, endpoint=endpoint, retstep=retstep, dtype=dtype,
+                            axis=axis)
     num = operator.index(num)
     if num < 0:
         raise ValueError(f"cnp.linspace: num={num} must be non-negative")
@@ -138,27 +149,59 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
     lo, hi = asarray(start, computed), asarray(stop, computed)
     div = num - 1 if endpoint else num
     delta = hi - lo
-    y = index * (delta / div if div > 0 else delta) + lo
+    step = delta / div if div > 0 else delta * _np.nan
+    y = index * (step if div > 0 else delta) + lo
     if endpoint and num > 1:
         y = where(index == num - 1, hi, y)
-    if dtype is None:
+    if dtype is not None:
+        y = astype(floor(y) if _np.dtype(dtype).kind in "iu" else y, dtype)
+    y = _first_axis_to(y, axis)
+    return (y, step) if retstep else y
+
+
+def _first_axis_to(y: Any, axis: int) -> Any:
+    """`y` with its first axis moved to position `axis` (numpy's moveaxis(y, 0, axis)):
+    where linspace and its kin put their samples."""
+    n = _ndim(y)
+    axis = operator.index(axis) % n
+    if not axis:
         return y
-    return astype(floor(y) if _np.dtype(dtype).kind in "iu" else y, dtype)
+    return transpose(y, tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, n)))
 
 
-def eye(n: int, m: int | None = None, dtype: Any = float) -> _np.ndarray:
-    return _np.eye(n, m, dtype=dtype)
+def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> _np.ndarray:
+    """numpy's eye: ones on the `k`-th diagonal (above the main one for k > 0)."""
+    for name, size in (("N", N), ("M", M), ("k", k)):
+        _concrete_length("eye", name, size)
+    return _np.eye(N, M, k, dtype=dtype)
 
 
 # -- elementwise -----------------------------------------------------------------------
 
 
-def _make_unary(name: str) -> Any:
+def _make_unary(name: str, module: str = __name__) -> Any:
+    """The cnp function applying primitive `name`, exported by `module` (a part of
+    cfgrad.numpy that declares it, see `public_names`)."""
     def fn(x: Any) -> Any:
         return bind(name, x)
 
-    fn.__name__ = name
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__ = module
     fn.__doc__ = f"Elementwise `{name}` (see docs/api.md for its derivative conventions)."
+    return fn
+
+
+def _make_rounding(name: str, module: str = __name__) -> Any:
+    """floor, ceil, trunc: integers and bools are already whole, and are returned as they
+    are (numpy 2 and JAX keep their dtype); floats go through primitive `name`."""
+    def fn(x: Any) -> Any:
+        if _dtype(x).kind not in "biu":
+            return bind(name, x)
+        return x if is_traced(x) else _np.asarray(x)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__ = module
+    fn.__doc__ = f"Elementwise `{name}`; its derivative is 0 (see docs/api.md)."
     return fn
 
 
@@ -173,14 +216,17 @@ def _make_binary(name: str) -> Any:
 exp, log, log1p, expm1 = (_make_unary(n) for n in ("exp", "log", "log1p", "expm1"))
 sin, cos, tan, tanh = (_make_unary(n) for n in ("sin", "cos", "tan", "tanh"))
 sinh, cosh, arctan = (_make_unary(n) for n in ("sinh", "cosh", "arctan"))
-sqrt, abs, sign, floor = (_make_unary(n) for n in ("sqrt", "abs", "sign", "floor"))
+sqrt, abs, sign = (_make_unary(n) for n in ("sqrt", "abs", "sign"))
+floor = _make_rounding("floor")
 rint = _make_unary("rint")
 sigmoid, relu, softplus = (_make_unary(n) for n in ("sigmoid", "relu", "softplus"))
 negative, isfinite, logical_not = (_make_unary(n) for n in ("neg", "isfinite", "logical_not"))
 absolute = abs
+atan = arctan
 add, subtract, multiply = (_make_binary(n) for n in ("add", "sub", "mul"))
 divide = true_divide = _make_binary("div")
 maximum, minimum, mod = (_make_binary(n) for n in ("maximum", "minimum", "mod"))
+remainder = mod
 less, less_equal, greater = (_make_binary(n) for n in ("lt", "le", "gt"))
 greater_equal, equal, not_equal = (_make_binary(n) for n in ("ge", "eq", "ne"))
 logical_and, logical_or, logical_xor = (
@@ -201,6 +247,9 @@ def power(x: Any, y: Any) -> Any:
                 "negative integer powers are not allowed (as in numpy): use a float base")
         return bind("integer_pow", x, n=int(y))
     return bind("pow", x, y)
+
+
+pow = power
 
 
 def floor_divide(x: Any, y: Any) -> Any:
