@@ -5,15 +5,19 @@ what is covered and each difference from numpy).
 This module only assembles the namespace; each part owns one family of functions:
 
 - `core`: creation, the operators' arithmetic, basic reductions, shapes and indexing;
+- `contractions`: einsum, tensordot, dot, inner, outer, kron, the vector and matrix
+  products of numpy 2, trace, cross, convolve and correlate;
 - `linalg` (`cnp.linalg`) and `fft` (`cnp.fft`): numpy's submodules of the same names.
 """
 
 from . import fft, linalg
+from .contractions import *  # noqa: F403
+from .contractions import __all__ as _contractions_names
 from .core import *  # noqa: F403
 from .core import __all__ as _core_names
 from .core import _getitem
 
-__all__ = [*_core_names, "fft", "linalg"]
+__all__ = [*_core_names, *_contractions_names, "fft", "linalg"]
 
 # The functions numpy's dispatch (`np.sin(tracer)`) and the array methods of traced values
 # (`x.sum()`, `x[i]`, `x.T`) resolve to, by numpy name: read by trace.py's Tracer.

@@ -317,23 +317,8 @@ def matmul(a: Any, b: Any) -> Any:
     return bind("matmul", a, b)
 
 
-def dot(a: Any, b: Any) -> Any:
-    if _ndim(a) == 0 or _ndim(b) == 0:
-        return multiply(a, b)
-    if _ndim(a) > 2 or _ndim(b) > 2:
-        raise ValueError("cfgrad.numpy.dot supports up to 2-D operands; use matmul for batches")
-    return bind("matmul", a, b)
-
-
 def vdot(a: Any, b: Any) -> Any:
     return sum(multiply(ravel(a), ravel(b)))
-
-
-inner = vdot
-
-
-def outer(a: Any, b: Any) -> Any:
-    return multiply(reshape(a, (-1, 1)), reshape(b, (1, -1)))
 
 
 # -- shapes ---------------------------------------------------------------------------------
