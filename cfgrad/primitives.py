@@ -1095,8 +1095,10 @@ _register(Primitive(
           "L^{-T}), Phi the lower triangle with the diagonal halved"))
 
 
-def _eigh_type(types: list[TensorType]) -> list[TensorType]:
+def _eigh_type(types: list[TensorType], uplo: str) -> list[TensorType]:
     t = types[0]
+    if uplo not in ("L", "U"):
+        raise LoweringError(f"eigh: parameter uplo must be 'L' or 'U', got {uplo!r}")
     _square("eigh", t)
     dtype = _linalg_dtype("eigh", t)
     return [TensorType(t.shape[:-1], dtype), TensorType(t.shape, dtype)]
@@ -1108,14 +1110,14 @@ def _gap_reciprocals(w: Any) -> Any:
     return 1.0 / (_row(w) - _col(w) + eye) - eye
 
 
-def _eigh_jvp(ts, xs, outs):
+def _eigh_jvp(ts, xs, outs, uplo):
     w, v = outs
     vt = _swap_last(v)
     rotated = _mm(vt, _mm(ts[0], v))
     return [_diag_of(rotated), _mm(v, _gap_reciprocals(w) * rotated)]
 
 
-def _eigh_vjp(cts, xs, outs):
+def _eigh_vjp(cts, xs, outs, uplo):
     w, v = outs
     gw, gv = cts
     inner = _add_terms(None if gw is None else _as_diag(gw),
@@ -1124,10 +1126,11 @@ def _eigh_vjp(cts, xs, outs):
 
 
 _register(Primitive(
-    name="eigh", impl=lambda a: tuple(np.linalg.eigh(a)), abstract=_eigh_type,
+    name="eigh", impl=lambda a, uplo: tuple(np.linalg.eigh(a, uplo)), abstract=_eigh_type,
     vjp=_eigh_vjp, jvp=_eigh_jvp, family="linalg", promote="float", multi_output=True,
     notes="eigenvalues (ascending) and eigenvectors of a symmetric matrix (cnp.linalg.eigh "
-          "symmetrizes its input, as JAX); derivatives need distinct eigenvalues: dw = "
+          "symmetrizes its input, as JAX; `uplo` only picks LAPACK's triangle, which keeps "
+          "numpy's eigenvector signs); derivatives need distinct eigenvalues: dw = "
           "diag(V^T dA V), dV = V (F * V^T dA V) with F[i, j] = 1/(w[j] - w[i]), so "
           "V^T dV has a zero diagonal (JAX's gauge); each eigenvector's sign is LAPACK's"))
 

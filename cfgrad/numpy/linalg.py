@@ -226,7 +226,7 @@ def eigh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803 (numpy's name)
     the `UPLO` triangle only, the same for a symmetric A)."""
     if UPLO not in ("L", "U"):
         raise ArgumentValueError(f"cnp.linalg.eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
-    w, v = bind("eigh", _symmetrized(_matrices("eigh", a, square=True)))
+    w, v = bind("eigh", _symmetrized(_matrices("eigh", a, square=True)), uplo=UPLO)
     return _EighResult(w, v)
 
 
