@@ -121,8 +121,8 @@ def pinv(a: Any, rcond: Any = None, hermitian: bool = False, *, rtol: Any = None
 def lstsq(a: Any, b: Any, rcond: Any = None) -> tuple[Any, Any, Any, Any]:
     """The least-squares solution (x, residuals, rank, singular values) as JAX computes
     it from the SVD: singular values below rcond times the largest (eps max(m, n) unless
-    given) are dropped; the residuals |b - a x|^2 per column are always returned (numpy
-    returns an empty array when rank < n or m <= n)."""
+    given) are dropped; the residuals |b - a x|^2 per column (shape (1,) for a 1-D b) are
+    always returned (numpy returns an empty array when rank < n or m <= n)."""
     a = _matrices("lstsq", a)
     b = _float(b)
     if _ndim(a) != 2 or _ndim(b) not in (1, 2) or _shape(b)[0] != _shape(a)[0]:
@@ -138,7 +138,7 @@ def lstsq(a: Any, b: Any, rcond: Any = None) -> tuple[Any, Any, Any, Any]:
     x = _matmul(_mT(vh), reshape(s_inv, (-1, 1)) * _matmul(_mT(u), column))
     residuals = sum((column - _matmul(a, x)) ** 2, axis=0)
     if _ndim(b) == 1:
-        x, residuals = reshape(x, (n,)), reshape(residuals, ())
+        x = reshape(x, (n,))
     return x, residuals, sum(astype(keep, _np.int64)), s
 
 

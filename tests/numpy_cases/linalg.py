@@ -28,9 +28,10 @@ INT_VECTOR = np.array([1, -2, 3, 4])
 
 
 def jax_lstsq(a, b, rcond=None):
-    """JAX's lstsq: numpy's, with the residuals of a 1-D b a scalar and always present."""
+    """JAX's lstsq: numpy's, with the residuals always present."""
     x, _, rank, s = np.linalg.lstsq(a, b, rcond=rcond)
-    return x, np.sum((b - a @ x) ** 2, axis=0), rank, s
+    column = b.reshape(len(b), -1)
+    return x, np.sum((column - a @ x.reshape(a.shape[1], -1)) ** 2, axis=0), rank, s
 
 
 def jax_pinv(a, rtol=None):
