@@ -928,15 +928,17 @@ def _trace_of_solve(a: Any, b: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=512)
-def _einsum_path(subscripts: str, shapes: tuple) -> list:
-    """numpy's contraction order for these operand shapes, found once per signature."""
+def _einsum_plan(subscripts: str, shapes: tuple) -> Any:
+    """How np.einsum contracts operands of these shapes, decided once per signature:
+    numpy's greedy order (pairwise, through BLAS where it can) for three or more operands
+    or large ones, its plain loop (no planning overhead, ~10 µs) for small pairs."""
+    if len(shapes) < 3 and max(int(np.prod(s, dtype=np.int64)) for s in shapes) < 4096:
+        return False
     return np.einsum_path(subscripts, *(np.empty(s) for s in shapes), optimize="greedy")[0]
 
 
 def _einsum_impl(*xs: np.ndarray, subscripts: str) -> np.ndarray:
-    if len(xs) < 3:
-        return np.einsum(subscripts, *xs)
-    return np.einsum(subscripts, *xs, optimize=_einsum_path(
+    return np.einsum(subscripts, *xs, optimize=_einsum_plan(
         subscripts, tuple(x.shape for x in xs)))
 
 

@@ -98,8 +98,8 @@ def _explicit(subscripts: str, operands: Sequence[Any]) -> tuple[str, list[Any]]
 
 def einsum(subscripts: str, *operands: Any, optimize: Any = False, **kwargs: Any) -> Any:
     """numpy's einsum with a subscripts string (`...`, implicit and explicit outputs):
-    one `einsum` node. `optimize` is accepted for numpy's signature; the order of a
-    contraction of three or more operands is numpy's greedy one, found once per shape."""
+    one `einsum` node. `optimize` is accepted for numpy's signature; the primitive plans
+    the contraction itself, once per shape (numpy's greedy order)."""
     if kwargs:
         raise ArgumentValueError(f"cnp.einsum: unsupported arguments {sorted(kwargs)} "
                                  "(only subscripts, operands and optimize)")
