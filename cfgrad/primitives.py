@@ -1234,42 +1234,64 @@ def _qr_type(types: list[TensorType], complete: bool) -> list[TensorType]:
     return [TensorType(t.shape[:-2] + (m, k), dtype), TensorType(t.shape[:-2] + (k, n), dtype)]
 
 
-def _qr_derivable(a: Any, complete: bool) -> None:
-    _no_complete_derivative("qr", a, complete)
-    m, n = a.shape[-2:]
-    if m < n:
-        raise LoweringError(f"qr: no derivative for a wide {m}×{n} matrix (R is not "
-                            "invertible; JAX refuses too)")
-
-
 def _strict_lower(x: Any) -> np.ndarray:
     n = x.shape[-1]
     return np.tril(np.ones((n, n), x.dtype), -1)
 
 
-def _qr_jvp(ts, xs, outs, complete):
-    """JAX's rule: with Z = dA R^{-1} and C = Q^T Z, dQ = Q (W - C) + Z and dR = (C - W) R,
-    W the skew-symmetric matrix of C's strictly lower part."""
-    _qr_derivable(xs[0], complete)
-    q, r = outs
-    z = _swap_last(bind("solve", _swap_last(r), _swap_last(ts[0])))
+def _columns(x: Any, start: int, stop: int) -> Any:
+    return bind("index", x, spec=(Ellipsis, slice(None, None, None), slice(start, stop, None)))
+
+
+def _thin_qr_jvp(q, r, da):
+    """JAX's rule for m >= n: with Z = dA R^{-1} and C = Q^T Z, dQ = Q (W - C) + Z and
+    dR = (C - W) R, W the skew-symmetric matrix of C's strictly lower part."""
+    z = _swap_last(bind("solve", _swap_last(r), _swap_last(da)))
     c = _mm(_swap_last(q), z)
     low = c * _strict_lower(c)
     w = low - _swap_last(low)
-    return [_mm(q, w - c) + z, _mm(c - w, r)]
+    return _mm(q, w - c) + z, _mm(c - w, r)
+
+
+def _thin_qr_vjp(q, r, gq, gr):
+    """The transpose of `_thin_qr_jvp`: with G = Q^T Q-bar - R-bar R^T, A-bar =
+    (Q (low(G - G^T) - G) + Q-bar) R^{-T}."""
+    g = _add_terms(None if gq is None else _mm(_swap_last(q), gq),
+                   None if gr is None else -_mm(gr, _swap_last(r)))
+    h = _add_terms(_mm(q, (g - _swap_last(g)) * _strict_lower(g) - g), gq)
+    return _swap_last(bind("solve", r, _swap_last(h)))
+
+
+def _qr_jvp(ts, xs, outs, complete):
+    """A wide A = [A1 A2] (m < n) as JAX: Q, R1 are the QR of the square A1, and
+    R2 = Q^T A2 gives dR2 = dQ^T A2 + Q^T dA2."""
+    a, da = xs[0], ts[0]
+    _no_complete_derivative("qr", a, complete and a.shape[-2] > a.shape[-1])
+    q, r = outs
+    m, n = a.shape[-2:]
+    if m >= n:
+        return list(_thin_qr_jvp(q, r, da))
+    dq, dr1 = _thin_qr_jvp(q, _columns(r, 0, m), _columns(da, 0, m))
+    dr2 = _mm(_swap_last(dq), _columns(a, m, n)) + _mm(_swap_last(q), _columns(da, m, n))
+    return [dq, bind("concatenate", dr1, dr2, axis=len(a.shape) - 1)]
 
 
 def _qr_vjp(cts, xs, outs, complete):
-    """The transpose of the JVP: with G = Q^T Q-bar - R-bar R^T, A-bar = (Q (low(G - G^T) -
-    G) + Q-bar) R^{-T}."""
-    _qr_derivable(xs[0], complete)
+    a = xs[0]
+    _no_complete_derivative("qr", a, complete and a.shape[-2] > a.shape[-1])
     q, r = outs
     gq, gr = cts
-    g = _add_terms(None if gq is None else _mm(_swap_last(q), gq),
-                   None if gr is None else -_mm(gr, _swap_last(r)))
-    h = _mm(q, (g - _swap_last(g)) * _strict_lower(g) - g)
-    h = _add_terms(h, gq)
-    return (_swap_last(bind("solve", r, _swap_last(h))),)
+    m, n = a.shape[-2:]
+    if m >= n:
+        return (_thin_qr_vjp(q, r, gq, gr),)
+    if gr is None:
+        gr1, ga2 = None, np.zeros(tuple(a.shape[:-1]) + (n - m,), a.dtype)
+    else:
+        gr1, gr2 = _columns(gr, 0, m), _columns(gr, m, n)
+        gq = _add_terms(gq, _mm(_columns(a, m, n), _swap_last(gr2)))
+        ga2 = _mm(q, gr2)
+    ga1 = _thin_qr_vjp(q, _columns(r, 0, m), gq, gr1)
+    return (bind("concatenate", ga1, ga2, axis=len(a.shape) - 1),)
 
 
 _register(Primitive(
@@ -1277,8 +1299,9 @@ _register(Primitive(
                                                             "reduced")),
     abstract=_qr_type, vjp=_qr_vjp, jvp=_qr_jvp, family="linalg", promote="float",
     multi_output=True,
-    notes="Q, R with LAPACK's signs; derivatives (JAX's rule) for m >= n with the reduced "
-          "factors (complete ones only for square matrices, as JAX)"))
+    notes="Q, R with LAPACK's signs; derivatives by JAX's rule, a wide matrix's through "
+          "the QR of its leading square block; not for the complete factors of a tall matrix "
+          "(JAX 0.10 has a rule for those, cfgrad refuses)"))
 
 
 def _det_type(types: list[TensorType]) -> TensorType:

@@ -346,12 +346,12 @@ def draw_svd(data, dtype):
 
 
 def draw_qr(data, dtype):
-    """m >= n (the factors JAX differentiates), reduced, or complete when square."""
+    """Tall, square and wide matrices: the reduced factors, and the complete ones unless
+    the matrix is tall (they are not unique then)."""
     rng = seeded(data)
     a = separated_matrix(data, rng)
-    if a.shape[-2] < a.shape[-1]:
-        a = np.swapaxes(a, -1, -2)
-    mode = "complete" if a.shape[-1] == a.shape[-2] else "reduced"
+    mode = "reduced" if a.shape[-2] > a.shape[-1] else data.draw(
+        st.sampled_from(["reduced", "complete"]), label="mode")
     return (lambda a: tuple(cnp.linalg.qr(a, mode))), (a.astype(dtype),)
 
 

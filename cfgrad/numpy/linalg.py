@@ -276,8 +276,8 @@ def svdvals(x: Any) -> Any:
 
 
 def qr(a: Any, mode: str = "reduced") -> Any:
-    """Q and R ('reduced', 'complete'), or R alone ('r'); derivatives for m >= n with the
-    reduced factors (as JAX)."""
+    """Q and R ('reduced', 'complete'), or R alone ('r'); derivatives for every shape
+    except the complete factors of a tall matrix (not unique)."""
     if mode not in ("reduced", "complete", "r"):
         raise ArgumentValueError(f"cnp.linalg.qr: mode must be 'reduced', 'complete' or "
                                  f"'r', got {mode!r}")

@@ -235,6 +235,8 @@ EXAMPLES = {
         dict(args=(normal(2, 3, 3),)),
         dict(args=(normal(3, 3),), kwargs=dict(mode="complete")),
         dict(args=(normal(5, 3),), kwargs=dict(mode="r")),
+        dict(args=(normal(3, 5),)),  # wide
+        dict(args=(normal(2, 2, 4),), kwargs=dict(mode="complete")),
         dict(args=(normal(4, 3),), kwargs=dict(mode="complete"), traced=(), grad=False),
     ],
     "linalg.det": [
