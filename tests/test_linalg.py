@@ -118,3 +118,17 @@ def test_rank_of_a_traced_matrix_is_an_integer_without_derivative():
     value, g = cg.value_and_grad(f)(a)
     assert value == pytest.approx(2 * a.sum())
     np.testing.assert_allclose(g, np.full(a.shape, 2.0))
+
+
+def test_numpy_linalg_on_traced_values_dispatches_to_cnp_linalg():
+    """np.linalg.trace(x) is cnp.linalg.trace (the last two axes), not cnp.trace (the
+    first two), though both are named trace."""
+    a = rng.normal(size=(2, 3, 3)) + 4.0 * np.eye(3)
+
+    def f(a):
+        return (np.linalg.trace(a), np.trace(a), np.linalg.norm(a),
+                np.linalg.solve(a, np.ones(3)), np.linalg.slogdet(a)[1])
+
+    traced, _ = cg.vjp(f, a)
+    for got, want in zip(traced, f(a)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
