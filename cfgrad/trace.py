@@ -160,7 +160,13 @@ class Tracer:
         return fn(*inputs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        fn = cfgrad_numpy.NAMESPACE.get(func.__name__)
+        # np.linalg.trace is cnp.linalg.trace (the last two axes), not cnp.trace
+        part = getattr(func, "__module__", "").removeprefix("numpy.")
+        if part in ("linalg", "fft"):
+            sub = getattr(cfgrad_numpy, part)
+            fn = getattr(sub, func.__name__) if func.__name__ in sub.__all__ else None
+        else:
+            fn = cfgrad_numpy.NAMESPACE.get(func.__name__)
         if fn is None:
             raise ArgumentTypeError(
                 f"{getattr(func, '__module__', 'numpy')}.{func.__name__} cannot trace a cfgrad "

@@ -355,6 +355,22 @@ def _elementwise_examples() -> list[tuple[str, int, dict]]:
     spec.loader.exec_module(module)
     return [(name, i, example) for name, examples in module.EXAMPLES.items()
             for i, example in enumerate(examples)]
+# -- linalg family: every example of tests/numpy_cases/linalg.py, value and gradient ----------
+
+
+def _linalg_examples() -> list:
+    path = Path(__file__).parent / "numpy_cases" / "linalg.py"
+    spec = importlib.util.spec_from_file_location("numpy_cases_linalg_jax", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return [(name, i, e) for name, items in module.EXAMPLES.items()
+            for i, e in enumerate(items)]
+
+
+def _resolve(namespace, dotted):
+    for part in dotted.split("."):
+        namespace = getattr(namespace, part)
+    return namespace
 
 
 def _leaves(tree):
@@ -407,3 +423,61 @@ def test_elementwise_family_agrees_with_jax(name, number, example):
         w = np.asarray(w)
         finite = np.isfinite(w)
         np.testing.assert_allclose(np.asarray(g)[finite], w[finite], rtol=1e-7, atol=1e-9)
+@pytest.mark.parametrize("name, number, example", _linalg_examples(),
+                         ids=lambda v: v if isinstance(v, str) else str(v)
+                         if isinstance(v, int) else "")
+def test_linalg_values_and_gradients_agree_with_jax(name, number, example):
+    """cnp's value and the gradient of a random linear functional of its float results
+    against jax.numpy's (the same LAPACK, so eigen- and singular vectors' signs agree)."""
+    args, kwargs = example["args"], example.get("kwargs", {})
+    ours, theirs = _resolve(cnp, name), _resolve(jnp, name)
+    got, want = _leaves(ours(*args, **kwargs)), _leaves(theirs(*args, **kwargs))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert np.shape(g) == np.shape(w)
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
+    traced = example.get("traced")
+    if traced is None:
+        traced = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
+    traced = [i for i in traced if np.asarray(args[i]).dtype.kind == "f"]
+    if not example.get("grad", True) or not traced or name == "linalg.matrix_rank":
+        return
+    rng = np.random.default_rng(number)
+    weights = [rng.normal(size=np.shape(w)) for w in want]
+
+    def loss(fn, total):
+        def f(*xs):
+            full = list(args)
+            for i, x in zip(traced, xs):
+                full[i] = x
+            outs = _leaves(fn(*full, **kwargs))
+            return sum(total(w * o) for w, o in zip(weights, outs) if o.dtype.kind == "f")
+        return f
+
+    xs = tuple(args[i] for i in traced)
+    argnums = tuple(range(len(xs)))
+    ours_grad = cg.grad(loss(ours, cnp.sum), argnums=argnums)(*xs)
+    theirs_grad = jax.grad(loss(theirs, jnp.sum), argnums=argnums)(*xs)
+    for g, w in zip(_leaves(ours_grad), _leaves(theirs_grad)):
+        np.testing.assert_allclose(g, w, rtol=1e-8, atol=1e-10)
+
+
+def matrix_functions(lib, x):
+    """A symmetric positive definite and a general matrix built from x, through every
+    factorization: their Hessians meet the rules' second derivatives."""
+    la = lib.np.linalg
+    m = lib.np.stack([x, x[::-1] * x, lib.np.sin(x)]) + 3.0 * lib.np.eye(3)
+    spd = m @ m.T
+    total = la.slogdet(m)[1] + lib.np.sum(la.solve(m, x)) + lib.np.sum(la.cholesky(spd))
+    total = total + la.eigvalsh(spd)[0] + la.norm(m, "nuc") + lib.np.sum(la.eigh(spd)[1][0])
+    u, s, vh = la.svd(m[:, :2], full_matrices=False)
+    q, r = la.qr(m[:2])
+    return (total + lib.np.sum(u[0] * s) + lib.np.sum(q * r[:, :2]) + la.det(m)
+            + lib.np.sum(la.pinv(m[:, :2]) ** 2) + lib.np.einsum("ij,jk,k->", m, spd, x))
+
+
+def test_linalg_hessian_agrees_with_jax():
+    point = np.array([0.4, -0.3, 0.8])
+    want = np.asarray(jax.hessian(lambda x: matrix_functions(JAX, x))(jnp.asarray(point)))
+    got = cg.hessian(lambda x: matrix_functions(CFGRAD, x))(point)
+    assert got == pytest.approx(want, rel=1e-8, abs=1e-10)

@@ -118,8 +118,8 @@ def test_numpy_functions_on_a_tracer() -> None:
         np.exp(0.5) * (np.cos(0.5) + np.sin(0.5)), rel=1e-15)
     np.testing.assert_array_equal(cg.grad(lambda x: np.sum(x * x))(np.array([1.0, 2.0])),
                                   [2.0, 4.0])
-    message = raised(TypeError, lambda: cg.grad(lambda m: np.linalg.det(m))(np.eye(2)))
-    assert "cfgrad.numpy" in message and "det" in message
+    message = raised(TypeError, lambda: cg.grad(lambda m: np.sum(np.packbits(m)))(np.eye(2)))
+    assert "cfgrad.numpy" in message and "packbits" in message
 
     def to_array(x):
         return np.asarray(x) * x  # <-
@@ -380,7 +380,8 @@ def test_error_classes_derive_from_cfgrad_error() -> None:
     pytest.param(lambda: cg.grad(lambda x, n: x * n, 1)(1.5, 3), id="grad-wrt-int"),
     pytest.param(lambda: cg.lower(lambda x: cg.while_loop(
         lambda c: c < 1.0, lambda c: c + 1.0, x, max_iters=-1), 0.0), id="bad-max-iters"),
-    pytest.param(lambda: cg.grad(lambda m: np.linalg.det(m))(np.eye(2)), id="np-linalg-det"),
+    pytest.param(lambda: cg.grad(lambda m: np.sum(np.packbits(m)))(np.eye(2)),
+                 id="np-packbits"),
     pytest.param(lambda: cg.vjp(lambda x: x * 2.0, np.ones(3))[1](np.ones(2)),
                  id="cotangent-shape"),
     pytest.param(lambda: cg.lower(branches_differ_in_shape, np.ones(3)), id="lowering"),

@@ -272,6 +272,114 @@ def draw_matmul(data, dtype):
     return f, tuple(x.astype(dtype) for x in (a, b, u, w))
 
 
+# -- linalg family: factorizations with separated spectra (distinct eigen- and singular
+# values away from 0), so each derivative exists and central differences see it
+
+
+LINALG_DTYPES = (F64, F32)  # LAPACK's; integers are promoted to float64 first
+
+
+def linalg_batch(data):
+    return data.draw(hnp.array_shapes(min_dims=0, max_dims=2, min_side=1, max_side=2),
+                     label="batch")
+
+
+def orthogonal(rng, batch, n):
+    return np.linalg.qr(rng.normal(size=batch + (n, n)))[0]
+
+
+def spectrum(rng, batch, k, low=1.0):
+    """k values per matrix, at least 0.5 apart, from `low` up, in random order."""
+    steps = np.arange(k) * 0.7 + low + rng.uniform(0.0, 0.2, batch + (k,))
+    return rng.permuted(steps, axis=-1)
+
+
+def draw_einsum(data, dtype):
+    """Matrix products with a batch ellipsis, a diagonal, a trace, a sum over an index of
+    one operand only, and a contraction of three operands."""
+    rng = seeded(data)
+    i, j, k = (data.draw(st.integers(1, 3)) for _ in range(3))
+    batch = linalg_batch(data)
+    a, b = rng.uniform(-2, 2, batch + (i, j)), rng.uniform(-2, 2, (j, k))
+    sq, v = rng.uniform(-2, 2, (j, j)), rng.uniform(-2, 2, (k,))
+
+    def f(a, b, sq, v):
+        return (cnp.einsum("...ij,jk->...ik", a, b), cnp.einsum("ii->i", sq),
+                cnp.einsum("ii", sq), cnp.einsum("ij,k->i", b, v),
+                cnp.einsum("...ij,jk,k->...i", a, b, v))
+
+    return f, tuple(x.astype(dtype) for x in (a, b, sq, v))
+
+
+def draw_solve(data, dtype):
+    rng = seeded(data)
+    n, k = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 3))
+    ba, bb = data.draw(hnp.mutually_broadcastable_shapes(
+        num_shapes=2, min_dims=0, max_dims=2, min_side=1, max_side=2)).input_shapes
+    a = rng.uniform(-1, 1, ba + (n, n)) + (n + 1) * np.eye(n)
+    b = rng.uniform(-2, 2, bb + (n, k))
+    return (lambda a, b: (cnp.linalg.solve(a, b), cnp.linalg.inv(a))), (
+        a.astype(dtype), b.astype(dtype))
+
+
+def draw_cholesky(data, dtype):
+    rng = seeded(data)
+    n, batch = data.draw(st.integers(1, 4)), linalg_batch(data)
+    q = orthogonal(rng, batch, n)
+    a = q @ (spectrum(rng, batch, n)[..., None] * np.swapaxes(q, -1, -2))
+    return cnp.linalg.cholesky, (a.astype(dtype),)
+
+
+def draw_eigh(data, dtype):
+    rng = seeded(data)
+    n, batch = data.draw(st.integers(1, 4)), linalg_batch(data)
+    q = orthogonal(rng, batch, n)
+    a = q @ (spectrum(rng, batch, n, -1.0)[..., None] * np.swapaxes(q, -1, -2))
+    uplo = data.draw(st.sampled_from("LU"), label="UPLO")
+    return (lambda a: tuple(cnp.linalg.eigh(a, uplo))), (a.astype(dtype),)
+
+
+def separated_matrix(data, rng):
+    """An m×n (stack of) matrices with singular values 1, 1.7, 2.4, … (jittered)."""
+    m, n, batch = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4)), linalg_batch(data)
+    k = min(m, n)
+    u, v = orthogonal(rng, batch, m)[..., :k], orthogonal(rng, batch, n)[..., :k]
+    return u @ (spectrum(rng, batch, k)[..., None] * np.swapaxes(v, -1, -2))
+
+
+def draw_svd(data, dtype):
+    """Reduced factors of any shape, and the complete ones of a square matrix."""
+    rng = seeded(data)
+    a = separated_matrix(data, rng)
+    full = a.shape[-1] == a.shape[-2]
+    return (lambda a: tuple(cnp.linalg.svd(a, full_matrices=full))), (a.astype(dtype),)
+
+
+def draw_qr(data, dtype):
+    """Tall, square and wide matrices: the reduced factors, and the complete ones unless
+    the matrix is tall (they are not unique then)."""
+    rng = seeded(data)
+    a = separated_matrix(data, rng)
+    mode = "reduced" if a.shape[-2] > a.shape[-1] else data.draw(
+        st.sampled_from(["reduced", "complete"]), label="mode")
+    return (lambda a: tuple(cnp.linalg.qr(a, mode))), (a.astype(dtype),)
+
+
+def draw_square(fn: Callable) -> Callable:
+    def draw(data, dtype):
+        rng = seeded(data)
+        n, batch = data.draw(st.integers(1, 4)), linalg_batch(data)
+        sign = rng.choice([-1.0, 1.0], batch + (1, 1))
+        a = sign * (rng.uniform(-1, 1, batch + (n, n)) + (n + 1) * np.eye(n))
+        return fn, (a.astype(dtype),)
+
+    return draw
+
+
+def draw_pinv(data, dtype):
+    return cnp.linalg.pinv, (separated_matrix(data, seeded(data)).astype(dtype),)
+
+
 def draw_reshape(data, dtype):
     """reshape, expand_dims, squeeze and ravel all lower to the reshape primitive."""
     shape = data.draw(SHAPES)
@@ -655,6 +763,16 @@ CASES: dict[str, Case] = {
     "argmax": Case(draw_arg(cnp.argmax)),
     "argmin": Case(draw_arg(cnp.argmin)),
     "matmul": Case(draw_matmul),
+    # linalg family
+    "einsum": Case(draw_einsum),
+    "solve": Case(draw_solve, LINALG_DTYPES),
+    "cholesky": Case(draw_cholesky, LINALG_DTYPES),
+    "eigh": Case(draw_eigh, LINALG_DTYPES),
+    "svd": Case(draw_svd, LINALG_DTYPES),
+    "qr": Case(draw_qr, LINALG_DTYPES),
+    "det": Case(draw_square(cnp.linalg.det), LINALG_DTYPES),
+    "slogdet": Case(draw_square(lambda a: tuple(cnp.linalg.slogdet(a))), LINALG_DTYPES),
+    "pinv": Case(draw_pinv, LINALG_DTYPES),
     "reshape": Case(draw_reshape, ALL),
     "transpose": Case(draw_transpose, ALL),
     "broadcast_to": Case(draw_broadcast_to, ALL),
@@ -1050,10 +1168,12 @@ def test_impl_output_matches_abstract_rule(name, data):
     rng = np.random.default_rng(0)
     with np.errstate(all="ignore"):
         for n in nodes:
-            got = np.asarray(PRIMITIVES[name].impl(
-                *(example_input(v.type, rng) for v in n.inputs), **n.params))
-            t = n.outputs[0].type
-            assert (got.shape, got.dtype) == (t.shape, t.dtype), f"{name}{n.params}"
+            got = PRIMITIVES[name].impl(
+                *(example_input(v.type, rng) for v in n.inputs), **n.params)
+            for g, o in zip(got if PRIMITIVES[name].multi_output else (got,), n.outputs,
+                            strict=True):
+                g, t = np.asarray(g), o.type
+                assert (g.shape, g.dtype) == (t.shape, t.dtype), f"{name}{n.params}"
         eager = treelib.flatten(f(*args))[0]
         interpreted = treelib.flatten(evaluate(f, *args)[0])[0]
     for e, i, v in zip(eager, interpreted, program.outputs, strict=True):

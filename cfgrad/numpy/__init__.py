@@ -15,12 +15,16 @@ This module only assembles the namespace; each part owns one family of functions
 - `creation`: the remaining array constructors (`identity`, `tri`, `logspace`,
   `geomspace`, `copy`) and `ndim`/`shape`/`size`;
 - `polynomial`: numpy's `poly*` functions on coefficient arrays and `vander`;
+- `contractions`: einsum, tensordot, dot, inner, outer, kron, the vector and matrix
+  products of numpy 2, trace, cross, convolve and correlate;
 - `linalg` (`cnp.linalg`) and `fft` (`cnp.fft`): numpy's submodules of the same names.
 """
 
 from . import fft, linalg
 from .complex import *  # noqa: F403
 from .complex import __all__ as _complex_names
+from .contractions import *  # noqa: F403
+from .contractions import __all__ as _contractions_names
 from .core import *  # noqa: F403
 from .core import __all__ as _core_names
 from .core import _getitem
@@ -38,9 +42,9 @@ from .polynomial import __all__ as _polynomial_names
 from .statistics import *  # noqa: F403
 from .statistics import __all__ as _statistics_names
 
-__all__ = [*_core_names, *_complex_names, *_creation_names, *_elementwise_names,
-           *_indexed_names, *_manipulation_names, *_polynomial_names, *_statistics_names,
-           "fft", "linalg"]
+__all__ = [*_core_names, *_complex_names, *_contractions_names, *_creation_names,
+           *_elementwise_names, *_indexed_names, *_manipulation_names, *_polynomial_names,
+           *_statistics_names, "fft", "linalg"]
 
 # The functions numpy's dispatch (`np.sin(tracer)`) and the array methods of traced values
 # (`x.sum()`, `x[i]`, `x.T`) resolve to, by numpy name: read by trace.py's Tracer.

@@ -484,14 +484,6 @@ def matmul(a: Any, b: Any) -> Any:
     return bind("matmul", a, b)
 
 
-def dot(a: Any, b: Any) -> Any:
-    if _ndim(a) == 0 or _ndim(b) == 0:
-        return multiply(a, b)
-    if _ndim(a) > 2 or _ndim(b) > 2:
-        raise ValueError("cfgrad.numpy.dot supports up to 2-D operands; use matmul for batches")
-    return bind("matmul", a, b)
-
-
 def _conj(x: Any) -> Any:
     """The complex conjugate of x; a real x as it is (numpy returns it unchanged too)."""
     return bind("conj", x) if _dtype(x).kind == "c" else x
@@ -500,14 +492,6 @@ def _conj(x: Any) -> Any:
 def vdot(a: Any, b: Any) -> Any:
     """numpy's vdot: the flattened a, conjugated, dotted with the flattened b."""
     return sum(multiply(ravel(_conj(a)), ravel(b)))
-
-
-def inner(a: Any, b: Any) -> Any:
-    return sum(multiply(ravel(a), ravel(b)))
-
-
-def outer(a: Any, b: Any) -> Any:
-    return multiply(reshape(a, (-1, 1)), reshape(b, (1, -1)))
 
 
 # -- shapes ---------------------------------------------------------------------------------
