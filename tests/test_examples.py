@@ -333,3 +333,44 @@ def test_newton_optim_converges_quadratically_to_the_true_parameters():
     assert all(b < a ** 1.5 for a, b in zip(tail, tail[1:]) if a < 1e-4)
     assert "equals H assembled column by column: True" in out
     assert re.search(r"time of one H v / time of one gradient: \d+\.\d", out)
+
+
+# ---------------------------------------------------------------------------------
+# implicit_euler.py: Newton's method with a linear solve per iteration, in every step
+# ---------------------------------------------------------------------------------
+
+
+def implicit_euler_reference(mu: float, steps: int = 100, h: float = 0.05) -> float:
+    """x(T) of implicit Euler on Van der Pol from (2, 0), each step's equation solved to
+    machine precision by Newton with Cramer's rule: independent of the example's code."""
+    x, v = 2.0, 0.0
+    for _ in range(steps):
+        zx, zv = x, v
+        for _ in range(100):
+            gx = zx - x - h * zv
+            gv = zv - v - h * (mu * (1 - zx * zx) * zv - zx)
+            a, b = 1.0, -h
+            c, d = -h * (-2 * mu * zx * zv - 1), 1 - h * mu * (1 - zx * zx)
+            det = a * d - b * c
+            dx, dv = (-gx * d + b * gv) / det, (-gv * a + c * gx) / det
+            zx, zv = zx + dx, zv + dv
+            if max(abs(dx), abs(dv)) < 1e-15:
+                break
+        x, v = zx, zv
+    return x
+
+
+def test_implicit_euler_gradient_matches_finite_differences_of_an_independent_solver():
+    out = output("implicit_euler.py")
+    value = float(re.search(rf"x\(T\) at mu = 5.0: +{NUMBER}", out).group(1))
+    slope = float(re.search(rf"dx\(T\)/dmu, cfgrad: +{NUMBER}", out).group(1))
+    central = float(re.search(rf"dx\(T\)/dmu, central diff: +{NUMBER}", out).group(1))
+    eps = 1e-6
+    expected = (implicit_euler_reference(5.0 + eps)
+                - implicit_euler_reference(5.0 - eps)) / (2 * eps)
+    assert value == pytest.approx(implicit_euler_reference(5.0), abs=1e-9)
+    assert slope == pytest.approx(expected, rel=1e-5)
+    assert central == pytest.approx(expected, rel=1e-5)
+    trips = re.search(r"min (\d+), max (\d+), total (\d+) over 100 steps", out)
+    low, high, total = map(int, trips.groups())
+    assert 1 <= low <= high <= 50 and 100 * low <= total <= 100 * high
