@@ -348,23 +348,14 @@ def test_custom_rules_at_second_and_third_order_agree_with_jax(k, strategy):
 # from JAX's power rule), ours is the one checked against central differences.
 
 
-def _elementwise_examples() -> list[tuple[str, int, dict]]:
-    path = Path(__file__).parent / "numpy_cases" / "elementwise.py"
-    spec = importlib.util.spec_from_file_location("numpy_cases_elementwise_vs_jax", path)
+def family_examples(family: str) -> list[tuple[str, int, dict]]:
+    """(name, number, example) for every example of tests/numpy_cases/<family>.py."""
+    path = Path(__file__).parent / "numpy_cases" / f"{family}.py"
+    spec = importlib.util.spec_from_file_location(f"numpy_cases_{family}_vs_jax", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return [(name, i, example) for name, examples in module.EXAMPLES.items()
             for i, example in enumerate(examples)]
-# -- linalg family: every example of tests/numpy_cases/linalg.py, value and gradient ----------
-
-
-def _linalg_examples() -> list:
-    path = Path(__file__).parent / "numpy_cases" / "linalg.py"
-    spec = importlib.util.spec_from_file_location("numpy_cases_linalg_jax", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return [(name, i, e) for name, items in module.EXAMPLES.items()
-            for i, e in enumerate(items)]
 
 
 def _resolve(namespace, dotted):
@@ -385,7 +376,7 @@ def _float_total(lib, out):
                0.0)
 
 
-@pytest.mark.parametrize(("name", "number", "example"), _elementwise_examples(),
+@pytest.mark.parametrize(("name", "number", "example"), family_examples("elementwise"),
                          ids=lambda v: v if isinstance(v, str | int) else "")
 def test_elementwise_family_agrees_with_jax(name, number, example):
     args, kwargs = example["args"], example["kwargs"]
@@ -423,7 +414,10 @@ def test_elementwise_family_agrees_with_jax(name, number, example):
         w = np.asarray(w)
         finite = np.isfinite(w)
         np.testing.assert_allclose(np.asarray(g)[finite], w[finite], rtol=1e-7, atol=1e-9)
-@pytest.mark.parametrize("name, number, example", _linalg_examples(),
+# -- linalg family: every example of tests/numpy_cases/linalg.py, value and gradient ----------
+
+
+@pytest.mark.parametrize("name, number, example", family_examples("linalg"),
                          ids=lambda v: v if isinstance(v, str) else str(v)
                          if isinstance(v, int) else "")
 def test_linalg_values_and_gradients_agree_with_jax(name, number, example):
