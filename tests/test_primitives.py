@@ -342,9 +342,10 @@ def draw_eigh(data, dtype):
 def draw_eig(data, dtype):
     """A = S D S^{-1}, S within 0.2 of the identity entrywise, so each eigenvector's
     largest entry (LAPACK's gauge, made real) leads the others by a margin central
-    differences do not cross (but see `positive_gauge`); D diagonal with eigenvalues at least 0.5 apart: real, or
-    complex for a complex A, or for a real A the pair l ± i of a block [[l, 4], [-1/4,
-    l]] (eigenvectors (4, ±i), whose largest entry is again clear)."""
+    differences do not cross (but see `positive_gauge`); D diagonal with eigenvalues at
+    least 0.5 apart: real, or complex for a complex A, or for a real A the pair l ± i of
+    a block [[l, 4], [-1/4, l]] (eigenvectors (4, ±i), whose largest entry is again
+    clear)."""
     rng = seeded(data)
     n, batch = data.draw(st.integers(1, 4)), linalg_batch(data)
     kind = data.draw(st.sampled_from(["real", "pair", "complex"]), label="eigenvalues")
