@@ -1179,7 +1179,8 @@ _register(Primitive(
 # -- Linear algebra and contractions (issue 13, the linalg family): numpy's LAPACK kernels,
 # each rule from a published derivation, written with primitives so adjoints are IR and
 # differentiate again. Sources: M. Giles, "An extended collection of matrix derivative
-# results for forward and reverse mode AD" (2008) for solve, det, slogdet; I. Murray,
+# results for forward and reverse mode AD" (2008) for solve, det, slogdet, and (§3.1, with
+# the tangent of LAPACK's normalization as JAX's lax.linalg.eig adds it) eig; I. Murray,
 # "Differentiation of the Cholesky decomposition" (2016) and Seeger et al. (2017) for
 # cholesky; J. Townsend, "Differentiating the singular value decomposition" (2016) for svd;
 # the eigh, qr and pinv (Golub and Pereyra 1973) rules as JAX states them. Matrices are the
