@@ -1179,7 +1179,8 @@ _register(Primitive(
 # -- Linear algebra and contractions (issue 13, the linalg family): numpy's LAPACK kernels,
 # each rule from a published derivation, written with primitives so adjoints are IR and
 # differentiate again. Sources: M. Giles, "An extended collection of matrix derivative
-# results for forward and reverse mode AD" (2008) for solve, det, slogdet; I. Murray,
+# results for forward and reverse mode AD" (2008) for solve, det, slogdet, and (§3.1, with
+# the tangent of LAPACK's normalization as JAX's lax.linalg.eig adds it) eig; I. Murray,
 # "Differentiation of the Cholesky decomposition" (2016) and Seeger et al. (2017) for
 # cholesky; J. Townsend, "Differentiating the singular value decomposition" (2016) for svd;
 # the eigh, qr and pinv (Golub and Pereyra 1973) rules as JAX states them. Matrices are the
@@ -1222,10 +1223,14 @@ def _square(op: str, t: TensorType) -> int:
     return t.shape[-1]
 
 
-def _linalg_dtype(op: str, t: TensorType) -> np.dtype:
-    """LAPACK computes in float32 or float64 (inputs are promoted to floats first)."""
-    if t.dtype not in (np.float32, np.float64):
-        raise LoweringError(f"{op}: needs float32 or float64 matrices, got {t}")
+def _linalg_dtype(op: str, t: TensorType, complex_ok: bool = False) -> np.dtype:
+    """LAPACK computes in float32 or float64 (inputs are promoted to floats first), and in
+    complex64 or complex128 for the rules that hold for complex matrices too."""
+    allowed = (np.float32, np.float64) + ((np.complex64, np.complex128) if complex_ok else ())
+    if t.dtype not in allowed:
+        kinds = "float32, float64, complex64 or complex128" if complex_ok else \
+            "float32 or float64"
+        raise LoweringError(f"{op}: needs {kinds} matrices, got {t}")
     return t.dtype
 
 
@@ -1338,7 +1343,7 @@ _register(Primitive(
 def _solve_type(types: list[TensorType]) -> TensorType:
     a, b = types
     n = _square("solve", a)
-    dtype = _linalg_dtype("solve", a)
+    dtype = _linalg_dtype("solve", a, complex_ok=True)
     if b.ndim < 2 or b.shape[-2] != n:
         raise LoweringError(f"solve: the right-hand side {b} must be a (stack of) {n}×k "
                             f"matrices for {a}")
@@ -1362,7 +1367,8 @@ _register(Primitive(
     jvp=_solve_jvp, family="linalg", promote="float",
     notes="x = A^{-1} B for (stacks of) square A and n×k B, batch axes broadcast (cnp.linalg."
           "solve takes a 1-D b as a vector, as numpy 2 and JAX); dB = A^{-T} ct, dA = -dB "
-          "x^T (Giles 2008); a singular A raises numpy's LinAlgError"))
+          "x^T (Giles 2008), also for complex matrices (holomorphic: the transpose, JAX's "
+          "convention); a singular A raises numpy's LinAlgError"))
 
 
 def _cholesky_impl(a: np.ndarray) -> np.ndarray:
@@ -1452,6 +1458,85 @@ _register(Primitive(
           "numpy's eigenvector signs); derivatives need distinct eigenvalues: dw = "
           "diag(V^T dA V), dV = V (F * V^T dA V) with F[i, j] = 1/(w[j] - w[i]), so "
           "V^T dV has a zero diagonal (JAX's gauge); each eigenvector's sign is LAPACK's"))
+
+
+def _eig_type(types: list[TensorType]) -> list[TensorType]:
+    t = types[0]
+    _square("eig", t)
+    dtype = complex_dtype(_linalg_dtype("eig", t, complex_ok=True))
+    return [TensorType(t.shape[:-1], dtype), TensorType(t.shape, dtype)]
+
+
+def _eig_impl(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """numpy's eig, complex even where numpy's is real (all eigenvalues real), as JAX's."""
+    w, v = np.linalg.eig(a)
+    dtype = complex_dtype(a.dtype)
+    return w.astype(dtype, copy=False), v.astype(dtype, copy=False)
+
+
+def _column_sums(x: Any) -> Any:
+    """(..., n, n) -> (..., n): the sum of each column."""
+    return bind("sum", x, axes=(len(x.shape) - 2,), keepdims=False)
+
+
+def _largest_entries(v: Any) -> Any:
+    """1 at the entry of largest modulus of each column of V (the one LAPACK makes real,
+    the first of equals), 0 elsewhere, in V's dtype."""
+    n = v.shape[-1]
+    k = bind("argmax", bind("abs", v), axis=len(v.shape) - 2)
+    return bind("astype", bind("eq", _row(k), np.arange(n).reshape(n, 1)), dtype=v.dtype)
+
+
+def _eig_jvp(ts, xs, outs):
+    """Giles (2008) §3.1 with JAX's gauge: P = V^{-1} dA V, dw = diag(P), U = V (F * P);
+    dV = U + V diag(c) with c[j] = -Re(v_j^H u_j) - i Im(u[k, j]) / Re(v[k, j]), k the
+    entry of v_j of largest modulus: the tangent of LAPACK's normalization (unit 2-norm
+    columns whose largest entry is real), so FD of numpy's eig sees the same."""
+    w, v = outs
+    da = ts[0] if ts[0].dtype == v.dtype else bind("astype", ts[0], dtype=v.dtype)
+    p = _mm(bind("solve", v, da), v)
+    u = _mm(v, _gap_reciprocals(w) * p)
+    mask = _largest_entries(v)
+    size = -bind("real", _column_sums(bind("conj", v) * u))
+    phase = -bind("imag", _column_sums(mask * u)) / bind("real", _column_sums(mask * v))
+    c = bind("astype", size, dtype=v.dtype) + bind("astype", phase, dtype=v.dtype) * \
+        np.asarray(1j, v.dtype)
+    return [_diag_of(p), u + v * _row(c)]
+
+
+def _eig_vjp(cts, xs, outs):
+    """The transpose of `_eig_jvp` in JAX's convention (a cotangent g of z stands for
+    dz -> Re(g dz)), step by step: dV = U + V diag(c) gives U-bar = V-bar and c-bar =
+    colsum(V-bar * V); c = x + i y with x = -Re(s), y = -Im(t) / r gives s-bar =
+    -Re(c-bar) and t-bar = -i Im(c-bar) / r, so U-bar += conj(V) s-bar + mask t-bar; then
+    P-bar = diag(w-bar) + F * V^T U-bar and A-bar = V^{-T} P-bar V^T (the real part for a
+    real A)."""
+    a = xs[0]
+    w, v = outs
+    gw, gv = cts
+    inner = None if gw is None else _as_diag(gw)
+    if gv is not None:
+        mask = _largest_entries(v)
+        cbar = _column_sums(gv * v)
+        r = bind("real", _column_sums(mask * v))
+        sbar = -bind("astype", bind("real", cbar), dtype=v.dtype)
+        tbar = bind("astype", bind("imag", cbar) / r, dtype=v.dtype) * np.asarray(-1j, v.dtype)
+        ubar = gv + bind("conj", v) * _row(sbar) + mask * _row(tbar)
+        inner = _add_terms(inner, _gap_reciprocals(w) * _mm(_swap_last(v), ubar))
+    vt = _swap_last(v)
+    ga = bind("solve", vt, _mm(inner, vt))
+    return (ga if a.dtype.kind == "c" else bind("real", ga),)
+
+
+_register(Primitive(
+    name="eig", impl=_eig_impl, abstract=_eig_type, vjp=_eig_vjp, jvp=_eig_jvp,
+    family="linalg", promote="float", multi_output=True,
+    notes="numpy's eig of a real or complex matrix: eigenvalues w and right eigenvectors V, "
+          "always complex (as JAX), LAPACK's normalization (unit 2-norm columns, the "
+          "largest entry real); derivatives need distinct eigenvalues: dw = diag(V^{-1} dA "
+          "V), dV = V (F * V^{-1} dA V) with F[i, j] = 1/(w[j] - w[i]) (Giles 2008 §3.1) "
+          "plus the tangent of the normalization, as JAX's lax.linalg.eig; a real A's "
+          "cotangent is real"))
 
 
 def _svd_type(types: list[TensorType], full_matrices: bool) -> list[TensorType]:

@@ -5,7 +5,8 @@ bound, which becomes one), but forward over forward works through it, so every p
 here is differentiated by JAX with `jacfwd(jacfwd(f))` and by cfgrad in every order of
 modes. Each program is written once against a small namespace of control flow and numpy,
 so both libraries run the same code. At the end, first derivatives of complex functions
-(JAX's convention, through a branch and a loop) and of the fft family. Skipped when JAX is
+(JAX's convention, through a branch and a loop) and of the fft family, and eig's Hessian
+(against lax.linalg.eig with eigenvector derivatives enabled). Skipped when JAX is
 not installed (it is not a dependency); run `pip install jax` to include these.
 """
 
@@ -414,7 +415,19 @@ def test_elementwise_family_agrees_with_jax(name, number, example):
         w = np.asarray(w)
         finite = np.isfinite(w)
         np.testing.assert_allclose(np.asarray(g)[finite], w[finite], rtol=1e-7, atol=1e-9)
+
+
 # -- linalg family: every example of tests/numpy_cases/linalg.py, value and gradient ----------
+
+
+def _jax_eig(a):
+    """jax.numpy's eig refuses eigenvector derivatives unless asked (JAX issue 2748): its
+    lax.linalg.eig with enable_eigvec_derivs=True, LAPACK's gauge differentiated."""
+    return tuple(lax.linalg.eig(jnp.asarray(a) + 0.0, compute_left_eigenvectors=False,
+                                enable_eigvec_derivs=True))
+
+
+JAX_LINALG = {"linalg.eig": _jax_eig}
 
 
 @pytest.mark.parametrize("name, number, example", family_examples("linalg"),
@@ -422,9 +435,10 @@ def test_elementwise_family_agrees_with_jax(name, number, example):
                          if isinstance(v, int) else "")
 def test_linalg_values_and_gradients_agree_with_jax(name, number, example):
     """cnp's value and the gradient of a random linear functional of its float results
-    against jax.numpy's (the same LAPACK, so eigen- and singular vectors' signs agree)."""
+    (the real part, Re(u y), of complex ones) against jax.numpy's (the same LAPACK, so
+    eigen- and singular vectors' signs agree)."""
     args, kwargs = example["args"], example.get("kwargs", {})
-    ours, theirs = _resolve(cnp, name), _resolve(jnp, name)
+    ours, theirs = _resolve(cnp, name), JAX_LINALG.get(name, _resolve(jnp, name))
     got, want = _leaves(ours(*args, **kwargs)), _leaves(theirs(*args, **kwargs))
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -433,25 +447,28 @@ def test_linalg_values_and_gradients_agree_with_jax(name, number, example):
     traced = example.get("traced")
     if traced is None:
         traced = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
-    traced = [i for i in traced if np.asarray(args[i]).dtype.kind == "f"]
+    traced = [i for i in traced if np.asarray(args[i]).dtype.kind in "fc"]
     if not example.get("grad", True) or not traced or name == "linalg.matrix_rank":
         return
     rng = np.random.default_rng(number)
-    weights = [rng.normal(size=np.shape(w)) for w in want]
+    weights = [rng.normal(size=np.shape(w)) + (1j * rng.normal(size=np.shape(w))
+                                               if np.asarray(w).dtype.kind == "c" else 0.0)
+               for w in want]
 
-    def loss(fn, total):
+    def loss(fn, lib):
         def f(*xs):
             full = list(args)
             for i, x in zip(traced, xs):
                 full[i] = x
             outs = _leaves(fn(*full, **kwargs))
-            return sum(total(w * o) for w, o in zip(weights, outs) if o.dtype.kind == "f")
+            return sum(lib.sum(lib.real(w * o)) for w, o in zip(weights, outs)
+                       if o.dtype.kind in "fc")
         return f
 
     xs = tuple(args[i] for i in traced)
     argnums = tuple(range(len(xs)))
-    ours_grad = cg.grad(loss(ours, cnp.sum), argnums=argnums)(*xs)
-    theirs_grad = jax.grad(loss(theirs, jnp.sum), argnums=argnums)(*xs)
+    ours_grad = cg.grad(loss(ours, cnp), argnums=argnums)(*xs)
+    theirs_grad = jax.grad(loss(theirs, jnp), argnums=argnums)(*xs)
     for g, w in zip(_leaves(ours_grad), _leaves(theirs_grad)):
         np.testing.assert_allclose(g, w, rtol=1e-8, atol=1e-10)
 
@@ -474,4 +491,22 @@ def test_linalg_hessian_agrees_with_jax():
     point = np.array([0.4, -0.3, 0.8])
     want = np.asarray(jax.hessian(lambda x: matrix_functions(JAX, x))(jnp.asarray(point)))
     got = cg.hessian(lambda x: matrix_functions(CFGRAD, x))(point)
+    assert got == pytest.approx(want, rel=1e-8, abs=1e-10)
+
+
+def eigen_functions(lib, eig, x):
+    """A general 3×3 matrix built from x (complex eigenvalues at the point below), through
+    eig: a polynomial of the eigenvalues and the gauge-invariant |V|^2."""
+    m = lib.np.stack([x, x[::-1] * x, lib.np.sin(x)]) + lib.np.array(
+        [[1.0, -2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 3.0]])
+    w, v = eig(m)
+    weights = lib.np.arange(9.0).reshape(3, 3)
+    return lib.np.real(lib.np.sum(w ** 3)) + lib.np.sum(lib.np.abs(v) ** 2 * weights)
+
+
+def test_eig_hessian_agrees_with_jax():
+    point = np.array([0.4, -0.3, 0.8])
+    want = np.asarray(jax.hessian(lambda x: eigen_functions(JAX, _jax_eig, x))(
+        jnp.asarray(point)))
+    got = cg.hessian(lambda x: eigen_functions(CFGRAD, cnp.linalg.eig, x))(point)
     assert got == pytest.approx(want, rel=1e-8, abs=1e-10)

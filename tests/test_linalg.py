@@ -1,13 +1,11 @@
 """cnp.linalg beyond the example walker (tests/numpy_cases/linalg.py): the conventions
 docs/api.md states (norm's gradient at 0, NaN Cholesky factors, refused derivatives of
-complete factors), eig/eigvals on concrete arrays while complex dtypes cannot be traced,
-and second derivatives through the factorizations' rules (which are written with
-primitives, so they differentiate again)."""
+complete factors), eig's derivatives against closed forms (at a triangular matrix, where
+central differences of LAPACK's results are unreliable), and second derivatives through
+the factorizations' rules (which are written with primitives, so they differentiate
+again)."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,28 +20,59 @@ X = rng.normal(size=(3, 3))
 SPD = X @ X.T + 3.0 * np.eye(3)
 
 
-def _pending_complex_examples() -> dict:
-    path = Path(__file__).parent / "numpy_cases" / "linalg.py"
-    spec = importlib.util.spec_from_file_location("numpy_cases_linalg_pending", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.COMPLEX_PENDING
+TRIANGULAR = np.array([[2.0, 0.5], [0.0, 3.0]])  # eigenvalues 2 and 3, read off the diagonal
 
 
-@pytest.mark.parametrize("name", ["eig", "eigvals"])
-def test_eig_and_eigvals_compute_numpys_values_on_concrete_arrays(name):
-    examples = _pending_complex_examples()[f"linalg.{name}"]
-    for args in [e["args"] for e in examples] + [(WELL,), (np.array([[0.0, -1.0],
-                                                                   [1.0, 0.0]]),)]:
-        got, want = getattr(cnp.linalg, name)(*args), getattr(np.linalg, name)(*args)
-        for g, w in zip(got if name == "eig" else (got,), want if name == "eig" else (want,)):
-            np.testing.assert_allclose(g, w, rtol=1e-12)
+def test_eigenvalue_gradients_of_a_triangular_matrix_are_the_closed_forms():
+    """For A = [[a, b], [0, d]]: w = (a, d), dw1 = dA11 + b/(a - d) dA21 and dw2 = dA22 +
+    b/(d - a) dA21 (left and right eigenvectors (1, b/(a - d)), (1, 0) and (0, 1),
+    (b, d - a))."""
+    (a, b), (_, d) = TRIANGULAR
+    for k, want in enumerate([[[1.0, 0.0], [b / (a - d), 0.0]], [[0.0, 0.0], [b / (d - a), 1.0]]]):
+        g = cg.grad(lambda m, k=k: cnp.real(cnp.linalg.eigvals(m)[k]))(TRIANGULAR)
+        assert g.dtype == np.float64  # a real input's cotangent is real, as JAX's
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-15)
+        g = cg.grad(lambda m, k=k: cnp.imag(cnp.linalg.eig(m)[0][k]))(TRIANGULAR)
+        np.testing.assert_allclose(g, np.zeros((2, 2)), atol=1e-15)
 
 
-@pytest.mark.parametrize("name", ["eig", "eigvals"])
-def test_traced_eig_is_a_clear_error(name):
-    with pytest.raises(cg.LoweringError, match="complex"):
-        cg.lower(getattr(cnp.linalg, name), WELL)
+def test_eigenvector_tangent_of_a_triangular_matrix_is_the_closed_form():
+    """Along dA = dB E12 the matrix stays triangular and the second eigenvector is
+    ±(b, d - a)/sqrt(b^2 + (d - a)^2): |v[0, 1]|^2 = b^2/(b^2 + (d - a)^2) has derivative
+    2 b (d - a)^2/(b^2 + (d - a)^2)^2 in b; the first, (1, 0), does not move."""
+    (a, b), (_, d) = TRIANGULAR
+    tangent = np.array([[0.0, 1.0], [0.0, 0.0]])
+    value, dv = cg.jvp(lambda m: cnp.abs(cnp.linalg.eig(m)[1]) ** 2, (TRIANGULAR,), (tangent,))
+    gap = (d - a) ** 2
+    np.testing.assert_allclose(value[:, 1], [b * b / (b * b + gap), gap / (b * b + gap)],
+                               rtol=1e-12)
+    np.testing.assert_allclose(dv, [[0.0, 2 * b * gap / (b * b + gap) ** 2],
+                                    [0.0, -2 * b * gap / (b * b + gap) ** 2]], atol=1e-14)
+
+
+def test_eigenvalue_sums_and_products_differentiate_as_traces_and_determinants():
+    """sum(w^2) = tr(A^2): gradient 2 A^T, whose derivative along dA is 2 dA^T (a second
+    derivative through eig's rules); prod(w) = det A: gradient det(A) A^{-T}."""
+    def power_trace(m):
+        return cnp.real(cnp.sum(cnp.linalg.eigvals(m) ** 2))
+
+    np.testing.assert_allclose(cg.grad(power_trace)(WELL), 2.0 * WELL.T, rtol=1e-10)
+    tangent = rng.normal(size=(3, 3))
+    _, second = cg.jvp(cg.grad(power_trace), (WELL,), (tangent,))
+    np.testing.assert_allclose(second, 2.0 * tangent.T, rtol=1e-9, atol=1e-12)
+    g = cg.grad(lambda m: cnp.real(cnp.prod(cnp.linalg.eigvals(m))))(WELL)
+    np.testing.assert_allclose(g, np.linalg.det(WELL) * np.linalg.inv(WELL).T, rtol=1e-10)
+
+
+def test_eig_is_complex_at_the_inputs_precision_and_a_complex_input_has_a_complex_gradient():
+    w, v = cnp.linalg.eig(WELL.astype(np.float32))
+    assert (w.dtype, v.dtype) == (np.complex64, np.complex64)
+    w, v = cg.vjp(lambda m: tuple(cnp.linalg.eig(m)), WELL)[0]
+    assert (w.dtype, v.dtype) == (np.complex128, np.complex128)
+    z = WELL + 1j * X
+    g = cg.grad(lambda m: cnp.real(cnp.sum(cnp.linalg.eigvals(m) ** 2)))(z)
+    np.testing.assert_allclose(g, 2.0 * z.T, rtol=1e-10)  # JAX's convention: the transpose
+    check_grads(lambda m: cnp.abs(cnp.linalg.eig(m)[1]), (z,), order=2, modes=("fwd", "rev"))
 
 
 @pytest.mark.parametrize("norm", [
@@ -99,6 +128,8 @@ def test_singular_values_of_complete_factors_still_differentiate():
     (lambda a: cnp.sum(cnp.linalg.inv(a) ** 2), WELL),
     (lambda a: cnp.sum(cnp.linalg.cholesky(a) ** 3), SPD),
     (lambda a: cnp.linalg.eigh(a)[1][0, 0] * cnp.linalg.eigvalsh(a)[2], SPD),
+    (lambda a: cnp.linalg.eig(a), WELL),
+    (lambda a: cnp.abs(cnp.linalg.eig(a)[1]) ** 2 * cnp.linalg.eigvals(a), X + 1j * WELL),
     (lambda a: cnp.sum(cnp.linalg.svd(a, full_matrices=False)[0] ** 3) + cnp.linalg.norm(
         a, "nuc"), rng.normal(size=(4, 3))),
     (lambda a: cnp.sum(cnp.linalg.qr(a)[0] * cnp.linalg.qr(a)[1][0]), rng.normal(size=(4, 3))),

@@ -18,7 +18,8 @@ and, for every example: the concrete call equals the reference (values, shapes, 
 dtype, structure); the same call with its array arguments traced (inside `cg.vjp`) equals
 it too; and for a `diff` entry, the VJP and the JVP of the call with respect to its traced
 float arguments match central differences in float64 (`cg.testing.check_grads`). A name
-not found in `cfgrad.numpy` fails; an example for a name not on the list fails.
+of the list without an example, or not found in `cfgrad.numpy`, fails; so does an
+example for a name not on the list.
 """
 
 from __future__ import annotations
@@ -121,6 +122,11 @@ def with_traced(fn: Callable, example: Example) -> tuple[Callable, tuple]:
         return fn(*args, **example.kwargs)
 
     return partial, tuple(example.args[i] for i in positions)
+
+
+def test_every_listed_name_has_examples() -> None:
+    missing = sorted(set(TARGET) - set(EXAMPLES))
+    assert not missing, f"{len(missing)} names of numpy_api.txt have no example: {missing}"
 
 
 def test_examples_are_for_listed_names() -> None:

@@ -339,6 +339,44 @@ def draw_eigh(data, dtype):
     return (lambda a: tuple(cnp.linalg.eigh(a, uplo))), (a.astype(dtype),)
 
 
+def draw_eig(data, dtype):
+    """A = S D S^{-1}, S within 0.2 of the identity entrywise, so each eigenvector's
+    largest entry (LAPACK's gauge, made real) leads the others by a margin central
+    differences do not cross (but see `positive_gauge`); D diagonal with eigenvalues at
+    least 0.5 apart: real, or complex for a complex A, or for a real A the pair l ± i of
+    a block [[l, 4], [-1/4, l]] (eigenvectors (4, ±i), whose largest entry is again
+    clear)."""
+    rng = seeded(data)
+    n, batch = data.draw(st.integers(1, 4)), linalg_batch(data)
+    kind = data.draw(st.sampled_from(["real", "pair", "complex"]), label="eigenvalues")
+    s = np.eye(n) + rng.uniform(-0.2, 0.2, batch + (n, n))
+    d = spectrum(rng, batch, n, -1.0)[..., None] * np.eye(n)
+    if kind == "complex":
+        s = s + 1j * rng.uniform(-0.2, 0.2, s.shape) * (1.0 - np.eye(n))
+        d = d + 1j * rng.uniform(-1.0, 1.0, batch + (n,))[..., None] * np.eye(n)
+    if kind == "pair" and n >= 2:
+        d[..., 1, 1] = d[..., 0, 0]
+        d[..., 0, 1], d[..., 1, 0] = 4.0, -0.25
+    a = s @ d @ np.linalg.inv(s)
+
+    def f(a):
+        w, v = cnp.linalg.eig(a)
+        return w, positive_gauge(v)
+
+    return f, (a.astype(as_complex(dtype) if kind == "complex" else dtype),)
+
+
+def positive_gauge(v):
+    """V with each column's largest entry made positive. LAPACK makes it real, but for a
+    real matrix its sign can flip between x + eps dx and x - eps dx (the Schur vectors'
+    signs follow the QR iteration's path), and central differences would see the jump;
+    eig's rule differentiates LAPACK's choice, whose tangent this one's follows from."""
+    size = cnp.abs(v)
+    top = cnp.sum(cnp.where(size == cnp.max(size, axis=-2, keepdims=True), v, 0), axis=-2,
+                  keepdims=True)
+    return v * (cnp.conj(top) / cnp.abs(top))
+
+
 def separated_matrix(data, rng):
     """An m×n (stack of) matrices with singular values 1, 1.7, 2.4, … (jittered)."""
     m, n, batch = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4)), linalg_batch(data)
@@ -768,6 +806,7 @@ CASES: dict[str, Case] = {
     "solve": Case(draw_solve, LINALG_DTYPES),
     "cholesky": Case(draw_cholesky, LINALG_DTYPES),
     "eigh": Case(draw_eigh, LINALG_DTYPES),
+    "eig": Case(draw_eig, LINALG_DTYPES),
     "svd": Case(draw_svd, LINALG_DTYPES),
     "qr": Case(draw_qr, LINALG_DTYPES),
     "det": Case(draw_square(cnp.linalg.det), LINALG_DTYPES),

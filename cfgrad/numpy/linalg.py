@@ -2,8 +2,8 @@
 function a primitive of the derivative table (numpy's LAPACK kernel, the published
 derivative rules) or a composition of them.
 
-The factorizations (`solve`, `cholesky`, `eigh`, `svd`, `qr`, `det`, `slogdet`, `pinv`)
-are primitives; everything else is built on them and on the contractions, so its
+The factorizations (`solve`, `cholesky`, `eigh`, `eig`, `svd`, `qr`, `det`, `slogdet`,
+`pinv`) are primitives; everything else is built on them and on the contractions, so its
 derivative follows: `inv` is a solve against the identity, the norms and `cond` are
 reductions of entries or of singular values, `lstsq` is JAX's SVD formula. Semantics are
 JAX's where it differs from numpy (symmetrized inputs of `eigh`/`cholesky`, always-present
@@ -235,26 +235,17 @@ def eigvalsh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803 (numpy's name)
     return eigh(a, UPLO).eigenvalues
 
 
-def _no_complex(function: str, a: Any) -> None:
-    if is_traced(a):
-        raise LoweringError(
-            f"cnp.linalg.{function} of a traced value: its results are complex, and this "
-            "version of cfgrad traces real dtypes only, so neither the values nor their "
-            f"derivative can be traced yet; call it on concrete arrays, or use "
-            f"cnp.linalg.eigh for a symmetric matrix")
-
-
 def eig(a: Any) -> Any:
-    """numpy's eig on concrete arrays (complex eigenvalues and eigenvectors)."""
-    _no_complex("eig", a)
-    w, v = _np.linalg.eig(_matrices("eig", a, square=True))
+    """Eigenvalues and right eigenvectors of a real or complex A, always complex (JAX's;
+    numpy's are real when every eigenvalue is), each eigenvector of unit 2-norm with its
+    largest entry real (LAPACK's). Derivatives need distinct eigenvalues."""
+    w, v = bind("eig", _matrices("eig", a, square=True))
     return _EigResult(w, v)
 
 
 def eigvals(a: Any) -> Any:
-    """numpy's eigvals on concrete arrays (complex)."""
-    _no_complex("eigvals", a)
-    return _np.linalg.eigvals(_matrices("eigvals", a, square=True))
+    """The eigenvalues of eig (complex): dw = diag(V^{-1} dA V)."""
+    return eig(a).eigenvalues
 
 
 def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True,

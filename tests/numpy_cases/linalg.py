@@ -40,6 +40,20 @@ def jax_pinv(a, rtol=None):
     return np.linalg.pinv(a, rtol=rtol)
 
 
+ROTATING = np.array([[1.0, -2.0], [1.0, 0.5]])  # eigenvalues 0.75 ± 1.56i
+
+
+def jax_eig(a):
+    """JAX's eig: numpy's, always complex (numpy's is real when every eigenvalue is)."""
+    w, v = np.linalg.eig(a)
+    dtype = np.result_type(a.dtype, np.complex64)
+    return w.astype(dtype), v.astype(dtype)
+
+
+def jax_eigvals(a):
+    return jax_eig(a)[0]
+
+
 EXAMPLES = {
     # -- contractions ---------------------------------------------------------------------
     "einsum": [
@@ -343,20 +357,29 @@ EXAMPLES = {
         dict(args=(normal(2, 3), normal(3))),
         dict(args=(normal(3, 2), normal(3, 2)), kwargs=dict(axis=0)),
     ],
-}
-
-# linalg.eig and linalg.eigvals (diff entries) return complex arrays, which this version of
-# cfgrad does not trace: they work on concrete arrays only, and the walker needs a traced
-# value and a derivative check, so their examples wait here until complex dtypes land
-# (tests/test_linalg.py checks them meanwhile). These spectra are real, which numpy returns
-# as float arrays (JAX always returns complex ones).
-COMPLEX_PENDING = {
+    # -- eig and eigvals: complex results (drawn last, so the data above stays as it was) --
     "linalg.eig": [
-        dict(args=(spd(3),)),
-        dict(args=(np.array([[2.0, 1.0], [0.0, 3.0]]),)),
+        dict(args=(spd(3),), reference=jax_eig),  # real spectrum: numpy's arrays are real
+        # LAPACK takes another path for a triangular matrix than for a perturbed one: the
+        # eigenvectors' signs differ there, so values only (as the triangular eigvals
+        # example below; tests/test_linalg.py checks the derivatives against closed forms)
+        dict(args=(np.array([[2.0, 1.0], [0.0, 3.0]]),), reference=jax_eig, grad=False),
+        dict(args=(ROTATING,), reference=jax_eig),  # a conjugate pair
+        dict(args=(well(3),), reference=jax_eig),
+        dict(args=(well(3, 2),), reference=jax_eig),
+        dict(args=(normal(3, 3) + 1j * normal(3, 3),), reference=jax_eig),
+        dict(args=(INT_MATRIX,), reference=jax_eig),
     ],
     "linalg.eigvals": [
-        dict(args=(spd(3),)),
-        dict(args=(np.triu(well(3, 2)),)),
+        dict(args=(spd(3),), reference=jax_eigvals),
+        # LAPACK reads a triangular matrix's eigenvalues off the diagonal in order, but
+        # orders a perturbed one's as its QR iteration finds them: central differences
+        # would see a permutation, so values only (tests/test_linalg.py checks the
+        # derivatives at a triangular matrix against the closed form)
+        dict(args=(np.triu(well(3, 2)),), reference=jax_eigvals, grad=False),
+        dict(args=(ROTATING,), reference=jax_eigvals),
+        dict(args=(well(4),), reference=jax_eigvals),
+        dict(args=(normal(3, 3) + 1j * normal(3, 3),), reference=jax_eigvals),
+        dict(args=(INT_MATRIX,), reference=jax_eigvals),
     ],
 }
