@@ -98,6 +98,29 @@ def test_zero_length_and_xs_none():
                                              length=4)[1]))(2.0) == 17.0
 
 
+@pytest.mark.parametrize("checkpoint", [None, *STRATEGIES], ids=repr)
+def test_derivatives_of_a_scan_of_no_steps(checkpoint):
+    """The adjoint of a scan of no steps indexes its empty ys stack in a body that never
+    runs: it must trace (JAX: d carry/d init = 1, ys' cotangent empty)."""
+    def body(c, t):
+        return c * 2.0 + (0.0 if t is None else cnp.sum(t)), (c, c * cnp.ones(2))
+
+    empty = np.zeros((0, 2))
+    for xs, n in ((None, 0), (empty, None)):
+        def run(x, xs=xs, n=n):
+            return cg.scan(body, x, xs, length=n, checkpoint=checkpoint)
+        assert cg.grad(lambda x: run(x)[0])(2.0) == 1.0  # ys unused
+        assert cg.grad(lambda x: run(x)[0] + cnp.sum(run(x)[1][1]))(2.0) == 1.0  # ys used
+        (c, (ys, zs)), vjp = cg.vjp(run, 2.0)
+        assert c == 2.0 and ys.shape == (0,) and zs.shape == (0, 2)
+        assert vjp((1.0, (np.zeros(0), np.zeros((0, 2)))))[0] == 1.0
+        tangent = cg.jvp(run, (2.0,), (1.0,))[1]
+        assert tangent[0] == 1.0 and tangent[1][1].shape == (0, 2)
+    np.testing.assert_array_equal(
+        cg.grad(lambda xs: cnp.sum(cg.scan(body, 2.0, xs, checkpoint=checkpoint)[1][1]))(empty),
+        empty)
+
+
 def nested(x):
     def outer(c, row):
         return cg.scan(lambda ci, v: (ci * cnp.sin(v) + v, ci * v), c, row, reverse=True)
