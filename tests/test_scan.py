@@ -285,6 +285,60 @@ def test_traced_indices_and_windows():
         cg.grad(lambda x, i: cnp.sum(x[i:i * 2]))(x, 2)
 
 
+WINDOWS = [  # x.at[index] with traced i, j; the static index numpy gives at i=1, j=2
+    (lambda i, j: (slice(i, i + 2), slice(j, j + 2)), (slice(1, 3), slice(2, 4))),
+    (lambda i, j: (slice(i, i + 2), slice(None), slice(j, j + 3)),
+     (slice(1, 3), slice(None), slice(2, 5))),
+    (lambda i, j: (slice(i, i + 2), 1, slice(j, j + 2)), (slice(1, 3), 1, slice(2, 4))),
+    (lambda i, j: (j, slice(i, i + 1), slice(i, i + 3)), (2, slice(1, 2), slice(1, 4))),
+    (lambda i, j: (Ellipsis, slice(j, j + 2), slice(i, i + 2)),
+     (Ellipsis, slice(2, 4), slice(1, 3))),
+    (lambda i, j: (slice(i, i + 2), np.array([0, 3, 0])), (slice(1, 3), np.array([0, 3, 0]))),
+]
+
+
+@pytest.mark.parametrize("op", ["set", "add", "multiply", "min", "max", "get"])
+@pytest.mark.parametrize("case", range(len(WINDOWS)))
+def test_several_windows_select_their_block(op, case):
+    """Windows i:i + k on several axes select the block (their outer product), as
+    x[idx] reads it, not the diagonal numpy's integer-array indices would broadcast to."""
+    traced, static = WINDOWS[case]
+    x = np.random.default_rng(case).normal(size=(4, 5, 6))
+    v = np.random.default_rng(7).normal(size=x[static].shape)
+
+    def f(x, v, i, j):
+        ref = x.at[traced(i, j)]
+        return ref.get() if op == "get" else getattr(ref, op)(v)
+    got = cg.jvp(f, (x, v, 1, 2), (x, v, 0, 0))[0]
+    expected = x[static] if op == "get" else numpy_update(op, x, static, v)
+    np.testing.assert_allclose(got, expected, rtol=1e-15, atol=1e-15)
+    if op != "set" or case != 5:  # a repeated index's set: the last write wins
+        check_grads(lambda x, v: f(x, v, 1, 2), (x, v), modes=("fwd", "rev"))
+
+
+def test_windows_are_clamped_and_compose_in_a_loop():
+    m = np.arange(25.0).reshape(5, 5)
+    # windows of different sizes, starts clamped to fit as cg.dynamic_update_slice
+    got = cg.jvp(lambda m, i, j: m.at[i:i + 2, j:j + 3].set(-1.0), (m, 4, -1),
+                 (m, 0, 0))[0]
+    expected = m.copy()
+    expected[3:5, 2:5] = -1.0
+    np.testing.assert_array_equal(got, expected)
+    g = cg.grad(lambda m, i, j: cnp.sum(m.at[i:i + 2, j:j + 2].set(0.0)))(m, 1, 2)
+    expected = np.ones((5, 5))
+    expected[1:3, 2:4] = 0.0
+    np.testing.assert_array_equal(g, expected)
+
+    def loop(m):
+        return cnp.sum(cg.fori_loop(0, 3, lambda i, c: c.at[i:i + 2, i:i + 2].multiply(0.5),
+                                    m) ** 2)
+    by_hand = m.copy()
+    for i in range(3):
+        by_hand[i:i + 2, i:i + 2] *= 0.5
+    assert cg.value_and_grad(loop)(m)[0] == pytest.approx(np.sum(by_hand ** 2), rel=1e-15)
+    check_grads(loop, (m,), modes=("fwd", "rev"))
+
+
 def test_conventions_of_jax():
     """Numbers from JAX 0.10 (float64): repeated indices, ties, out-of-bounds modes."""
     x = np.arange(5.0)

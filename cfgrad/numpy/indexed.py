@@ -24,8 +24,8 @@ from .core import (
     _ndim,
     _normalize_index_item,
     _shape,
+    _traced_windows,
     _window,
-    _window_rows,
     _window_size,
     arange,
     astype,
@@ -53,16 +53,10 @@ class _Index:
         dynamic: list[Any] = []
         spec = []
         axes = _item_axes(items, len(shape))
-        windows = [_window_size(item) for item in items]
-        if any(k is not None for k in windows) and any(
-                not isinstance(item, slice) and _ndim(item) > 0 for item in items):
-            raise LoweringError("x.at[…] with a traced window i:i + k and an index array: use "
-                                "cg.dynamic_update_slice / cg.dynamic_slice for the window")
-        for item, axis, size in zip(items, axes, windows):
-            if size is not None:  # x.at[i:i + k]: the window's rows, clamped to fit
-                dynamic.append(_window_rows(shape[axis], item.start, size))
-                spec.append("$")
-                continue
+        if any(axis is not None and axis >= len(shape) for axis in axes):
+            raise LoweringError(f"x.at[…] indexing {_type_name(x)} with {len(axes)} items: "
+                                f"too many indices for an array of {len(shape)} dimensions")
+        for item, axis in zip(items, axes):
             item = _normalize_index_item(item, dynamic)
             if axis is None or isinstance(item, slice):
                 spec.append(item)
@@ -115,6 +109,29 @@ def _mode(mode: Any, what: str) -> Any:
     return mode
 
 
+def _type_name(x: Any) -> str:
+    return str(x.value.type) if is_traced(x) else f"an array of shape {_shape(x)}"
+
+
+def _block(x: Any, index: Any) -> tuple[list[Any], Any, tuple] | None:
+    """For an index with windows `i:i + k` (traced i, concrete k): the start of the block
+    they select on each axis of `x` (0 where there is no window), the block (taken as
+    `x[idx]` takes it: windows first, as `cg.dynamic_slice`) and the rest of the index,
+    which applies within the block; None for an index without windows. Updating the
+    block and writing it back makes several windows select their outer product, the
+    block, as reading does."""
+    items = index if isinstance(index, tuple) else (index,)
+    starts: list[Any] = [0] * _ndim(x)
+    windowed = False
+    for item, axis in zip(items, _item_axes(items, _ndim(x))):
+        if _window_size(item) is not None:
+            starts[axis], windowed = item.start, True
+    if not windowed:
+        return None
+    inner, rest = _traced_windows(x, items)
+    return starts, inner, rest
+
+
 class _IndexedRef:
     """`x.at[idx]`: the update methods of JAX's `_IndexUpdateRef`."""
 
@@ -122,6 +139,11 @@ class _IndexedRef:
         self.x, self.index = x, index
 
     def _update(self, op: str, values: Any, mode: Any) -> Any:
+        block = _block(self.x, self.index)
+        if block is not None:
+            starts, inner, rest = block
+            updated = _IndexedRef(inner, rest)._update(op, values, mode)
+            return dynamic_update_slice(self.x, updated, starts)
         drop = _mode(mode, op) in (None, "drop", "fill", "promise_in_bounds")
         ix = _Index(self.x, self.index, extra_slot=drop)
         x = ix.x
@@ -165,6 +187,9 @@ class _IndexedRef:
             mode: Any = None, fill_value: Any = None) -> Any:
         """x[idx]; an out-of-bounds index is clamped, or gives `fill_value` (NaN for floats,
         as JAX) with mode="fill"."""
+        block = _block(self.x, self.index)
+        if block is not None:
+            return _IndexedRef(block[1], block[2]).get(mode=mode, fill_value=fill_value)
         fill = _mode(mode, "get") == "fill"
         ix = _Index(self.x, self.index, extra_slot=fill)
         x = ix.x
