@@ -339,6 +339,16 @@ def test_windows_are_clamped_and_compose_in_a_loop():
     check_grads(loop, (m,), modes=("fwd", "rev"))
 
 
+def test_index_errors_are_typed():
+    x, m = np.arange(6.0), np.ones((3, 3))
+    with pytest.raises(cg.LoweringError, match="too many indices"):
+        cg.grad(lambda x: cnp.sum(x.at[0, 1].set(2.0)))(x)
+    with pytest.raises(cg.LoweringError, match="too many indices"):
+        cg.grad(lambda x, i: cnp.sum(x.at[0, i:i + 2].get()))(x, 1)
+    with pytest.raises(cg.LoweringError, match="cannot broadcast f64\\[4\\] to \\[3\\]"):
+        cg.grad(lambda m, i: cnp.sum(m.at[i].set(cnp.ones(4))))(m, 1)
+
+
 def test_conventions_of_jax():
     """Numbers from JAX 0.10 (float64): repeated indices, ties, out-of-bounds modes."""
     x = np.arange(5.0)

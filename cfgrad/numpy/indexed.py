@@ -18,6 +18,7 @@ import numpy as _np
 
 from ..errors import ArgumentTypeError, ArgumentValueError, LoweringError
 from ..primitives import bind
+from ..trace_context import current_loc
 from .core import (
     _clamped_start,
     _item_axes,
@@ -28,6 +29,7 @@ from .core import (
     _window,
     _window_size,
     arange,
+    asarray,
     astype,
     broadcast_to,
     clip,
@@ -52,11 +54,7 @@ class _Index:
         self.padded: list[int] = []
         dynamic: list[Any] = []
         spec = []
-        axes = _item_axes(items, len(shape))
-        if any(axis is not None and axis >= len(shape) for axis in axes):
-            raise LoweringError(f"x.at[…] indexing {_type_name(x)} with {len(axes)} items: "
-                                f"too many indices for an array of {len(shape)} dimensions")
-        for item, axis in zip(items, axes):
+        for item, axis in zip(items, _axes_of(x, items)):
             item = _normalize_index_item(item, dynamic)
             if axis is None or isinstance(item, slice):
                 spec.append(item)
@@ -109,8 +107,17 @@ def _mode(mode: Any, what: str) -> Any:
     return mode
 
 
-def _type_name(x: Any) -> str:
-    return str(x.value.type) if is_traced(x) else f"an array of shape {_shape(x)}"
+def _axes_of(x: Any, items: tuple) -> list[int | None]:
+    """The axis of `x` each index item selects on, or the `LoweringError` `x[…]` gives
+    for more items than `x` has axes."""
+    axes = _item_axes(items, _ndim(x))
+    if any(axis is not None and axis >= _ndim(x) for axis in axes):
+        what = x.value.type if is_traced(x) else f"an array of shape {_shape(x)}"
+        loc = current_loc()
+        raise LoweringError(f"x.at[…]: indexing {what} with {len(axes)} items: too many "
+                            f"indices for an array of {_ndim(x)} dimensions"
+                            f"{f' at {loc}' if loc else ''}")
+    return axes
 
 
 def _block(x: Any, index: Any) -> tuple[list[Any], Any, tuple] | None:
@@ -123,7 +130,7 @@ def _block(x: Any, index: Any) -> tuple[list[Any], Any, tuple] | None:
     items = index if isinstance(index, tuple) else (index,)
     starts: list[Any] = [0] * _ndim(x)
     windowed = False
-    for item, axis in zip(items, _item_axes(items, _ndim(x))):
+    for item, axis in zip(items, _axes_of(x, items)):
         if _window_size(item) is not None:
             starts[axis], windowed = item.start, True
     if not windowed:
@@ -149,7 +156,7 @@ class _IndexedRef:
         x = ix.x
         base = ix.extended(x, _np.zeros((), x.dtype))
         shape = ix.selected_shape(_shape(base))
-        v = broadcast_to(astype(values, x.dtype), shape)
+        v = broadcast_to(astype(asarray(values), x.dtype), shape)
         if op == "add":
             added = bind("scatter_add", v, *ix.dynamic, spec=ix.spec, shape=_shape(base))
             return x + ix.trimmed(added)
