@@ -1886,6 +1886,23 @@ def _index_impl(x, *dynamic, spec):
     return x[_index_tuple(spec, dynamic)]
 
 
+def _probe_shape(shape: tuple[int, ...], spec: tuple) -> tuple[int, ...]:
+    """`shape` with each empty axis that a traced index ('$') selects on made of length 1:
+    the result's shape does not depend on that axis's length, and the zero probe standing
+    in for the traced index would be out of bounds in an empty axis, though the node may
+    never run (the adjoint of a scan of no steps indexes its empty stack)."""
+    taking = sum(1 for s in spec if s is not None and s is not Ellipsis)
+    out, axis = list(shape), 0
+    for s in spec:
+        if s is Ellipsis:
+            axis += len(shape) - taking
+        elif s is not None:
+            if isinstance(s, str) and axis < len(out) and out[axis] == 0:
+                out[axis] = 1
+            axis += 1
+    return tuple(out)
+
+
 def _index_type(types: list[TensorType], spec: tuple) -> TensorType:
     """The result of numpy indexing `x[spec]`, found by indexing a zero-size-strided view
     of x's shape, with zeros standing in for the traced indices (`'$'` in spec, one per
@@ -1905,7 +1922,7 @@ def _index_type(types: list[TensorType], spec: tuple) -> TensorType:
         if t.dtype.kind not in "iu":
             raise LoweringError(f"indexing: a traced index must be an integer, got {t}")
     try:
-        view = np.broadcast_to(np.zeros((), x.dtype), x.shape)
+        view = np.broadcast_to(np.zeros((), x.dtype), _probe_shape(x.shape, spec))
         shape = view[_index_tuple(spec, probes)].shape
     except (IndexError, TypeError, ValueError) as e:
         raise LoweringError(f"indexing {x} with {spec!r}: {e}") from None

@@ -113,3 +113,24 @@ def test_python_round_of_a_traced_value_is_cnp_round():
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
     assert cg.grad(lambda x: round(x * 3.0, 1) + x)(0.4) == 1.0
+
+
+@pytest.mark.parametrize("name, fun", [
+    ("sort", lambda x: cnp.sort(x, axis=2)),
+    ("cumsum", lambda x: cnp.cumsum(x, axis=1)),
+    ("sum", lambda x: cnp.sum(x, axis=(0, -2))),
+    ("argmax", lambda x: cnp.argmax(x, axis=1)),
+    ("fft.fft2", lambda x: cnp.fft.fft2(x)),
+    ("fft.fftshift", lambda x: cnp.fft.fftshift(x, axes=3)),
+    ("flip", lambda x: cnp.flip(x, 1)),
+    ("moveaxis", lambda x: cnp.moveaxis(x, 1, 0)),
+])
+def test_an_axis_out_of_bounds_names_the_function(name, fun):
+    """One shared normalization: a typed error (a ValueError, as numpy's AxisError) naming
+    the function, traced or not."""
+    x = np.arange(6.0)
+    for run in (lambda: fun(x), lambda: cg.jvp(fun, (x,), (x,))):
+        with pytest.raises(cg.ArgumentValueError,
+                           match=f"cnp.{name}: axis -?\\d is out of bounds for an array of "
+                                 "dimension 1"):
+            run()

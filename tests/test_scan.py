@@ -98,6 +98,29 @@ def test_zero_length_and_xs_none():
                                              length=4)[1]))(2.0) == 17.0
 
 
+@pytest.mark.parametrize("checkpoint", [None, *STRATEGIES], ids=repr)
+def test_derivatives_of_a_scan_of_no_steps(checkpoint):
+    """The adjoint of a scan of no steps indexes its empty ys stack in a body that never
+    runs: it must trace (JAX: d carry/d init = 1, ys' cotangent empty)."""
+    def body(c, t):
+        return c * 2.0 + (0.0 if t is None else cnp.sum(t)), (c, c * cnp.ones(2))
+
+    empty = np.zeros((0, 2))
+    for xs, n in ((None, 0), (empty, None)):
+        def run(x, xs=xs, n=n):
+            return cg.scan(body, x, xs, length=n, checkpoint=checkpoint)
+        assert cg.grad(lambda x: run(x)[0])(2.0) == 1.0  # ys unused
+        assert cg.grad(lambda x: run(x)[0] + cnp.sum(run(x)[1][1]))(2.0) == 1.0  # ys used
+        (c, (ys, zs)), vjp = cg.vjp(run, 2.0)
+        assert c == 2.0 and ys.shape == (0,) and zs.shape == (0, 2)
+        assert vjp((1.0, (np.zeros(0), np.zeros((0, 2)))))[0] == 1.0
+        tangent = cg.jvp(run, (2.0,), (1.0,))[1]
+        assert tangent[0] == 1.0 and tangent[1][1].shape == (0, 2)
+    np.testing.assert_array_equal(
+        cg.grad(lambda xs: cnp.sum(cg.scan(body, 2.0, xs, checkpoint=checkpoint)[1][1]))(empty),
+        empty)
+
+
 def nested(x):
     def outer(c, row):
         return cg.scan(lambda ci, v: (ci * cnp.sin(v) + v, ci * v), c, row, reverse=True)
@@ -260,6 +283,70 @@ def test_traced_indices_and_windows():
     check_grads(lambda x: f(x, 2, 12)[:4], (x,), modes=("fwd", "rev"))
     with pytest.raises(cg.LoweringError, match="use cg.dynamic_slice"):
         cg.grad(lambda x, i: cnp.sum(x[i:i * 2]))(x, 2)
+
+
+WINDOWS = [  # x.at[index] with traced i, j; the static index numpy gives at i=1, j=2
+    (lambda i, j: (slice(i, i + 2), slice(j, j + 2)), (slice(1, 3), slice(2, 4))),
+    (lambda i, j: (slice(i, i + 2), slice(None), slice(j, j + 3)),
+     (slice(1, 3), slice(None), slice(2, 5))),
+    (lambda i, j: (slice(i, i + 2), 1, slice(j, j + 2)), (slice(1, 3), 1, slice(2, 4))),
+    (lambda i, j: (j, slice(i, i + 1), slice(i, i + 3)), (2, slice(1, 2), slice(1, 4))),
+    (lambda i, j: (Ellipsis, slice(j, j + 2), slice(i, i + 2)),
+     (Ellipsis, slice(2, 4), slice(1, 3))),
+    (lambda i, j: (slice(i, i + 2), np.array([0, 3, 0])), (slice(1, 3), np.array([0, 3, 0]))),
+]
+
+
+@pytest.mark.parametrize("op", ["set", "add", "multiply", "min", "max", "get"])
+@pytest.mark.parametrize("case", range(len(WINDOWS)))
+def test_several_windows_select_their_block(op, case):
+    """Windows i:i + k on several axes select the block (their outer product), as
+    x[idx] reads it, not the diagonal numpy's integer-array indices would broadcast to."""
+    traced, static = WINDOWS[case]
+    x = np.random.default_rng(case).normal(size=(4, 5, 6))
+    v = np.random.default_rng(7).normal(size=x[static].shape)
+
+    def f(x, v, i, j):
+        ref = x.at[traced(i, j)]
+        return ref.get() if op == "get" else getattr(ref, op)(v)
+    got = cg.jvp(f, (x, v, 1, 2), (x, v, 0, 0))[0]
+    expected = x[static] if op == "get" else numpy_update(op, x, static, v)
+    np.testing.assert_allclose(got, expected, rtol=1e-15, atol=1e-15)
+    if op != "set" or case != 5:  # a repeated index's set: the last write wins
+        check_grads(lambda x, v: f(x, v, 1, 2), (x, v), modes=("fwd", "rev"))
+
+
+def test_windows_are_clamped_and_compose_in_a_loop():
+    m = np.arange(25.0).reshape(5, 5)
+    # windows of different sizes, starts clamped to fit as cg.dynamic_update_slice
+    got = cg.jvp(lambda m, i, j: m.at[i:i + 2, j:j + 3].set(-1.0), (m, 4, -1),
+                 (m, 0, 0))[0]
+    expected = m.copy()
+    expected[3:5, 2:5] = -1.0
+    np.testing.assert_array_equal(got, expected)
+    g = cg.grad(lambda m, i, j: cnp.sum(m.at[i:i + 2, j:j + 2].set(0.0)))(m, 1, 2)
+    expected = np.ones((5, 5))
+    expected[1:3, 2:4] = 0.0
+    np.testing.assert_array_equal(g, expected)
+
+    def loop(m):
+        return cnp.sum(cg.fori_loop(0, 3, lambda i, c: c.at[i:i + 2, i:i + 2].multiply(0.5),
+                                    m) ** 2)
+    by_hand = m.copy()
+    for i in range(3):
+        by_hand[i:i + 2, i:i + 2] *= 0.5
+    assert cg.value_and_grad(loop)(m)[0] == pytest.approx(np.sum(by_hand ** 2), rel=1e-15)
+    check_grads(loop, (m,), modes=("fwd", "rev"))
+
+
+def test_index_errors_are_typed():
+    x, m = np.arange(6.0), np.ones((3, 3))
+    with pytest.raises(cg.LoweringError, match="too many indices"):
+        cg.grad(lambda x: cnp.sum(x.at[0, 1].set(2.0)))(x)
+    with pytest.raises(cg.LoweringError, match="too many indices"):
+        cg.grad(lambda x, i: cnp.sum(x.at[0, i:i + 2].get()))(x, 1)
+    with pytest.raises(cg.LoweringError, match="cannot broadcast f64\\[4\\] to \\[3\\]"):
+        cg.grad(lambda m, i: cnp.sum(m.at[i].set(cnp.ones(4))))(m, 1)
 
 
 def test_conventions_of_jax():

@@ -41,17 +41,28 @@ def _dtype(x: Any) -> _np.dtype:
     return x.dtype if is_traced(x) else _np.asarray(x).dtype
 
 
-def _axes(x: Any, axis: Any) -> tuple[int, ...]:
+def _axis(function: str, x: Any, axis: Any) -> int:
+    """One axis of `x` normalized (0 <= axis < ndim), or an `ArgumentValueError` naming
+    `function` (a `ValueError`, as numpy's AxisError is one), traced or not."""
     n = _ndim(x)
+    try:
+        index = operator.index(axis)
+    except TypeError:
+        raise ArgumentValueError(f"cnp.{function}: axis must be an integer, got {axis!r}") \
+            from None
+    if not -n <= index < n:
+        raise ArgumentValueError(f"cnp.{function}: axis {index} is out of bounds for an "
+                                 f"array of dimension {n}")
+    return index % n
+
+
+def _axes(x: Any, axis: Any, function: str) -> tuple[int, ...]:
+    """`axis` (None: all, an integer or a sequence of them) normalized and sorted, with
+    `_axis`'s errors."""
     if axis is None:
-        return tuple(range(n))
-    axes = (axis,) if isinstance(axis, int | _np.integer) else tuple(axis)
-    out = []
-    for a in axes:
-        if not -n <= a < n:
-            raise ValueError(f"axis {a} is out of bounds for an array of dimension {n}")
-        out.append(int(a) % n)
-    return tuple(sorted(out))
+        return tuple(range(_ndim(x)))
+    axes = tuple(axis) if isinstance(axis, tuple | list) else (axis,)
+    return tuple(sorted(_axis(function, x, a) for a in axes))
 
 
 # -- creation ------------------------------------------------------------------------
@@ -338,7 +349,7 @@ def _cast(a: Any, dtype: Any) -> Any:
 
 
 def _reduce(name: str, a: Any, axis: Any, keepdims: bool) -> Any:
-    return bind(name, a, axes=_axes(a, axis), keepdims=bool(keepdims))
+    return bind(name, a, axes=_axes(a, axis, name), keepdims=bool(keepdims))
 
 
 def sum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False,
@@ -425,7 +436,7 @@ def _arg_extreme(name: str) -> Any:
         if axis is None:
             index = bind(name, a, axis=None)
             return reshape(index, (1,) * _ndim(a)) if keepdims else index
-        axis = _axes(a, axis)[0]
+        axis = _axis(name, a, axis)
         index = bind(name, a, axis=axis)
         return expand_dims(index, axis) if keepdims else index
 
@@ -451,7 +462,7 @@ def var(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any 
     centered = a - mean(a, axis, keepdims=True, where=where)
     squares = _masked(centered * centered, where, 0)
     if where is None:
-        count = float(_np.prod([_shape(a)[i] for i in _axes(a, axis)], dtype=_np.int64))
+        count = float(_np.prod([_shape(a)[i] for i in _axes(a, axis, "var")], dtype=_np.int64))
     else:
         count = _selected_count(a, axis, keepdims, where, _np.result_type(_dtype(a), 1.0))
     return _reduce("sum", squares, axis, keepdims) / (count - ddof)
@@ -467,14 +478,14 @@ def std(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any 
 def log_softmax(x: Any, axis: Any = -1) -> Any:
     """x - logsumexp(x), computed as z - log(sum(exp(z))) with z = x - max(x): subtracting
     a rounded logsumexp from x would cost float16/float32 the digits of max(x)."""
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, "log_softmax")
     z = shifted_by_max(x, axes)
     return z - log(sum(exp(z), axes, keepdims=True))
 
 
 def softmax(x: Any, axis: Any = -1) -> Any:
     """exp(x) / sum(exp(x)), shifted by max(x) first (see `log_softmax`)."""
-    return softmax_of(x, _axes(x, axis))
+    return softmax_of(x, _axes(x, axis, "softmax"))
 
 
 # -- linear algebra -----------------------------------------------------------------------
@@ -531,7 +542,7 @@ def transpose(a: Any, axes: Sequence[int] | None = None) -> Any:
 
 def swapaxes(a: Any, axis1: int, axis2: int) -> Any:
     perm = list(range(_ndim(a)))
-    i, j = _axes(a, axis1)[0], _axes(a, axis2)[0]
+    i, j = _axis("swapaxes", a, axis1), _axis("swapaxes", a, axis2)
     perm[i], perm[j] = perm[j], perm[i]
     return bind("transpose", a, axes=tuple(perm))
 
@@ -559,7 +570,8 @@ def expand_dims(a: Any, axis: Any) -> Any:
 
 def squeeze(a: Any, axis: Any = None) -> Any:
     shape = _shape(a)
-    axes = tuple(i for i, d in enumerate(shape) if d == 1) if axis is None else _axes(a, axis)
+    axes = tuple(i for i, d in enumerate(shape) if d == 1) if axis is None else _axes(
+        a, axis, "squeeze")
     for ax in axes:
         if shape[ax] != 1:
             raise ValueError(f"squeeze: axis {ax} has size {shape[ax]}, not 1")
@@ -578,7 +590,8 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0) -> Any:
     """As numpy: `axis=None` flattens the arrays first."""
     arrays = _joined("concatenate", arrays)
     arrays = [ravel(a) for a in arrays] if axis is None else arrays
-    return bind("concatenate", *arrays, axis=_axes(arrays[0], 0 if axis is None else axis)[0])
+    return bind("concatenate", *arrays,
+                axis=_axis("concatenate", arrays[0], 0 if axis is None else axis))
 
 
 def stack(arrays: Sequence[Any], axis: int = 0) -> Any:
@@ -598,7 +611,7 @@ def roll(a: Any, shift: Any, axis: Any = None) -> Any:
             for ax in axes:
                 a = roll(a, shift, ax)
             return a
-        return bind("roll", a, shift, axis=None if axis is None else _axes(a, axis)[0])
+        return bind("roll", a, shift, axis=None if axis is None else _axis("roll", a, axis))
     if axis is None:
         return roll(a, sum(shift), None)
     axes = (axis,) if isinstance(axis, int | _np.integer) else tuple(axis)

@@ -20,7 +20,7 @@ import numpy as _np
 
 from ..errors import ArgumentValueError
 from ..primitives import DUAL_NORM, FFT_NORMS, bind, complex_dtype
-from .core import _axes, _conj, _dtype, _getitem, _ndim, _shape, astype, public_names, roll
+from .core import _axes, _axis, _conj, _dtype, _getitem, _ndim, _shape, astype, public_names, roll
 
 
 def _norm(function: str, norm: str | None) -> str:
@@ -65,7 +65,7 @@ def _axes_and_sizes(function: str, x: Any, s: Sequence[int] | None,
     n = _ndim(x)
     if axes is None:
         axes = range(n - len(s), n) if s is not None else range(n)
-    axes = [_axes(x, a)[0] for a in axes]
+    axes = [_axis(f"fft.{function}", x, a) for a in axes]
     if len(set(axes)) != len(axes):
         raise ArgumentValueError(f"cnp.fft.{function}: axes={list(axes)} repeats an axis")
     if s is None:
@@ -207,7 +207,7 @@ def rfftfreq(n: int, d: Any = 1.0) -> Any:
 
 
 def _shifted(x: Any, axes: int | Sequence[int] | None, inverse: bool) -> Any:
-    axes = _axes(x, axes)
+    axes = _axes(x, axes, "fft.ifftshift" if inverse else "fft.fftshift")
     for axis in axes:
         length = _shape(x)[axis]
         x = roll(x, -(length // 2) if inverse else length // 2, axis)

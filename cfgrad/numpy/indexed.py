@@ -18,16 +18,18 @@ import numpy as _np
 
 from ..errors import ArgumentTypeError, ArgumentValueError, LoweringError
 from ..primitives import bind
+from ..trace_context import current_loc
 from .core import (
     _clamped_start,
     _item_axes,
     _ndim,
     _normalize_index_item,
     _shape,
+    _traced_windows,
     _window,
-    _window_rows,
     _window_size,
     arange,
+    asarray,
     astype,
     broadcast_to,
     clip,
@@ -52,17 +54,7 @@ class _Index:
         self.padded: list[int] = []
         dynamic: list[Any] = []
         spec = []
-        axes = _item_axes(items, len(shape))
-        windows = [_window_size(item) for item in items]
-        if any(k is not None for k in windows) and any(
-                not isinstance(item, slice) and _ndim(item) > 0 for item in items):
-            raise LoweringError("x.at[…] with a traced window i:i + k and an index array: use "
-                                "cg.dynamic_update_slice / cg.dynamic_slice for the window")
-        for item, axis, size in zip(items, axes, windows):
-            if size is not None:  # x.at[i:i + k]: the window's rows, clamped to fit
-                dynamic.append(_window_rows(shape[axis], item.start, size))
-                spec.append("$")
-                continue
+        for item, axis in zip(items, _axes_of(x, items)):
             item = _normalize_index_item(item, dynamic)
             if axis is None or isinstance(item, slice):
                 spec.append(item)
@@ -115,6 +107,38 @@ def _mode(mode: Any, what: str) -> Any:
     return mode
 
 
+def _axes_of(x: Any, items: tuple) -> list[int | None]:
+    """The axis of `x` each index item selects on, or the `LoweringError` `x[…]` gives
+    for more items than `x` has axes."""
+    axes = _item_axes(items, _ndim(x))
+    if any(axis is not None and axis >= _ndim(x) for axis in axes):
+        what = x.value.type if is_traced(x) else f"an array of shape {_shape(x)}"
+        loc = current_loc()
+        raise LoweringError(f"x.at[…]: indexing {what} with {len(axes)} items: too many "
+                            f"indices for an array of {_ndim(x)} dimensions"
+                            f"{f' at {loc}' if loc else ''}")
+    return axes
+
+
+def _block(x: Any, index: Any) -> tuple[list[Any], Any, tuple] | None:
+    """For an index with windows `i:i + k` (traced i, concrete k): the start of the block
+    they select on each axis of `x` (0 where there is no window), the block (taken as
+    `x[idx]` takes it: windows first, as `cg.dynamic_slice`) and the rest of the index,
+    which applies within the block; None for an index without windows. Updating the
+    block and writing it back makes several windows select their outer product, the
+    block, as reading does."""
+    items = index if isinstance(index, tuple) else (index,)
+    starts: list[Any] = [0] * _ndim(x)
+    windowed = False
+    for item, axis in zip(items, _axes_of(x, items)):
+        if _window_size(item) is not None:
+            starts[axis], windowed = item.start, True
+    if not windowed:
+        return None
+    inner, rest = _traced_windows(x, items)
+    return starts, inner, rest
+
+
 class _IndexedRef:
     """`x.at[idx]`: the update methods of JAX's `_IndexUpdateRef`."""
 
@@ -122,12 +146,17 @@ class _IndexedRef:
         self.x, self.index = x, index
 
     def _update(self, op: str, values: Any, mode: Any) -> Any:
+        block = _block(self.x, self.index)
+        if block is not None:
+            starts, inner, rest = block
+            updated = _IndexedRef(inner, rest)._update(op, values, mode)
+            return dynamic_update_slice(self.x, updated, starts)
         drop = _mode(mode, op) in (None, "drop", "fill", "promise_in_bounds")
         ix = _Index(self.x, self.index, extra_slot=drop)
         x = ix.x
         base = ix.extended(x, _np.zeros((), x.dtype))
         shape = ix.selected_shape(_shape(base))
-        v = broadcast_to(astype(values, x.dtype), shape)
+        v = broadcast_to(astype(asarray(values), x.dtype), shape)
         if op == "add":
             added = bind("scatter_add", v, *ix.dynamic, spec=ix.spec, shape=_shape(base))
             return x + ix.trimmed(added)
@@ -165,6 +194,9 @@ class _IndexedRef:
             mode: Any = None, fill_value: Any = None) -> Any:
         """x[idx]; an out-of-bounds index is clamped, or gives `fill_value` (NaN for floats,
         as JAX) with mode="fill"."""
+        block = _block(self.x, self.index)
+        if block is not None:
+            return _IndexedRef(block[1], block[2]).get(mode=mode, fill_value=fill_value)
         fill = _mode(mode, "get") == "fill"
         ix = _Index(self.x, self.index, extra_slot=fill)
         x = ix.x

@@ -390,7 +390,7 @@ def vector_norm(x: Any, *, axis: Any = None, keepdims: bool = False, ord: Any = 
     """numpy 2's vector_norm: over the given axes taken as one vector (all of them when
     None)."""
     x = _float(x)
-    return _vector_norm(x, ord, _axes(x, axis), keepdims)
+    return _vector_norm(x, ord, _axes(x, axis, "linalg.vector_norm"), keepdims)
 
 
 def matrix_norm(x: Any, *, keepdims: bool = False, ord: Any = "fro") -> Any:

@@ -27,6 +27,7 @@ from ..primitives import bind
 from ..trace_context import current_loc, is_traced
 from .core import (
     _axes,
+    _axis,
     _concrete_length,
     _dtype,
     _joined,
@@ -55,20 +56,6 @@ from .core import (
 def _array(x: Any) -> Any:
     """A traced value as it is; anything else as a numpy array (lists, scalars)."""
     return x if is_traced(x) else _np.asarray(x)
-
-
-def _axis(function: str, a: Any, axis: Any) -> int:
-    """One axis of `a`, normalized (0 <= axis < ndim), or a clear error."""
-    n = _ndim(a)
-    try:
-        index = operator.index(axis)
-    except TypeError:
-        raise ArgumentValueError(f"cnp.{function}: axis must be an integer, got {axis!r}") \
-            from None
-    if not -n <= index < n:
-        raise ArgumentValueError(f"cnp.{function}: axis {index} is out of bounds for an "
-                                 f"array of dimension {n}")
-    return index % n
 
 
 def _along(axis: int, item: Any) -> tuple:
@@ -301,7 +288,7 @@ def unstack(x: Any, /, *, axis: int = 0) -> tuple[Any, ...]:
 def flip(m: Any, axis: Any = None) -> Any:
     """Reverse `m` along `axis` (every axis when None): one strided slice."""
     m = _array(m)
-    axes = _axes(m, axis)
+    axes = _axes(m, axis, "flip")
     if not axes:
         return m
     return bind("index", m, spec=tuple(slice(None, None, -1) if i in axes else slice(None)

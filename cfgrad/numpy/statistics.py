@@ -22,6 +22,7 @@ from ..primitives import bind
 from ..trace_context import current_loc, is_traced
 from .core import (
     _axes,
+    _axis,
     _cast,
     _concrete_length,
     _dtype,
@@ -83,10 +84,6 @@ def _inexact(a: Any) -> Any:
     return a if _dtype(a).kind in "fc" else astype(a, _np.float64)
 
 
-def _one_axis(a: Any, axis: Any) -> int:
-    return _axes(a, operator.index(axis))[0]
-
-
 def _part(a: Any, axis: int, start: int | None, stop: int | None) -> Any:
     """a[start:stop] along `axis`."""
     return _getitem(a, (slice(None),) * axis + (slice(start, stop),))
@@ -111,7 +108,7 @@ def _cumulative(name: str, a: Any, axis: Any, dtype: Any, fill: Any = None) -> A
     if axis is None:
         a, axis = ravel(a), 0
     params = {"reverse": False} if name == "cumsum" else {}
-    return bind(name, a, axis=_one_axis(a, axis), **params)
+    return bind(name, a, axis=_axis(name, a, axis), **params)
 
 
 def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
@@ -152,7 +149,7 @@ def _cumulative_new(name: str, x: Any, axis: Any, dtype: Any, include_initial: b
     result = _cumulative("cumsum" if identity == 0 else "cumprod", x, axis, dtype)
     if not include_initial:
         return result
-    axis = _one_axis(x, axis)
+    axis = _axis(name, x, axis)
     shape = list(_shape(result))
     shape[axis] = 1
     start = _np.full(shape, identity, _dtype(result))
@@ -178,7 +175,7 @@ def _sort_args(function: str, a: Any, axis: Any, order: Any) -> tuple[Any, int]:
                                  "not supported")
     if axis is None:
         return ravel(a), 0
-    return a, _one_axis(a, axis)
+    return a, _axis(function, a, axis)
 
 
 def sort(a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *, stable: bool = True,
@@ -289,7 +286,7 @@ def _quantile(function: str, a: Any, q: Any, axis: Any, method: str, keepdims: b
                                  "supported")
     a = _inexact(a)
     ndim, shape = _ndim(a), _shape(a)
-    axes = _axes(a, axis)
+    axes = _axes(a, axis, function)
     kept = tuple(d for d in range(ndim) if d not in axes)
     rest = tuple(shape[d] for d in kept)
     n = int(_np.prod([shape[d] for d in axes], dtype=_np.int64))
@@ -489,7 +486,7 @@ def average(a: Any, axis: Any = None, weights: Any = None, returned: bool = Fals
     a = _inexact(a)
     if weights is None:
         avg = mean(a, axis, keepdims=keepdims)
-        count = float(_np.prod([_shape(a)[d] for d in _axes(a, axis)], dtype=_np.int64))
+        count = float(_np.prod([_shape(a)[d] for d in _axes(a, axis, "average")], dtype=_np.int64))
         scale = _np.full(_shape(avg), count, _dtype(avg))
     else:
         w = weights
@@ -497,11 +494,11 @@ def average(a: Any, axis: Any = None, weights: Any = None, returned: bool = Fals
             if axis is None:
                 raise ArgumentValueError("cnp.average: weights of a shape other than a's need "
                                          "an axis")
-            if _ndim(w) != 1 or _shape(w)[0] != _shape(a)[_one_axis(a, axis)]:
+            if _ndim(w) != 1 or _shape(w)[0] != _shape(a)[_axis("average", a, axis)]:
                 raise ArgumentValueError(
                     f"cnp.average: weights of shape {_shape(w)} do not match a of shape "
                     f"{_shape(a)} along axis {axis}")
-            w = _along(w, _one_axis(a, axis), _ndim(a))
+            w = _along(w, _axis("average", a, axis), _ndim(a))
         w = broadcast_to(w, _shape(a))
         scale = sum(w, axis, keepdims=keepdims)
         avg = sum(a * w, axis, keepdims=keepdims) / scale
@@ -577,7 +574,7 @@ def diff(a: Any, n: int = 1, axis: int = -1, prepend: Any = None, append: Any = 
         return a
     if _ndim(a) == 0:
         raise ArgumentValueError("cnp.diff: needs an array of at least one dimension")
-    axis = _one_axis(a, axis)
+    axis = _axis("diff", a, axis)
     pieces = []
     for extra in (prepend, a, append):
         if extra is None:
@@ -657,8 +654,8 @@ def gradient(f: Any, *varargs: Any, axis: Any = None, edge_order: int = 1) -> An
     if edge_order not in (1, 2):
         raise ArgumentValueError(f"cnp.gradient: edge_order={edge_order!r} must be 1 or 2")
     f = _inexact(f)
-    axes = _axes(f, axis) if axis is None or not isinstance(axis, tuple | list) else tuple(
-        _one_axis(f, ax) for ax in axis)
+    axes = _axes(f, axis, "gradient") if axis is None or not isinstance(
+        axis, tuple | list) else tuple(_axis("gradient", f, ax) for ax in axis)
     if len(varargs) == 0:
         spacings: list[Any] = [1.0] * len(axes)
     elif len(varargs) == 1 and _ndim(varargs[0]) == 0:
@@ -681,7 +678,7 @@ def trapezoid(y: Any, x: Any = None, dx: Any = 1.0, axis: int = -1) -> Any:
     """The trapezoidal rule along `axis`, with sample points `x` (1-D, or of y's shape)
     or a uniform step `dx`."""
     y = _inexact(y)
-    axis = _one_axis(y, axis)
+    axis = _axis("trapezoid", y, axis)
     if x is None:
         d = dx
     elif _ndim(x) == 1:
@@ -734,7 +731,7 @@ def unwrap(p: Any, discont: Any = None, axis: int = -1, *, period: Any = 2 * _np
     """numpy's unwrap (JAX's formula): jumps of more than max(discont, period / 2) are
     brought back by multiples of `period`; the corrections are piecewise constant, so the
     derivative is that of the identity."""
-    axis = _one_axis(p, axis)
+    axis = _axis("unwrap", p, axis)
     if _shape(p)[axis] == 0:
         return p
     if discont is None:
