@@ -32,6 +32,7 @@ from .core import (
     _joined,
     _ndim,
     _shape,
+    _weakly_typed,
     amax,
     amin,
     astype,
@@ -172,7 +173,7 @@ def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Any:
 
 
 def _arrays(function: str, arrays: Sequence[Any]) -> list[Any]:
-    return [_array(a) for a in _joined(function, arrays)]
+    return [_array(a) for a in _weakly_typed(*_joined(function, arrays))]
 
 
 def hstack(tup: Sequence[Any]) -> Any:
@@ -196,7 +197,9 @@ def column_stack(tup: Sequence[Any]) -> Any:
 
 
 def append(arr: Any, values: Any, axis: int | None = None) -> Any:
-    """`values` joined after `arr` (both flattened when `axis` is None)."""
+    """`values` joined after `arr` (both flattened when `axis` is None); a Python number
+    takes the other's dtype where it can, as in JAX (`append(x32, 1.0)` is float32)."""
+    arr, values = _weakly_typed(arr, values)
     if axis is None:
         return concatenate([ravel(_array(arr)), ravel(_array(values))], axis=0)
     return concatenate([_array(arr), _array(values)], axis=axis)
@@ -640,7 +643,7 @@ def choose(a: Any, choices: Any, out: None = None, mode: str = "raise") -> Any:
     if _dtype(a).kind not in "iu":
         raise ArgumentValueError(f"cnp.choose: a must be integers, got {_dtype(a)}")
     options = _array(choices) if is_traced(choices) or isinstance(choices, _np.ndarray) \
-        else [_array(c) for c in choices]
+        else [_array(c) for c in _weakly_typed(*choices)]
     count = len(options) if isinstance(options, list) else _shape(options)[0]
     if mode == "raise":
         if is_traced(a):
@@ -679,7 +682,7 @@ def select(condlist: Sequence[Any], choicelist: Sequence[Any], default: Any = 0)
     if not condlist:
         raise ArgumentValueError("cnp.select: condlist is empty")
     conditions = [_array(c) for c in condlist]
-    choices = [_array(c) for c in choicelist]
+    *choices, default = (_array(c) for c in _weakly_typed(*choicelist, default))
     shape = _np.broadcast_shapes(*(_shape(x) for x in (*conditions, *choices)),
                                  _np.shape(default) if not is_traced(default) else
                                  _shape(default))

@@ -25,6 +25,7 @@ from .core import (
     _getitem,
     _ndim,
     _shape,
+    _weakly_typed,
     asarray,
     concatenate,
     matmul,
@@ -83,6 +84,7 @@ def polymul(a1: Any, a2: Any) -> Any:
 def polyval(p: Any, x: Any) -> Any:
     """The polynomial with coefficients `p` at the points `x`, by Horner's rule as numpy
     (`y = y * x + p[i]` from the highest coefficient down)."""
+    p, x = _weakly_typed(p, x)
     p = _atleast_1d(p)
     y = zeros(_shape(x), _dtype(x))
     for i in range(_shape(p)[0]):
