@@ -39,6 +39,11 @@ SAME_LENGTH = {
     "hstack([x[1:], 1.0])": lambda x: cnp.hstack([x[1:], 1.0]),
     "stack([x[0], 1.0, ...])": lambda x: cnp.stack([x[0], 1.0, x[2], 2.0]),
     "polyval(x, 0.5)": lambda x: cnp.polyval(x, 0.5) + x,
+    "polyint(x, k=1.0)": lambda x: cnp.polyint(x, k=1.0)[1:],
+    "polyder(x)": lambda x: cnp.append(cnp.polyder(x), 0.0),
+    "outer(x, 2.0)": lambda x: cnp.ravel(cnp.outer(x, 2.0)),
+    "kron(x, 2.0)": lambda x: cnp.kron(x, 2.0),
+    "block([x[1:], 1.0])": lambda x: cnp.block([x[1:], 1.0]),
     "choose(i, [x, 0.5])": lambda x: cnp.choose(np.array([0, 1, 0, 1]), [x, 0.5]),
     "array([x[0], 1.0, ...])": lambda x: cnp.array([x[0], 1.0, x[2], 2]),
     "asarray([[x[0], 1.0], [2.0, x[3]]])": lambda x: cnp.ravel(

@@ -226,11 +226,20 @@ def _block_leaves(arrays: Any) -> list[Any]:
     return [arrays]
 
 
+def _block_rebuilt(arrays: Any, leaves: Any) -> Any:
+    """The nested lists `arrays` with their leaves taken in order from `leaves`."""
+    if isinstance(arrays, list):
+        return [_block_rebuilt(a, leaves) for a in arrays]
+    return next(leaves)
+
+
 def block(arrays: Any) -> Any:
     """numpy's block: the innermost lists are joined along the last axis, the next ones
     along the one before, every block first given at least as many dimensions as the
     lists are deep (leading ones)."""
     depth = _block_depth(arrays, "arrays")
+    leaves = iter(_weakly_typed(*_block_leaves(arrays)))
+    arrays = _block_rebuilt(arrays, leaves)
     ndim = max([depth] + [_ndim(leaf) for leaf in _block_leaves(arrays)])
 
     def assemble(item: Any, level: int) -> Any:
