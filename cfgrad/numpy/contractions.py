@@ -26,6 +26,7 @@ from .core import (
     _getitem,
     _ndim,
     _shape,
+    _weakly_typed,
     broadcast_to,
     concatenate,
     matmul,
@@ -165,13 +166,15 @@ def inner(a: Any, b: Any) -> Any:
 
 def outer(a: Any, b: Any) -> Any:
     """numpy's outer: both operands flattened, every product of an entry of a with one of
-    b, as a (a.size, b.size) matrix."""
+    b, as a (a.size, b.size) matrix (a Python number weakly typed, as JAX)."""
+    a, b = _weakly_typed(a, b)
     return multiply(reshape(a, (-1, 1)), reshape(b, (1, -1)))
 
 
 def kron(a: Any, b: Any) -> Any:
     """numpy's Kronecker product: the shapes padded with leading ones to one length, the
     factors interleaved by broadcasting ((a0, 1, a1, 1) * (1, b0, 1, b1)) and merged."""
+    a, b = _weakly_typed(a, b)
     n = max(_ndim(a), _ndim(b))
     sa = (1,) * (n - _ndim(a)) + tuple(_shape(a))
     sb = (1,) * (n - _ndim(b)) + tuple(_shape(b))

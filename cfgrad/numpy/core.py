@@ -8,6 +8,7 @@ computed at once with numpy; on traced values it is recorded in the Program.
 
 from __future__ import annotations
 
+import builtins
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -41,6 +42,24 @@ def _dtype(x: Any) -> _np.dtype:
     return x.dtype if is_traced(x) else _np.asarray(x).dtype
 
 
+def _is_python_scalar(x: Any) -> bool:
+    """Whether `x` is a Python number (numpy's scalars, which subclass some, are not)."""
+    return isinstance(x, bool | int | float | complex) and not isinstance(x, _np.generic)
+
+
+def _weakly_typed(*operands: Any) -> list[Any]:
+    """`operands`, each Python number made a 0-d array of the dtype it promotes to with the
+    others (numpy 2's rule, Python numbers weakly typed, as JAX and `bind`): `1.0` beside
+    a float32 array is float32, `0` beside int32 int32, `0.5` beside int32 float64.
+    Functions that join or select their operands (append, select, stack, heaviside, ...)
+    call this before making arrays of them: numpy would make each Python float a
+    float64 array, promoting a float32 result to float64 (and a loop carry with it)."""
+    if not builtins.any(_is_python_scalar(o) for o in operands):
+        return list(operands)
+    dtype = _np.result_type(*(o if _is_python_scalar(o) else _dtype(o) for o in operands))
+    return [_np.asarray(o, dtype) if _is_python_scalar(o) else o for o in operands]
+
+
 def _axis(function: str, x: Any, axis: Any) -> int:
     """One axis of `x` normalized (0 <= axis < ndim), or an `ArgumentValueError` naming
     `function` (a `ValueError`, as numpy's AxisError is one), traced or not."""
@@ -68,9 +87,39 @@ def _axes(x: Any, axis: Any, function: str) -> tuple[int, ...]:
 # -- creation ------------------------------------------------------------------------
 
 
+def _holds_traced(x: Any) -> bool:
+    """Whether `x` is traced or a (nested) list or tuple holding a traced value."""
+    if isinstance(x, list | tuple):
+        return builtins.any(_holds_traced(item) for item in x)
+    return is_traced(x)
+
+
+def _leaves(x: Any) -> list[Any]:
+    return [leaf for item in x for leaf in _leaves(item)] if isinstance(x, list | tuple) else [x]
+
+
+def _stacked(x: Any, dtype: Any) -> Any:
+    """A nested list or tuple holding traced values as one array, as JAX's `array`: every
+    leaf cast to `dtype` (by default the leaves' promoted dtype, Python numbers weakly
+    typed, so `[x, 1.0]` with a float32 `x` is float32), then stacked level by level."""
+    if dtype is None:
+        dtype = _np.result_type(*(leaf if _is_python_scalar(leaf) else _dtype(leaf)
+                                  for leaf in _leaves(x)))
+
+    def build(item: Any) -> Any:
+        if isinstance(item, list | tuple):
+            return stack([build(part) for part in item])
+        return asarray(item, dtype)
+
+    return build(x)
+
+
 def asarray(x: Any, dtype: Any = None) -> Any:
     """Inside a trace, a concrete array becomes a traced constant (so it can be indexed by
-    a traced integer); a traced value passes through (cast if `dtype` is given)."""
+    a traced integer); a traced value passes through (cast if `dtype` is given); a
+    (nested) list or tuple holding traced values is stacked (see `_stacked`)."""
+    if not is_traced(x) and _holds_traced(x):
+        return _stacked(x, dtype)
     if is_traced(x):
         return x if dtype is None or _np.dtype(dtype) == x.dtype else astype(x, dtype)
     trace = current_trace()
@@ -588,21 +637,24 @@ def _joined(function: str, arrays: Sequence[Any]) -> list[Any]:
 
 def concatenate(arrays: Sequence[Any], axis: int | None = 0) -> Any:
     """As numpy: `axis=None` flattens the arrays first."""
-    arrays = _joined("concatenate", arrays)
+    arrays = _weakly_typed(*_joined("concatenate", arrays))
     arrays = [ravel(a) for a in arrays] if axis is None else arrays
     return bind("concatenate", *arrays,
                 axis=_axis("concatenate", arrays[0], 0 if axis is None else axis))
 
 
 def stack(arrays: Sequence[Any], axis: int = 0) -> Any:
-    arrays = _joined("stack", arrays)
+    arrays = _weakly_typed(*_joined("stack", arrays))
     axis = axis % (_ndim(arrays[0]) + 1)
     return concatenate([expand_dims(a, axis) for a in arrays], axis=axis)
 
 
 def roll(a: Any, shift: Any, axis: Any = None) -> Any:
     """numpy's roll; several shifts and axes are broadcast together and applied in turn
-    (axis None: their sum, on the flattened array). A shift may be traced."""
+    (axis None: their sum, on the flattened array). A shift may be traced, or a tuple
+    or list holding traced shifts."""
+    if not is_traced(shift) and _holds_traced(shift):
+        shift = asarray(shift)
     if is_traced(shift) and shift.ndim == 0 or not is_traced(shift) and _np.ndim(shift) == 0:
         if not is_traced(shift):
             shift = _np.asarray(shift, dtype=_np.int64)

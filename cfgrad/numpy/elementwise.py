@@ -25,6 +25,7 @@ from .core import (
     _make_rounding,
     _make_unary,
     _shape,
+    _weakly_typed,
     abs,
     all,
     astype,
@@ -117,7 +118,7 @@ radians, degrees = deg2rad, rad2deg
 def copysign(x1: Any, x2: Any) -> Any:
     """|x1| with the sign bit of x2, as JAX's `where(signbit(x2), -|x1|, |x1|)`: the
     derivative in x1 is ±sign(x1) (0 at x1 = 0, as `abs`), and 0 in x2."""
-    magnitude = abs(_inexact(x1))
+    magnitude = abs(_weakly_typed(_inexact(x1), x2)[0])
     return where(signbit(x2), -magnitude, magnitude)
 
 
@@ -135,20 +136,20 @@ def float_power(x1: Any, x2: Any) -> Any:
 def fmax(x1: Any, x2: Any) -> Any:
     """The larger of x1 and x2, ignoring a nan in one of them: JAX's `where(x1 > x2 or
     x2 is nan, x1, x2)`, so at a tie the whole gradient goes to x2."""
-    x1, x2 = _array(x1), _array(x2)
+    x1, x2 = (_array(x) for x in _weakly_typed(x1, x2))
     return where(logical_or(x1 > x2, isnan(x2)), x1, x2)
 
 
 def fmin(x1: Any, x2: Any) -> Any:
     """The smaller of x1 and x2, ignoring a nan in one of them; at a tie the gradient goes
     to x2, as JAX's."""
-    x1, x2 = _array(x1), _array(x2)
+    x1, x2 = (_array(x) for x in _weakly_typed(x1, x2))
     return where(logical_or(x1 < x2, isnan(x2)), x1, x2)
 
 
 def heaviside(x1: Any, x2: Any) -> Any:
     """0 where x1 < 0, 1 where x1 > 0 and x2 where x1 == 0 (integers in float64)."""
-    x1, x2 = _inexact(x1), _inexact(x2)
+    x1, x2 = _weakly_typed(_inexact(x1), _inexact(x2))
     return where(x1 < 0, 0.0, where(x1 > 0, 1.0, x2))
 
 

@@ -33,6 +33,7 @@ from .core import (
     _joined,
     _ndim,
     _shape,
+    _weakly_typed,
     amax,
     amin,
     astype,
@@ -159,7 +160,7 @@ def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Any:
 
 
 def _arrays(function: str, arrays: Sequence[Any]) -> list[Any]:
-    return [_array(a) for a in _joined(function, arrays)]
+    return [_array(a) for a in _weakly_typed(*_joined(function, arrays))]
 
 
 def hstack(tup: Sequence[Any]) -> Any:
@@ -183,7 +184,9 @@ def column_stack(tup: Sequence[Any]) -> Any:
 
 
 def append(arr: Any, values: Any, axis: int | None = None) -> Any:
-    """`values` joined after `arr` (both flattened when `axis` is None)."""
+    """`values` joined after `arr` (both flattened when `axis` is None); a Python number
+    takes the other's dtype where it can, as in JAX (`append(x32, 1.0)` is float32)."""
+    arr, values = _weakly_typed(arr, values)
     if axis is None:
         return concatenate([ravel(_array(arr)), ravel(_array(values))], axis=0)
     return concatenate([_array(arr), _array(values)], axis=axis)
@@ -210,11 +213,20 @@ def _block_leaves(arrays: Any) -> list[Any]:
     return [arrays]
 
 
+def _block_rebuilt(arrays: Any, leaves: Any) -> Any:
+    """The nested lists `arrays` with their leaves taken in order from `leaves`."""
+    if isinstance(arrays, list):
+        return [_block_rebuilt(a, leaves) for a in arrays]
+    return next(leaves)
+
+
 def block(arrays: Any) -> Any:
     """numpy's block: the innermost lists are joined along the last axis, the next ones
     along the one before, every block first given at least as many dimensions as the
     lists are deep (leading ones)."""
     depth = _block_depth(arrays, "arrays")
+    leaves = iter(_weakly_typed(*_block_leaves(arrays)))
+    arrays = _block_rebuilt(arrays, leaves)
     ndim = max([depth] + [_ndim(leaf) for leaf in _block_leaves(arrays)])
 
     def assemble(item: Any, level: int) -> Any:
@@ -627,7 +639,7 @@ def choose(a: Any, choices: Any, out: None = None, mode: str = "raise") -> Any:
     if _dtype(a).kind not in "iu":
         raise ArgumentValueError(f"cnp.choose: a must be integers, got {_dtype(a)}")
     options = _array(choices) if is_traced(choices) or isinstance(choices, _np.ndarray) \
-        else [_array(c) for c in choices]
+        else [_array(c) for c in _weakly_typed(*choices)]
     count = len(options) if isinstance(options, list) else _shape(options)[0]
     if mode == "raise":
         if is_traced(a):
@@ -666,7 +678,7 @@ def select(condlist: Sequence[Any], choicelist: Sequence[Any], default: Any = 0)
     if not condlist:
         raise ArgumentValueError("cnp.select: condlist is empty")
     conditions = [_array(c) for c in condlist]
-    choices = [_array(c) for c in choicelist]
+    *choices, default = (_array(c) for c in _weakly_typed(*choicelist, default))
     shape = _np.broadcast_shapes(*(_shape(x) for x in (*conditions, *choices)),
                                  _np.shape(default) if not is_traced(default) else
                                  _shape(default))

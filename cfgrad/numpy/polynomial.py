@@ -25,6 +25,7 @@ from .core import (
     _getitem,
     _ndim,
     _shape,
+    _weakly_typed,
     asarray,
     concatenate,
     matmul,
@@ -83,6 +84,7 @@ def polymul(a1: Any, a2: Any) -> Any:
 def polyval(p: Any, x: Any) -> Any:
     """The polynomial with coefficients `p` at the points `x`, by Horner's rule as numpy
     (`y = y * x + p[i]` from the highest coefficient down)."""
+    p, x = _weakly_typed(p, x)
     p = _atleast_1d(p)
     y = zeros(_shape(x), _dtype(x))
     for i in range(_shape(p)[0]):
@@ -96,7 +98,7 @@ def polyder(p: Any, m: int = 1) -> Any:
     m = _order("polyder", m)
     p = _inexact(_atleast_1d(p))
     for _ in range(m):
-        p = p[:-1] * _np.arange(_shape(p)[0] - 1, 0, -1)
+        p = p[:-1] * _np.arange(_shape(p)[0] - 1, 0, -1, dtype=_dtype(p))
     return p
 
 
@@ -104,15 +106,16 @@ def polyint(p: Any, m: int = 1, k: Any = None) -> Any:
     """The coefficients of the `m`-th antiderivative, with integration constants `k` (one
     per integration, lowest order first, as numpy; a scalar for all; zeros by default)."""
     m = _order("polyint", m)
-    k = zeros(m) if k is None else _atleast_1d(k)
+    p = _atleast_1d(p)
+    dtype = _np.result_type(_dtype(p), 1.0)  # of the result: float32 stays, as JAX
+    k = zeros(m, dtype) if k is None else _atleast_1d(_weakly_typed(p, k)[1])
     if _shape(k)[0] == 1 and m > 1:
-        k = k[0] * _np.ones(m)
+        k = k[0] * _np.ones(m, _dtype(k))
     if _shape(k)[0] < m:
         raise ArgumentValueError(f"cnp.polyint: k has {_shape(k)[0]} constants for m={m} "
                                  "integrations; give one per integration or a single one")
-    p = _atleast_1d(p)
     for i in range(m):
-        divisors = _np.arange(_shape(p)[0], 0, -1)
+        divisors = _np.arange(_shape(p)[0], 0, -1, dtype=dtype)
         p = concatenate([p / divisors, reshape(k[i], (1,))])
     return p
 

@@ -31,6 +31,7 @@ from .core import (
     _ndim,
     _no_out,
     _shape,
+    _weakly_typed,
     abs,
     all,
     amax,
@@ -576,9 +577,7 @@ def diff(a: Any, n: int = 1, axis: int = -1, prepend: Any = None, append: Any = 
         raise ArgumentValueError("cnp.diff: needs an array of at least one dimension")
     axis = _axis("diff", a, axis)
     pieces = []
-    for extra in (prepend, a, append):
-        if extra is None:
-            continue
+    for extra in _weakly_typed(*(x for x in (prepend, a, append) if x is not None)):
         if extra is not a and _ndim(extra) == 0:
             shape = list(_shape(a))
             shape[axis] = 1
