@@ -1217,6 +1217,13 @@ def _col(v: Any) -> Any:
     return bind("reshape", v, shape=tuple(v.shape) + (1,))
 
 
+def _matrix_shape(op: str, t: TensorType) -> tuple[int, int]:
+    """(rows, columns) of the matrices `t` is a stack of; an error for fewer than 2 axes."""
+    if t.ndim < 2:
+        raise LoweringError(f"{op}: needs a (stack of) matrices, got {t}")
+    return t.shape[-2], t.shape[-1]
+
+
 def _square(op: str, t: TensorType) -> int:
     if t.ndim < 2 or t.shape[-1] != t.shape[-2]:
         raise LoweringError(f"{op}: needs a (stack of) square matrices, got {t}")
@@ -1543,9 +1550,7 @@ def _svd_type(types: list[TensorType], full_matrices: bool) -> list[TensorType]:
     t = types[0]
     full = _bool_param("svd", "full_matrices", full_matrices)
     dtype = _linalg_dtype("svd", t)
-    if t.ndim < 2:
-        raise LoweringError(f"svd: needs a (stack of) matrices, got {t}")
-    m, n = t.shape[-2:]
+    m, n = _matrix_shape("svd", t)
     k = min(m, n)
     batch = t.shape[:-2]
     return [TensorType(batch + (m, m if full else k), dtype), TensorType(batch + (k,), dtype),
@@ -1629,9 +1634,7 @@ def _qr_type(types: list[TensorType], complete: bool) -> list[TensorType]:
     t = types[0]
     complete = _bool_param("qr", "complete", complete)
     dtype = _linalg_dtype("qr", t)
-    if t.ndim < 2:
-        raise LoweringError(f"qr: needs a (stack of) matrices, got {t}")
-    m, n = t.shape[-2:]
+    m, n = _matrix_shape("qr", t)
     k = m if complete else min(m, n)
     return [TensorType(t.shape[:-2] + (m, k), dtype), TensorType(t.shape[:-2] + (k, n), dtype)]
 
@@ -1755,9 +1758,8 @@ def _pinv_type(types: list[TensorType], rtol: float) -> TensorType:
     t = types[0]
     if not isinstance(rtol, float) or rtol < 0:
         raise LoweringError(f"pinv: parameter rtol must be a float >= 0, got {rtol!r}")
-    if t.ndim < 2:
-        raise LoweringError(f"pinv: needs a (stack of) matrices, got {t}")
-    return TensorType(t.shape[:-2] + (t.shape[-1], t.shape[-2]), _linalg_dtype("pinv", t))
+    m, n = _matrix_shape("pinv", t)
+    return TensorType(t.shape[:-2] + (n, m), _linalg_dtype("pinv", t))
 
 
 def _pinv_jvp(ts, xs, out, rtol):
