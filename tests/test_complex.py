@@ -401,3 +401,20 @@ def test_holomorphic_second_derivative_follows_jax() -> None:
     got = cg.grad(first, holomorphic=True)(z)
     assert got == pytest.approx(1.897047610405516 - 0.2369908707850643j, rel=1e-14)
     assert got == pytest.approx(2 * np.cos(z) - z * np.sin(z), rel=1e-14)
+
+
+def test_elementwise_functions_that_cast_to_inexact_keep_complex_values():
+    """isclose and float_power cast their integer inputs to floats; a complex input keeps
+    its imaginary part (it was cast to float64, so 1+1j was close to 1+5j)."""
+    a, b = np.array([1 + 1j, 2.0]), np.array([1 + 5j, 2.0])
+    np.testing.assert_array_equal(cnp.isclose(a, b), np.isclose(a, b))
+    np.testing.assert_allclose(cnp.float_power(np.array([1 + 1j]), 2), [2j])
+    out, _ = cg.vjp(lambda z: cnp.float_power(z, 2), np.array([1 + 1j]))
+    np.testing.assert_allclose(out, [2j])
+
+
+def test_a_filled_out_of_bounds_get_of_a_complex_array_is_nan():
+    z = np.array([1 + 2j, 3 - 1j])
+    out, _ = cg.vjp(lambda z: z.at[np.array([1, 5])].get(mode="fill"), z)
+    np.testing.assert_array_equal(out[0], 3 - 1j)
+    assert np.isnan(out[1])

@@ -60,6 +60,20 @@ def _weakly_typed(*operands: Any) -> list[Any]:
     return [_np.asarray(o, dtype) if _is_python_scalar(o) else o for o in operands]
 
 
+def _fill_value(dtype: _np.dtype, fill_value: Any) -> Any:
+    """JAX's default fill of an out-of-bounds gather: NaN, the most negative integer, the
+    largest unsigned integer, or True."""
+    if fill_value is not None:
+        return fill_value
+    if dtype.kind in "fc":
+        return _np.nan
+    if dtype.kind == "i":
+        return _np.iinfo(dtype).min
+    if dtype.kind == "u":
+        return _np.iinfo(dtype).max
+    return True
+
+
 def _axis(function: str, x: Any, axis: Any) -> int:
     """One axis of `x` normalized (0 <= axis < ndim), or an `ArgumentValueError` naming
     `function` (a `ValueError`, as numpy's AxisError is one), traced or not."""

@@ -52,14 +52,15 @@ def _array(x: Any) -> Any:
 
 
 def _inexact(x: Any) -> Any:
-    """`x` as a float: bool and integer arrays in float64 (as numpy computes them), Python
-    numbers as Python floats (weakly typed, as JAX), float arrays as they are."""
+    """`x` as an inexact value: bool and integer arrays in float64 (as numpy computes
+    them), Python bools and ints as Python floats (weakly typed, as JAX), float and complex
+    values as they are (a complex value cast to float64 would lose its imaginary part)."""
     if isinstance(x, bool | int):
         return float(x)
-    if isinstance(x, float):
+    if isinstance(x, float | complex):
         return x
     x = _array(x)
-    return x if x.dtype.kind == "f" else astype(x, _np.float64)
+    return x if x.dtype.kind in "fc" else astype(x, _np.float64)
 
 
 def arctan2(x1: Any, x2: Any) -> Any:

@@ -21,6 +21,7 @@ from ..primitives import bind
 from ..trace_context import current_loc
 from .core import (
     _clamped_start,
+    _fill_value,
     _item_axes,
     _ndim,
     _normalize_index_item,
@@ -200,19 +201,9 @@ class _IndexedRef:
         fill = _mode(mode, "get") == "fill"
         ix = _Index(self.x, self.index, extra_slot=fill)
         x = ix.x
-        if fill and fill_value is None:
-            fill_value = _np.nan if x.dtype.kind == "f" else _fill_default(x.dtype)
-        base = ix.extended(x, _np.asarray(fill_value, x.dtype)) if fill else x
+        base = ix.extended(x, _np.asarray(_fill_value(x.dtype, fill_value), x.dtype)) \
+            if fill else x
         return bind("index", base, *ix.dynamic, spec=ix.spec)
-
-
-def _fill_default(dtype: _np.dtype) -> Any:
-    """JAX's fill for a non-float get: the minimum of a signed integer type, the maximum
-    of an unsigned one, True for bool."""
-    if dtype == _np.bool_:
-        return True
-    info = _np.iinfo(dtype)
-    return info.min if dtype.kind == "i" else info.max
 
 
 class _IndexUpdateHelper:

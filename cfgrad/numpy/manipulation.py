@@ -30,6 +30,7 @@ from .core import (
     _axis,
     _concrete_length,
     _dtype,
+    _fill_value,
     _joined,
     _ndim,
     _shape,
@@ -519,20 +520,6 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> An
 
 
 # -- gathering ---------------------------------------------------------------------------
-
-
-def _fill_value(dtype: _np.dtype, fill_value: Any) -> Any:
-    """JAX's default fill of an out-of-bounds gather: NaN, the most negative integer, the
-    largest unsigned integer, or True."""
-    if fill_value is not None:
-        return fill_value
-    if dtype.kind in "fc":
-        return _np.nan
-    if dtype.kind == "i":
-        return _np.iinfo(dtype).min
-    if dtype.kind == "u":
-        return _np.iinfo(dtype).max
-    return True
 
 
 def _index_in_bounds(function: str, indices: Any, n: int, mode: str | None) -> tuple:
