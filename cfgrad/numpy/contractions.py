@@ -11,7 +11,6 @@ binding, so the einsum primitive only ever sees explicit subscripts.
 
 from __future__ import annotations
 
-import operator
 import string
 from collections.abc import Sequence
 from typing import Any
@@ -21,11 +20,13 @@ import numpy as _np
 from ..errors import ArgumentValueError
 from ..primitives import bind
 from .core import (
+    _axis_of_ndim,
     _conj,
     _dtype,
     _getitem,
     _ndim,
     _shape,
+    _to_end,
     _weakly_typed,
     broadcast_to,
     concatenate,
@@ -38,16 +39,9 @@ from .core import (
     sum,
     transpose,
 )
+from .manipulation import diagonal
 
 _LETTERS = string.ascii_letters
-
-
-def _one_axis(function: str, ndim: int, axis: Any) -> int:
-    axis = operator.index(axis)
-    if not -ndim <= axis < ndim:
-        raise ArgumentValueError(f"cnp.{function}: axis {axis} is out of bounds for an "
-                                 f"array of dimension {ndim}")
-    return axis % ndim
 
 
 def _explicit(subscripts: str, operands: Sequence[Any]) -> tuple[str, list[Any]]:
@@ -139,8 +133,8 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
         if len(first) != len(second):
             raise ArgumentValueError(f"cnp.tensordot: axes {axes!r} pair {len(first)} axes "
                                      f"with {len(second)}")
-        axes_a = [_one_axis("tensordot", na, i) for i in first]
-        axes_b = [_one_axis("tensordot", nb, j) for j in second]
+        axes_a = [_axis_of_ndim("tensordot", na, i) for i in first]
+        axes_b = [_axis_of_ndim("tensordot", nb, j) for j in second]
     return _contract(a, b, axes_a, axes_b)
 
 
@@ -188,7 +182,7 @@ def vecdot(x1: Any, x2: Any, axis: int = -1) -> Any:
     shape = _np.broadcast_shapes(_shape(x1), _shape(x2))
     if not shape:
         raise ArgumentValueError("cnp.vecdot: needs operands of at least one dimension")
-    return sum(multiply(_conj(x1), x2), axis=_one_axis("vecdot", len(shape), axis))
+    return sum(multiply(_conj(x1), x2), axis=_axis_of_ndim("vecdot", len(shape), axis))
 
 
 def matvec(x1: Any, x2: Any) -> Any:
@@ -208,31 +202,9 @@ def vecmat(x1: Any, x2: Any) -> Any:
     return _getitem(matmul(row, x2), (Ellipsis, 0, slice(None)))
 
 
-def _to_end(a: Any, axes: Sequence[int]) -> Any:
-    """a with `axes` moved to the end, in that order."""
-    rest = [i for i in range(_ndim(a)) if i not in axes]
-    order = rest + list(axes)
-    return a if order == list(range(_ndim(a))) else transpose(a, order)
-
-
-def _diagonal(a: Any, offset: int, axis1: int, axis2: int) -> Any:
-    """The diagonal `offset` of the (axis1, axis2) planes of a, on a last axis (numpy's
-    diagonal), gathered by one index of two constant integer arrays."""
-    n = _ndim(a)
-    i, j = _one_axis("diagonal", n, axis1), _one_axis("diagonal", n, axis2)
-    if i == j:
-        raise ArgumentValueError("cnp.diagonal: axis1 and axis2 cannot be the same")
-    moved = _to_end(a, (i, j))
-    rows, cols = _shape(moved)[-2:]
-    offset = operator.index(offset)
-    length = _np.maximum(0, min(rows + min(offset, 0), cols - max(offset, 0)))
-    start = _np.arange(length)
-    return _getitem(moved, (Ellipsis, start - min(offset, 0), start + max(offset, 0)))
-
-
 def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None) -> Any:
     """numpy's trace: the sum of a diagonal of the (axis1, axis2) planes."""
-    total = sum(_diagonal(a, offset, axis1, axis2), axis=-1)
+    total = sum(diagonal(a, offset, axis1, axis2), axis=-1)
     return total if dtype is None else bind("astype", total, dtype=_np.dtype(dtype))
 
 
@@ -242,8 +214,8 @@ def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1,
     scalar z component) along axisa/axisb, the result's vectors along axisc."""
     if axis is not None:
         axisa = axisb = axisc = axis
-    u = _to_end(a, (_one_axis("cross", _ndim(a), axisa),))
-    v = _to_end(b, (_one_axis("cross", _ndim(b), axisb),))
+    u = _to_end(a, (_axis_of_ndim("cross", _ndim(a), axisa),))
+    v = _to_end(b, (_axis_of_ndim("cross", _ndim(b), axisb),))
     du, dv = _shape(u)[-1], _shape(v)[-1]
     if du not in (2, 3) or dv not in (2, 3):
         raise ArgumentValueError(f"cnp.cross: incompatible dimensions for cross product "
@@ -263,7 +235,7 @@ def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1,
         -multiply(u0, v2) if u2 is None else subtract(multiply(u2, v0), multiply(u0, v2)))
     out = stack([x, y, z], axis=-1)
     n = _ndim(out)
-    c = _one_axis("cross", n, axisc)
+    c = _axis_of_ndim("cross", n, axisc)
     return out if c == n - 1 else transpose(out, [*range(c), n - 1, *range(c, n - 1)])
 
 

@@ -74,10 +74,21 @@ def _fill_value(dtype: _np.dtype, fill_value: Any) -> Any:
     return True
 
 
+def _to_end(a: Any, axes: Sequence[int]) -> Any:
+    """a with `axes` (normalized) moved to the end, in that order: one transpose, or none."""
+    rest = [i for i in range(_ndim(a)) if i not in axes]
+    order = rest + list(axes)
+    return a if order == list(range(_ndim(a))) else transpose(a, order)
+
+
 def _axis(function: str, x: Any, axis: Any) -> int:
     """One axis of `x` normalized (0 <= axis < ndim), or an `ArgumentValueError` naming
     `function` (a `ValueError`, as numpy's AxisError is one), traced or not."""
-    n = _ndim(x)
+    return _axis_of_ndim(function, _ndim(x), axis)
+
+
+def _axis_of_ndim(function: str, n: int, axis: Any) -> int:
+    """`_axis` for an array of `n` dimensions known only by that number."""
     try:
         index = operator.index(axis)
     except TypeError:

@@ -26,10 +26,12 @@ from ..trace_context import is_traced
 from . import contractions as _c
 from .core import (
     _axes,
+    _axis_of_ndim,
     _dtype,
     _getitem,
     _ndim,
     _shape,
+    _to_end,
     abs,
     amax,
     amin,
@@ -45,6 +47,7 @@ from .core import (
     where,
 )
 from .core import matmul as _matmul
+from .manipulation import diagonal as _diagonal
 
 # numpy's result types, by the same names and fields
 _EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
@@ -345,7 +348,7 @@ def _matrix_norm(x: Any, ord: Any, axes: tuple[int, int], keepdims: bool) -> Any
     if ord is None or ord in ("fro", "f"):
         return _two_norm(x, (rows, cols), keepdims)
     if ord in ("nuc", 2, -2):
-        s = svdvals(_c._to_end(x, (rows, cols)))
+        s = svdvals(_to_end(x, (rows, cols)))
         y = sum(s, axis=-1) if ord == "nuc" else (amax if ord == 2 else amin)(s, axis=-1)
     elif ord in (1, -1, _np.inf, -_np.inf):
         summed, reduced = (rows, cols) if ord in (1, -1) else (cols, rows)
@@ -377,7 +380,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
                                      f"array when axis is None, got {n}-D")
         axis = tuple(range(n))
     axes = (axis,) if isinstance(axis, int | _np.integer) else tuple(axis)
-    axes = tuple(_c._one_axis("linalg.norm", n, a) for a in axes)
+    axes = tuple(_axis_of_ndim("linalg.norm", n, a) for a in axes)
     if len(axes) == 1:
         return _vector_norm(x, ord, axes, keepdims)
     if len(axes) == 2:
@@ -430,7 +433,7 @@ def matrix_transpose(x: Any) -> Any:
 
 def diagonal(x: Any, *, offset: int = 0) -> Any:
     """The diagonals of the matrices of the last two axes."""
-    return _c._diagonal(x, offset, -2, -1)
+    return _diagonal(x, offset, -2, -1)
 
 
 def trace(x: Any, *, offset: int = 0, dtype: Any = None) -> Any:

@@ -34,6 +34,7 @@ from .core import (
     _joined,
     _ndim,
     _shape,
+    _to_end,
     _weakly_typed,
     amax,
     amin,
@@ -718,8 +719,7 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
     i, j = _axis("diagonal", a, axis1), _axis("diagonal", a, axis2)
     if i == j:
         raise ArgumentValueError("cnp.diagonal: axis1 and axis2 cannot be the same")
-    rest = [k for k in range(_ndim(a)) if k not in (i, j)]
-    moved = transpose(a, rest + [i, j]) if rest + [i, j] != list(range(_ndim(a))) else a
+    moved = _to_end(a, (i, j))
     rows, cols = _shape(a)[i], _shape(a)[j]
     return bind("index", moved, spec=(Ellipsis, *_diagonal_positions(rows, cols,
                                                                      operator.index(offset))))
