@@ -42,6 +42,11 @@ def _dtype(x: Any) -> _np.dtype:
     return x.dtype if is_traced(x) else _np.asarray(x).dtype
 
 
+def _array(x: Any) -> Any:
+    """A traced value as it is; anything else as a numpy array (lists, scalars)."""
+    return x if is_traced(x) else _np.asarray(x)
+
+
 def _is_python_scalar(x: Any) -> bool:
     """Whether `x` is a Python number (numpy's scalars, which subclass some, are not)."""
     return isinstance(x, bool | int | float | complex) and not isinstance(x, _np.generic)

@@ -21,6 +21,7 @@ from ..errors import ArgumentTypeError
 from ..primitives import bind
 from ..trace_context import is_traced
 from .core import (
+    _array,
     _dtype,
     _make_rounding,
     _make_unary,
@@ -44,11 +45,6 @@ arcsin, arccos, arcsinh, arccosh, arctanh, cbrt, exp2, log2, log10, sinc, i0, si
                                              "sinc", "i0", "signbit"))
 asin, acos, asinh, acosh, atanh = arcsin, arccos, arcsinh, arccosh, arctanh
 ceil, trunc = _make_rounding("ceil", __name__), _make_rounding("trunc", __name__)
-
-
-def _array(x: Any) -> Any:
-    """`x` as an array (a list becomes one), a traced value as it is."""
-    return x if is_traced(x) else _np.asarray(x)
 
 
 def _inexact(x: Any) -> Any:

@@ -20,7 +20,6 @@ from ..errors import ArgumentTypeError, ArgumentValueError, LoweringError
 from ..primitives import bind
 from ..trace_context import current_loc
 from .core import (
-    _clamped_start,
     _fill_value,
     _item_axes,
     _ndim,
@@ -28,8 +27,8 @@ from .core import (
     _shape,
     _traced_windows,
     _window,
+    _window_rows,
     _window_size,
-    arange,
     asarray,
     astype,
     broadcast_to,
@@ -257,7 +256,7 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Any) -> Any:
         raise ArgumentValueError(f"dynamic_update_slice: an update of shape {sizes} does not "
                                  f"fit in an operand of shape {shape}")
     index = tuple(
-        (arange(k) + _clamped_start(s, n, k)).reshape(
+        _window_rows(n, s, k).reshape(
             tuple(k if b == a else 1 for b in range(len(shape))))
         for a, (s, n, k) in enumerate(zip(starts, shape, sizes)))
     return _IndexUpdateHelper(operand)[index].set(update, mode="clip")

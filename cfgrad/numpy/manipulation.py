@@ -26,6 +26,7 @@ from ..errors import ArgumentValueError, TracerBoolError
 from ..primitives import bind
 from ..trace_context import current_loc, is_traced
 from .core import (
+    _array,
     _axes,
     _axis,
     _concrete_length,
@@ -54,11 +55,6 @@ from .core import (
     transpose,
     where,
 )
-
-
-def _array(x: Any) -> Any:
-    """A traced value as it is; anything else as a numpy array (lists, scalars)."""
-    return x if is_traced(x) else _np.asarray(x)
 
 
 def _along(axis: int, item: Any) -> tuple:
