@@ -339,12 +339,20 @@ class Pullback:
         return _none_at_statics(grads, self._statics) if self._statics else grads
 
 
-@contextmanager
-def _running(checkpoint: Any, check: bool) -> Iterator[None]:
+def _running(checkpoint: Any, check: bool) -> Any:
     """What a run of a call's program, forward or adjoint, runs under: numpy's warnings off
     (NaN/Inf is cfgrad's to report), the call's checkpoint choice for the loops of nested
     sub-programs, and with `check` (`detect_anomaly=True`) anomaly detection for those
-    too, so a NaN made inside a nested gradient is named where it is made."""
+    too, so a NaN made inside a nested gradient is named where it is made. Without either
+    it is numpy's errstate alone: this runs twice per call of a gradient, and stacked
+    context managers cost more than a small program's run."""
+    if checkpoint is None and not check:
+        return np.errstate(all="ignore")
+    return _running_with(checkpoint, check)
+
+
+@contextmanager
+def _running_with(checkpoint: Any, check: bool) -> Iterator[None]:
     with np.errstate(all="ignore"), nested.call_checkpoint(checkpoint), \
             (anomaly_mode() if check else nullcontext()):
         yield

@@ -766,7 +766,8 @@ class Tape:
         edges, fenv = adjoint.edges, machine.env
         machine.reversing = True
         b = 0
-        with repeating():  # forward work the strategies recompute prints nothing
+        token = _REPEATING.set(True)  # forward work the strategies recompute prints nothing
+        try:  # (the context variable set directly: `repeating()` costs a generator per call)
             while True:
                 try:
                     e = fns[b](env, fenv, machine)
@@ -779,6 +780,8 @@ class Tape:
                 if copy is not None:
                     copy(env)
                 b = target
+        finally:
+            _REPEATING.reset(token)
         if not machine.log.is_empty():
             raise AssertionError("internal error: the adjoint left entries on the control log")
         return [env[s] for s in adjoint.return_slots]
