@@ -236,11 +236,9 @@ class _VJPRule(_Signature):
                         f"{self.name}: bwd returned {tree_i.describe()} for an argument of "
                         f"structure {arg_tree.describe()}")
                 flat += leaves_i
-            out = []
-            for i in self.float_inputs:
-                t = self.in_types[i]
-                out.append(np.zeros(t.shape, t.dtype) if flat[i] is None else flat[i])
-            self.check_leaves("bwd", out, [self.in_types[i] for i in self.float_inputs])
+            types = [self.in_types[i] for i in self.float_inputs]
+            out = filled([flat[i] for i in self.float_inputs], types)
+            self.check_leaves("bwd", out, types)
             return out
 
         types = self.out_types[self.n_out:] + self.out_types[: self.n_out]

@@ -1110,8 +1110,7 @@ def _arg_type(op: str) -> Callable[..., TensorType]:
             return TensorType((), np.dtype(np.int64))
         axis = _axis_param(op, "axis", axis, t)
         _nonempty_reduction(op, t, (axis,))
-        return TensorType(tuple(d for i, d in enumerate(t.shape) if i != axis),
-                          np.dtype(np.int64))
+        return TensorType(_reduced_shape(t.shape, (axis,), False), np.dtype(np.int64))
 
     return rule
 
