@@ -9,13 +9,15 @@ from . import (
     tree_util,
 )
 from .anomaly import detect_anomaly
-from .api import grad, jvp, value_and_grad, vjp
+from .api import grad, jvp, lower, value_and_grad, vjp
+from .convert import autograph
 from .custom import custom_jvp, custom_root, custom_vjp, stop_gradient
 from .errors import (
     AnomalyError,
     ArgumentTypeError,
     ArgumentValueError,
     CfgradError,
+    ConversionError,
     LoopLimitError,
     LoweringError,
     NonFiniteError,
@@ -32,14 +34,15 @@ from .jacobians import hessian, jacfwd, jacrev
 from .numerics import LossScaler, clip_by_global_norm, clip_by_value
 from .numpy.indexed import dynamic_slice, dynamic_update_slice
 from .reverse import adjoint
-from .trace import cond, fori_loop, lower, scan, switch, while_loop
+from .trace import cond, fori_loop, scan, switch, while_loop
 
 __all__ = [
-    "AnomalyError", "ArgumentTypeError", "ArgumentValueError", "CfgradError", "LoopLimitError",
+    "AnomalyError", "ArgumentTypeError", "ArgumentValueError", "CfgradError", "ConversionError",
+    "LoopLimitError",
     "LossScaler", "LoweringError", "NonFiniteError", "PathInstabilityError", "Program",
     "ReplayMismatchError", "ScalerStateError", "TracerBoolError", "VerifyError",
-    "adjoint", "checkpoint", "clip_by_global_norm", "clip_by_value", "cond", "custom_jvp",
-    "custom_root", "custom_vjp", "debug", "detect_anomaly", "dynamic_slice",
+    "adjoint", "autograph", "checkpoint", "clip_by_global_norm", "clip_by_value", "cond",
+    "custom_jvp", "custom_root", "custom_vjp", "debug", "detect_anomaly", "dynamic_slice",
     "dynamic_update_slice", "fori_loop", "grad", "hessian", "inspect", "jacfwd", "jacrev",
     "jvp", "lower", "optim", "parse_program", "scan", "stop_gradient", "switch", "testing",
     "tree_util", "value_and_grad", "vjp", "while_loop",

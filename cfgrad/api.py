@@ -22,6 +22,7 @@ from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
 from .anomaly import detect_anomaly as anomaly_mode
 from .checkpoint import RunStats, check_strategy, resolve
+from .convert import converted
 from .errors import ArgumentTypeError, ArgumentValueError, LoweringError
 from .forward_mode import build_jvp
 from .interpret import (
@@ -44,6 +45,7 @@ from .trace import (
     lowering_epoch,
     trace_program,
 )
+from .trace import lower as lower_traced
 from .trace_context import LOWERING_LOCK
 
 _SCALAR_KINDS = {bool: "b", int: "i", float: "f", complex: "c"}
@@ -369,15 +371,18 @@ def _forward(entry: Lowering, plan: GradPlan, leaves: list[Any], checkpoint: Any
 
 
 def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = False,
-        detect_anomaly: bool = False, static_argnums: int | Sequence[int] = ()) -> Any:
+        detect_anomaly: bool = False, static_argnums: int | Sequence[int] = (),
+        autograph: bool = True) -> Any:
     """`(fun(*primals), pullback)`; `pullback(ct)` returns one cotangent per primal (None
     for a static one).
 
     Only the branches taken and the iterations run are differentiated. `checkpoint` sets
     the strategy of every loop that did not choose its own. `static_argnums` are primals
     passed as they are (hashable Python values, baked into the traced program and keying
-    its cache, as `jax.jit`'s)."""
+    its cache, as `jax.jit`'s). `autograph=False` traces `fun` as written, without
+    converting its Python `if`/`while`/`for` (docs/autograph.md)."""
     check_strategy(checkpoint, "cfgrad.vjp")
+    fun = converted(fun) if autograph else fun
     name = getattr(fun, "__name__", "f")
     statics = static_positions(argnums_tuple(static_argnums, "cfgrad.vjp", "static_argnums"),
                                len(primals), (), "cfgrad.vjp", name)
@@ -431,17 +436,18 @@ class _AuxPullback:
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
                    checkpoint: Any = None, detect_anomaly: bool = False,
                    static_argnums: int | Sequence[int] = (),
-                   holomorphic: bool = False) -> Callable:
+                   holomorphic: bool = False, autograph: bool = True) -> Callable:
     """A function returning `(fun(*args), gradient)`; with `has_aux`, `((value, aux), grad)`.
 
     `fun` must return a float scalar (a complex one with `holomorphic=True`, whose
     arguments `argnums` are then complex); the gradient has the structure of
     `args[argnums]` (a tuple of those when `argnums` is a tuple). `static_argnums` are
     arguments passed as they are, hashable Python values keying the cache of traced
-    programs, as `jax.jit`'s."""
-    return _value_and_grad(fun, argnums, has_aux, checkpoint, detect_anomaly,
-                           "cfgrad.value_and_grad", static_argnums=static_argnums,
-                           holomorphic=holomorphic)
+    programs, as `jax.jit`'s. `autograph=False` traces `fun` as written, without
+    converting its Python `if`/`while`/`for` (docs/autograph.md)."""
+    return _value_and_grad(converted(fun) if autograph else fun, argnums, has_aux, checkpoint,
+                           detect_anomaly, "cfgrad.value_and_grad",
+                           static_argnums=static_argnums, holomorphic=holomorphic)
 
 
 def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
@@ -546,15 +552,15 @@ def _check_grad_io(program: Program, args: tuple, nums: tuple[int, ...], has_aux
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
          checkpoint: Any = None, detect_anomaly: bool = False,
          static_argnums: int | Sequence[int] = (),
-         holomorphic: bool = False) -> Callable:
+         holomorphic: bool = False, autograph: bool = True) -> Callable:
     """The gradient of a float-scalar function, like `jax.grad`, also of complex inputs
     (JAX's convention, docs/api.md, Complex numbers); with `holomorphic=True` the complex
     derivative f'(z) of a complex-scalar function of complex inputs.
     `detect_anomaly=True` checks every result for NaN/Inf, as under
-    `cg.detect_anomaly()`; `static_argnums` as in `value_and_grad`."""
-    vg = _value_and_grad(fun, argnums, has_aux, checkpoint, detect_anomaly, "cfgrad.grad",
-                         want_value=has_aux, static_argnums=static_argnums,
-                         holomorphic=holomorphic)
+    `cg.detect_anomaly()`; `static_argnums` and `autograph` as in `value_and_grad`."""
+    vg = _value_and_grad(converted(fun) if autograph else fun, argnums, has_aux, checkpoint,
+                         detect_anomaly, "cfgrad.grad", want_value=has_aux,
+                         static_argnums=static_argnums, holomorphic=holomorphic)
 
     def grad_fn(*args: Any, **kwargs: Any) -> Any:
         value, g = vg(*args, **kwargs)
@@ -564,9 +570,12 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
     return grad_fn
 
 
-def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
-    """`(fun(*primals), J @ tangents)` by forward mode through the same control flow."""
+def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
+        autograph: bool = True) -> tuple[Any, Any]:
+    """`(fun(*primals), J @ tangents)` by forward mode through the same control flow;
+    `autograph` as in `vjp`."""
     primals, tangents = tuple(primals), tuple(tangents)
+    fun = converted(fun) if autograph else fun
     if nested.is_tracing():  # inside a traced function: one node
         return nested.jvp(fun, primals, tangents)
     entry, leaves = lowered(fun, primals)
@@ -593,10 +602,19 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple
             treelib.unflatten(program.out_tree, outs[n:]))
 
 
+def lower(fun: Callable, *args: Any, static_argnums: int | Sequence[int] = (),
+          autograph: bool = True) -> Program:
+    """Trace `fun` at `args` and return its Program (`print(program)` shows the IR);
+    `fun`'s Python `if`/`while`/`for` on traced values become regions (`autograph=False`:
+    traced as written)."""
+    return lower_traced(converted(fun) if autograph else fun, *args,
+                        static_argnums=static_argnums)
+
+
 def evaluate(fun: Callable, *args: Any) -> tuple[Any, Machine]:
-    """Run `fun` through the interpreter with its control log kept (for tests and
-    check_grads' path-stability guard)."""
-    entry, leaves = lowered(fun, args)
+    """Run `fun` (converted) through the interpreter with its control log kept (for tests
+    and check_grads' path-stability guard)."""
+    entry, leaves = lowered(converted(fun), args)
     m = Machine(entry.compiled, entry.strategies(None))
     m.sinks.append([])
     with np.errstate(all="ignore"):

@@ -41,6 +41,7 @@ from rich.text import Text
 
 from . import checkpoint, inspector
 from .api import lowered
+from .convert import converted
 from .dot import to_dot
 from .errors import ArgumentValueError, CfgradError
 from .reverse import adjoint
@@ -178,7 +179,7 @@ def _inspect(ns: argparse.Namespace) -> int:
     _check_outputs(ns)
     fun, args = resolve_target(ns.target, ns.args)
     with _user_code(f"tracing {ns.target}", passthrough=CfgradError):
-        program = lowered(fun, args)[0].program
+        program = lowered(converted(fun), args)[0].program
     with _user_code(f"inspecting {ns.target}", passthrough=CfgradError):
         shown = adjoint(program) if ns.adjoint else program
         run = None

@@ -63,3 +63,10 @@ class NonFiniteError(CfgradError, FloatingPointError):
 class ScalerStateError(CfgradError, RuntimeError):
     """`LossScaler.update()` was called without a `step()` since the previous update, so
     there is no inf/nan check to base the new scale on."""
+
+
+class ConversionError(LoweringError):
+    """Python control flow on traced values that the conversion cannot turn into regions:
+    a variable assigned on one branch of a traced `if` only, a loop variable whose shape
+    or dtype changes, a `break` out of a loop over a Python list under a traced condition,
+    a `try` around traced control flow. The message names the construct and the line."""

@@ -59,6 +59,7 @@ from .checkpoint import (
     resolve,
     traced,
 )
+from .convert import converted
 from .errors import ArgumentTypeError, ArgumentValueError
 from .interpret import Tape, execute
 from .ir import (
@@ -765,7 +766,7 @@ def record_run(target: Any, *args: Any, checkpoint: Any = None, values: Sequence
             raise ArgumentTypeError(f"inspect: {target.name} takes {len(target.params)} "
                                     f"argument leaves, got {len(leaves)}")
     elif callable(target):
-        entry, leaves = lowered(target, args)
+        entry, leaves = lowered(converted(target), args)
     else:
         raise ArgumentTypeError(f"inspect: cannot run a {type(target).__name__}")
     program = entry.program
@@ -1401,7 +1402,7 @@ def _lower(fun: Any, args: tuple) -> Program:
     if not callable(fun):
         raise ArgumentTypeError(f"inspect: expected a function, a Program, a Block, a pullback "
                                 f"or a Run, got {type(fun).__name__}")
-    return lowered(fun, args)[0].program
+    return lowered(converted(fun), args)[0].program
 
 
 def inspect(target: Any, *args: Any, adjoint: bool = False, run: bool = False,

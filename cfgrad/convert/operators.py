@@ -1,0 +1,587 @@
+"""The runtime converted code calls: Python semantics on concrete values, regions on traced.
+
+Each operator looks at the value that decides: a concrete condition (a Python bool, a
+numpy scalar) runs the statement as Python, exactly as unconverted code would; a traced
+one lowers it into the Program being built, through `cg.cond`, `cg.while_loop` and
+`cg.fori_loop`. A `while` whose condition starts concrete and becomes traced (`err =
+inf` before the loop, a traced `err` after one step; a `break` under a traced `if`) runs
+its first iterations as Python and the rest as one loop region, which is what Python would
+do with those values.
+
+A traced `if` or loop hands its variables out as results or carries, so they must be
+arrays or numbers (or pytrees of them) of one shape and dtype on every path; anything else
+must be the same object on every path. Python numbers are weakly typed, as in JAX: a loop
+variable that starts as `0` and becomes a float32 array in the body is a float32 carry
+that starts at zero. To know those types before the loop, the body is traced once on its
+own (`_Carry.initial`); that second tracing also gives loop variables first assigned in
+the body (`mid` of a bisection read after the loop) a starting value: zeros, which a run
+never reads unless the loop runs no iteration, where Python would raise `NameError`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import numpy as cnp
+from .. import tree as treelib
+from ..debug import callback
+from ..errors import ConversionError, LoweringError
+from ..ir import SourceLoc, TensorType, Value, type_of
+from ..trace import Trace, Tracer, argument_problem, cond, fori_loop, while_loop
+from ..trace_context import current_loc, is_traced, tracing
+
+_TRY_NOTE = ("a `try` around control flow on traced values cannot catch errors of the "
+             "traced program, which happen when it runs, not when it is traced; move the "
+             "`try` outside the function being transformed")
+
+
+class Undefined:
+    """The value of a local variable not assigned yet: any use is Python's
+    `UnboundLocalError`, naming the variable."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<undefined {self.name}>"
+
+    def _unbound(self, *args: Any, **kwargs: Any) -> Any:
+        loc = current_loc()
+        raise UnboundLocalError(
+            f"local variable '{self.name}' is used before it is assigned"
+            f"{' at ' + str(loc) if loc else ''}")
+
+    __getattr__ = __bool__ = __call__ = __iter__ = __len__ = __getitem__ = _unbound
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _unbound
+    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __neg__ = __matmul__ = _unbound
+    __lt__ = __le__ = __gt__ = __ge__ = __array__ = __float__ = __int__ = _unbound
+
+
+def _where(loc: SourceLoc | None) -> str:
+    return f" at {loc}" if loc else ""
+
+
+def python_test(test: Any, what: str) -> Any:
+    """The condition of a statement that must stay Python: concrete, or an error."""
+    if is_traced(test):
+        loc = current_loc()
+        raise ConversionError(f"{what}{_where(loc)} has a traced condition, which cfgrad "
+                              "cannot convert: move the `return` out of the `with`/`try`")
+    return test
+
+
+def _predicate(test: Any, construct: str, loc: SourceLoc | None, guarded: bool) -> Any:
+    """The traced scalar bool standing for `test`'s truth, or None when `test` is
+    concrete (the statement then runs as Python)."""
+    if not is_traced(test):
+        return None
+    if guarded:
+        raise ConversionError(f"the {construct}{_where(loc)} depends on a traced value "
+                              f"inside a `try`: {_TRY_NOTE}")
+    return _truth(test, f"the condition of the {construct}{_where(loc)}")
+
+
+def _truth(test: Any, what: str) -> Any:
+    if test.shape != ():
+        raise ConversionError(
+            f"{what} is a traced array of shape {test.shape}, which has no single truth "
+            "value: reduce it with cnp.any(...) or cnp.all(...), or select elementwise "
+            "with cnp.where")
+    return test if test.dtype == np.bool_ else test != 0
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, Undefined):
+        return "not assigned"
+    if v is None:
+        return "None"
+    if isinstance(v, Tracer):
+        return f"a traced {v.value.type}"
+    if isinstance(v, np.ndarray | np.generic):
+        return f"an array {type_of(v)}"
+    if isinstance(v, bool | int | float | complex):
+        return f"the Python {type(v).__name__} {v!r}"
+    return f"a {type(v).__name__}"
+
+
+def _traceable(v: Any) -> bool:
+    """Whether `v` can be a result of a traced `if` or a loop carry: a pytree with leaves,
+    all of them traced values, arrays or numbers."""
+    if isinstance(v, Undefined) or v is None:
+        return False
+    leaves = treelib.flatten(v)[0]
+    return bool(leaves) and all(is_traced(x) or argument_problem(x) is None for x in leaves)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if type(a) is not type(b) or isinstance(a, Undefined | np.ndarray):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # an object whose == is not a truth value
+        return False
+
+
+def _copies(state: tuple) -> tuple:
+    """`state` with lists and dicts copied: each branch or iteration traced changes its
+    own (the branches of a traced `if` are all traced, one after the other)."""
+    return tuple(type(v)(v) if type(v) in (list, dict) else v for v in state)
+
+
+def _leaf_type(x: Any) -> TensorType:
+    return x.value.type if isinstance(x, Tracer) else type_of(x)
+
+
+# ---------------------------------------------------------------------------------
+# if
+# ---------------------------------------------------------------------------------
+
+
+def if_stmt(test: Any, true_fn: Callable, false_fn: Callable, state: tuple,
+            outputs: tuple[str, ...] | None, guarded: bool = False) -> Any:
+    """An `if`: the branches are functions of `state` returning the variables named in
+    `outputs`, or, when `outputs` is None, the function's return value."""
+    loc = current_loc()
+    pred = _predicate(test, "`if`", loc, guarded)
+    if pred is None:
+        return (true_fn if test else false_fn)(*state)
+    names = outputs if outputs is not None else ("the return value",)
+    branches = _Branches(names, loc)
+    result = cond(pred, lambda: branches.run(true_fn, state, "true"),
+                  lambda: branches.run(false_fn, state, "false"))
+    joined = branches.join(result)
+    return joined if outputs is not None else joined[0]
+
+
+class _Branches:
+    """The two branches of one traced `if`: their static outputs (the same object on both
+    sides) kept out of the `cond`, the others checked variable by variable so a mismatch
+    names the variable and the line."""
+
+    def __init__(self, names: tuple[str, ...], loc: SourceLoc | None):
+        self.names, self.loc = names, loc
+        self.first: tuple | None = None  # the first branch's outputs, and its side
+        self.side = ""
+
+    def run(self, fn: Callable, state: tuple, side: str) -> tuple:
+        out = fn(*_copies(state))
+        out = (out,) if self.names == ("the return value",) else out
+        if self.first is None:
+            self.first, self.side = out, side
+        else:
+            self._check(out, side)
+        return tuple(v for v in out if _traceable(v))
+
+    def _check(self, out: tuple, side: str) -> None:
+        assert self.first is not None
+        for name, a, b in zip(self.names, self.first, out):
+            if _traceable(a) and _traceable(b):
+                ta, tb = treelib.flatten(a), treelib.flatten(b)
+                if ta[1] == tb[1] and all(
+                        _leaf_type(x) == _leaf_type(y) or not (is_traced(x) and is_traced(y))
+                        for x, y in zip(ta[0], tb[0])):
+                    continue
+                problem = "has a different structure, shape or dtype"
+            elif not _traceable(a) and not _traceable(b) and _same(a, b):
+                continue
+            else:
+                problem = "differs"
+            what = f"`{name}`" if name != "the return value" else name
+            hint = (f"assign {what} before the `if` (or on both branches)"
+                    if isinstance(a, Undefined) or isinstance(b, Undefined) else
+                    "only arrays and numbers (and tuples, lists and dicts of them) of one "
+                    "shape and dtype can differ between the branches of a traced `if`; "
+                    "make both branches agree (cnp.astype, cnp.broadcast_to)")
+            raise ConversionError(
+                f"{what} {problem} between the branches of the `if`{_where(self.loc)}, "
+                f"whose condition is traced: on the {self.side} branch it is "
+                f"{_describe_tree(a)}, on the {side} branch {_describe_tree(b)}; {hint}")
+
+    def join(self, result: tuple) -> tuple:
+        assert self.first is not None
+        dynamic = iter(result)
+        return tuple(next(dynamic) if _traceable(v) else v for v in self.first)
+
+
+def _describe_tree(v: Any) -> str:
+    if not _traceable(v) or treelib.flatten(v)[1].kind == "leaf":
+        return _describe(v)
+    leaves, td = treelib.flatten(v)
+    return f"{td.describe()} of " + ", ".join(str(_leaf_type(x)) for x in leaves)
+
+
+def if_exp(test: Any, true_thunk: Callable, false_thunk: Callable) -> Any:
+    """`a if test else b`: a traced test is a `cg.cond` (only the taken side runs)."""
+    loc = current_loc()
+    pred = _predicate(test, "conditional expression", loc, False)
+    if pred is None:
+        return true_thunk() if test else false_thunk()
+    branches = _Branches(("the value of the conditional expression",), loc)
+    result = cond(pred, lambda: branches.run(lambda: (true_thunk(),), (), "true"),
+                  lambda: branches.run(lambda: (false_thunk(),), (), "false"))
+    return branches.join(result)[0]
+
+
+# ---------------------------------------------------------------------------------
+# and, or, not, chained comparisons, assert
+# ---------------------------------------------------------------------------------
+
+
+def _logical(a: Any, b: Any, take_b_when: bool) -> Any:
+    """`a and b` (take_b_when True) or `a or b` with a traced: Python's operand-returning
+    semantics, elementwise on the truth of a scalar `a`."""
+    truth = _truth(a, "an operand of `and`/`or`") if is_traced(a) else bool(a)
+    if a.dtype == np.bool_ and (is_traced(b) and b.dtype == np.bool_ or isinstance(
+            b, bool | np.bool_)):
+        return cnp.logical_and(a, b) if take_b_when else cnp.logical_or(a, b)
+    picked = truth if take_b_when else cnp.logical_not(truth)
+    return cnp.where(picked, b, a)
+
+
+def and_(*thunks: Callable) -> Any:
+    """`a and b and …`: short-circuits on a concrete false operand, as Python does; with
+    a traced operand the rest is evaluated too and combined elementwise."""
+    value = thunks[0]()
+    for thunk in thunks[1:]:
+        if not is_traced(value) and not value:
+            return value
+        nxt = thunk()
+        value = _logical(value, nxt, True) if is_traced(value) else nxt
+    return value
+
+
+def or_(*thunks: Callable) -> Any:
+    value = thunks[0]()
+    for thunk in thunks[1:]:
+        if not is_traced(value) and value:
+            return value
+        nxt = thunk()
+        value = _logical(value, nxt, False) if is_traced(value) else nxt
+    return value
+
+
+def not_(x: Any) -> Any:
+    if is_traced(x):
+        return cnp.logical_not(_truth(x, "the operand of `not`"))
+    return not x
+
+
+_COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
+    "Eq": operator.eq, "NotEq": operator.ne, "Lt": operator.lt, "LtE": operator.le,
+    "Gt": operator.gt, "GtE": operator.ge, "Is": operator.is_, "IsNot": operator.is_not,
+    "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b,
+}
+
+
+def chain(left: Any, *ops_and_thunks: Any) -> Any:
+    """`a < b < c`: `a < b and b < c` with `b` evaluated once."""
+    thunks = []
+    for op, thunk in zip(ops_and_thunks[::2], ops_and_thunks[1::2]):
+        def compare(op: str = op, thunk: Callable = thunk) -> Any:
+            nonlocal left
+            right = thunk()
+            result, left = _COMPARISONS[op](left, right), right
+            return result
+        thunks.append(compare)
+    return and_(*thunks)
+
+
+def assert_(test: Any, message: Callable | None) -> None:
+    """`assert test, message`: as Python on a concrete test; on a traced one a check the
+    program makes when it runs (an `AssertionError` from the call that runs it)."""
+    if not is_traced(test):
+        assert test, message() if message is not None else None
+        return
+    truth = _truth(test, f"the condition of the `assert`{_where(current_loc())}")
+    loc = current_loc()
+    text = message() if message is not None else None
+
+    def check(ok: Any) -> None:
+        if not bool(ok):
+            raise AssertionError(text if text is not None else f"assertion failed{_where(loc)}")
+
+    callback(check, truth)
+
+
+# ---------------------------------------------------------------------------------
+# loops
+# ---------------------------------------------------------------------------------
+
+
+class _Carry:
+    """The variables of one traced loop: the carries (traced values, arrays, numbers)
+    and the statics (anything else, which the body must leave as it found them)."""
+
+    def __init__(self, names: tuple[str, ...], state: tuple, loc: SourceLoc | None,
+                 what: str):
+        self.names, self.loc, self.what = names, loc, what
+        self.statics = {i: v for i, v in enumerate(state)
+                        if not _traceable(v) and not isinstance(v, Undefined)}
+        self.state = list(state)
+
+    def carried(self) -> list[int]:
+        return [i for i in range(len(self.names)) if i not in self.statics]
+
+    def initial(self, step: Callable[[tuple], tuple]) -> tuple:
+        """The carries' starting values, with the types the body gives them: a Python
+        number takes the dtype (and shape) the body computes; a variable first assigned
+        in the body starts at zeros of its type. Found by tracing `step` (state -> state)
+        on its own, until the types settle."""
+        for _ in range(4):
+            loose = [i for i in self.carried()
+                     if isinstance(self.state[i], Undefined) or _weak(self.state[i])]
+            if not loose:
+                break
+            speculative = Trace("loop body (types)", capture=True)
+            with tracing(speculative):
+                inputs = tuple(self._abstract(speculative, i) for i in range(len(self.names)))
+                outputs = step(inputs)
+            changed = False
+            for i in loose:
+                new = self._settled(self.state[i], outputs[i])
+                if new is not None:
+                    self.state[i], changed = new, True
+            if not changed:
+                break
+        for i in self.carried():
+            if isinstance(self.state[i], Undefined):
+                self.statics[i] = self.state[i]  # never assigned a value in the body
+        return tuple(self.state[i] for i in self.carried())
+
+    def _abstract(self, trace: Trace, i: int) -> Any:
+        v = self.state[i]
+        if i in self.statics or isinstance(v, Undefined):
+            return v
+        leaves, td = treelib.flatten(v)
+        return treelib.unflatten(td, [trace.tracer(Value(_leaf_type(x))) for x in leaves])
+
+    @staticmethod
+    def _settled(before: Any, after: Any) -> Any:
+        """The starting value `before` becomes, given what one iteration makes of it; None
+        when it stays."""
+        if not _traceable(after):
+            return None
+        leaves, td = treelib.flatten(after)
+        if isinstance(before, Undefined):
+            return treelib.unflatten(td, [np.zeros(_leaf_type(x).shape, _leaf_type(x).dtype)
+                                          for x in leaves])
+        t = _leaf_type(after) if td.kind == "leaf" else None
+        if t is None or t == type_of(before):
+            return None
+        try:
+            return np.broadcast_to(np.asarray(before, t.dtype), t.shape).copy()
+        except ValueError:
+            return None  # the body changes its shape: the check after tracing says so
+
+    def split(self, carries: tuple) -> tuple:
+        """The full state from the carries (statics put back)."""
+        values = iter(carries)
+        return tuple(self.statics[i] if i in self.statics else next(values)
+                     for i in range(len(self.names)))
+
+    def join(self, state: tuple, before: tuple) -> tuple:
+        """The carries of `state`, the state after one iteration, checked against
+        `before`, the state it started from, variable by variable."""
+        for i, name in enumerate(self.names):
+            a, b = before[i], state[i]
+            if i in self.statics:
+                if not _same(a, b):
+                    raise self._changed(name, a, b, "changes")
+                continue
+            if not _traceable(b):
+                raise self._changed(name, a, b, "changes")
+            la, ta = treelib.flatten(a)
+            lb, tb = treelib.flatten(b)
+            if ta != tb or any(_leaf_type(x).shape != _leaf_type(y).shape or (
+                    _leaf_type(x).dtype != _leaf_type(y).dtype and not _weak(y))
+                    for x, y in zip(la, lb)):
+                raise self._changed(name, a, b, "changes the shape or dtype of")
+        return tuple(state[i] for i in self.carried())
+
+    def _changed(self, name: str, a: Any, b: Any, verb: str) -> ConversionError:
+        hint = ("a variable of a traced loop keeps its shape and dtype (JAX's rule for "
+                "loop carries): give it its final shape and dtype before the loop "
+                "(cnp.zeros(shape, dtype), x.astype(...)), or collect per-iteration values "
+                "with cg.scan or x.at[i].set(...)")
+        if not _traceable(a) or not _traceable(b):
+            hint = ("only arrays and numbers (and tuples, lists and dicts of them) can "
+                    "change from one iteration of a traced loop to the next; a Python "
+                    "list that grows is the usual case: preallocate an array and write "
+                    "x = x.at[i].set(v), or use cg.scan")
+        return ConversionError(
+            f"the {self.what}{_where(self.loc)} {verb} `{name}`: before an iteration it is "
+            f"{_describe_tree(a)}, after it {_describe_tree(b)}; {hint}")
+
+
+def _weak(v: Any) -> bool:
+    return isinstance(v, bool | int | float | complex) and not isinstance(v, Tracer)
+
+
+def while_stmt(test_fn: Callable, body_fn: Callable, state: tuple, names: tuple[str, ...],
+               guarded: bool = False) -> tuple:
+    """A `while`: Python iterations while the condition is concrete; from the first
+    traced one, a `cg.while_loop` over the variables in `names`."""
+    loc = current_loc()
+    while True:
+        test = test_fn(*state)
+        pred = _predicate(test, "`while` loop", loc, guarded)
+        if pred is not None:
+            return _traced_while(test_fn, body_fn, state, names, pred, loc)
+        if not test:
+            return state
+        state = body_fn(*state)
+
+
+def _loop_predicate(test: Any, loc: SourceLoc | None) -> Any:
+    if is_traced(test):
+        return _truth(test, f"the condition of the loop{_where(loc)}")
+    return np.bool_(bool(test))
+
+
+def _traced_while(test_fn: Callable, body_fn: Callable, state: tuple,
+                  names: tuple[str, ...], pred: Any, loc: SourceLoc | None) -> tuple:
+    carry = _Carry(names, state, loc, "`while` loop")
+    init = carry.initial(lambda s: body_fn(*_copies(s)))
+
+    def body(c: tuple) -> tuple:
+        before = carry.split(c[0])
+        after = body_fn(*_copies(before))
+        return carry.join(after, before), _loop_predicate(test_fn(*after), loc)
+
+    out, _ = while_loop(lambda c: c[1], body, (init, pred))
+    return carry.split(out)
+
+
+class _TracedIteration:
+    """What a `for` over traced values iterates: a length (an int or a traced int) and
+    the item at a (traced) position."""
+
+    def __init__(self, length: Any, item: Callable[[Any], Any], what: str):
+        self.length, self.item, self.what = length, item, what
+
+    def __iter__(self) -> Any:
+        loc = current_loc()
+        raise LoweringError(
+            f"{self.what}{_where(loc)} has traced values and can only be iterated by a "
+            "`for` statement of a function cfgrad converts")
+
+
+def traced_range(*args: Any) -> _TracedIteration:
+    """`range(...)` with a traced bound: its trip count max(0, ceil((stop-start)/step))."""
+    if not 1 <= len(args) <= 3:
+        raise TypeError(f"range expected 1 to 3 arguments, got {len(args)}")
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
+    for name, v in (("start", start), ("stop", stop), ("step", step)):
+        if is_traced(v) and (v.shape != () or v.dtype.kind not in "iu"):
+            raise TypeError(f"range() {name} must be an integer scalar, got {_describe(v)}")
+        if not is_traced(v):
+            operator.index(v)  # Python's TypeError for a float or an array
+    if not is_traced(step) and step == 0:
+        raise ValueError("range() arg 3 must not be zero")
+    length = cnp.maximum(-((start - stop) // step), 0)
+    return _TracedIteration(length, lambda k: start + k * step, "range()")
+
+
+def _as_iteration(x: Any) -> _TracedIteration:
+    if isinstance(x, _TracedIteration):
+        return x
+    if is_traced(x):
+        if x.shape == ():
+            raise TypeError("iteration over a 0-d traced array")
+        return _TracedIteration(x.shape[0], lambda k: x[k], "a traced array")
+    a = cnp.asarray(x)
+    if np.ndim(a) == 0:
+        raise TypeError(f"iteration over {_describe(x)}")
+    return _TracedIteration(np.shape(a)[0], lambda k: a[k], "an array")
+
+
+def traced_enumerate(x: Any, start: Any = 0) -> _TracedIteration:
+    it = _as_iteration(x)
+    return _TracedIteration(it.length, lambda k: (start + k, it.item(k)), "enumerate()")
+
+
+def traced_zip(*xs: Any) -> _TracedIteration:
+    its = [_as_iteration(x) for x in xs]
+    lengths = [it.length for it in its]
+    length = lengths[0]
+    for n in lengths[1:]:
+        length = cnp.minimum(length, n) if is_traced(length) or is_traced(n) else min(
+            length, n)
+    return _TracedIteration(length, lambda k: tuple(it.item(k) for it in its), "zip()")
+
+
+def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: tuple,
+             names: tuple[str, ...], guarded: bool = False) -> tuple:
+    """A `for`: over traced values (a traced array's rows, `range` with a traced bound,
+    their `enumerate` and `zip`) a loop region; over anything else Python iterations. A
+    `break` (`test_fn`, false once the loop should stop) that becomes traced in a `range`
+    loop turns the remaining iterations into one region."""
+    loc = current_loc()
+    if isinstance(iterable, _TracedIteration) or is_traced(iterable):
+        if guarded:
+            raise ConversionError(f"the `for` loop{_where(loc)} iterates over traced "
+                                  f"values inside a `try`: {_TRY_NOTE}")
+        return _traced_for(_as_iteration(iterable), test_fn, body_fn, state, names, loc)
+    iterator = iter(iterable)
+    position = 0
+    while True:
+        if test_fn is not None:
+            test = test_fn(*state)
+            pred = _predicate(test, "`for` loop's `break`", loc, guarded)
+            if pred is not None:
+                if isinstance(iterable, range):
+                    return _traced_for(_rest_of(iterable[position:]), test_fn, body_fn,
+                                       state, names, loc, pred)
+                raise ConversionError(
+                    f"the `for` loop{_where(loc)} iterates over a Python "
+                    f"{type(iterable).__name__} and leaves it with `break` or `return` "
+                    "under a traced condition; cfgrad can make a loop region only of a "
+                    "`range` or an array: iterate over `range(len(...))` or over "
+                    "cnp.asarray(...) instead")
+            if not test:
+                return state
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return state
+        state = body_fn(*state, item)
+        position += 1
+
+
+def _rest_of(rest: range) -> _TracedIteration:
+    return _TracedIteration(len(rest), lambda k: rest.start + k * rest.step, "range()")
+
+
+def _traced_for(it: _TracedIteration, test_fn: Callable | None, body_fn: Callable,
+                state: tuple, names: tuple[str, ...], loc: SourceLoc | None,
+                pred: Any = None) -> tuple:
+    carry = _Carry(names, state, loc, "`for` loop")
+    init = carry.initial(lambda s: body_fn(*_copies(s), it.item(np.int64(0))))
+    if test_fn is None:
+        def fori_body(k: Any, c: tuple) -> tuple:
+            before = carry.split(c)
+            return carry.join(body_fn(*_copies(before), it.item(k)), before)
+
+        return carry.split(fori_loop(0, it.length, fori_body, init))
+
+    def body(c: tuple) -> tuple:
+        k, carries, _ = c
+        before = carry.split(carries)
+        after = body_fn(*_copies(before), it.item(k))
+        more = _loop_predicate(test_fn(*after), loc)
+        return k + 1, carry.join(after, before), cnp.logical_and(k + 1 < it.length, more)
+
+    if pred is None:
+        pred = _loop_predicate(test_fn(*state), loc)
+    start = cnp.logical_and(0 < it.length, pred) if is_traced(it.length) or is_traced(
+        pred) else pred and it.length > 0
+    _, out, _ = while_loop(lambda c: c[2], body, (np.int64(0), init, start))
+    return carry.split(out)

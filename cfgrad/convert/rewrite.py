@@ -1,0 +1,520 @@
+"""The source rewriting: a function's `ast` in, the same function calling the runtime out.
+
+Three steps, in order, on a copy of the function's node:
+
+1. **Jumps become flags** (`lower_jumps`). `break` sets a flag the loop's condition
+   reads, `continue` a flag reset at each iteration; the statements after a jump run
+   under `if not flag:`. A `return` inside a loop records which return it was and breaks
+   out of every enclosing loop; after the outermost one, `if ret == k: return e_k`
+   evaluates the expression on the state the loop stopped in, which is the state it was
+   written in, since nothing runs between the jump and the loop's exit.
+2. **Returns leave from the end** (`lower_returns`). The statements after an `if` that
+   returns on some path move into its branches that do not, so every `return` is the
+   last statement of its path: a traced `if` then yields the function's result.
+3. **Control flow becomes calls** (`Functionalize`). Each `if`, `while` and `for` becomes
+   nested functions of the variables it assigns (the scope analysis says which, and which
+   of them are read afterwards) and a call of `operators.if_stmt` / `while_stmt` /
+   `for_stmt`, which runs them as Python or lowers them into regions; `and`, `or`, `not`,
+   conditional expressions, chained comparisons and `assert` become calls too, and every
+   call goes through `operators`' `call`, which converts the user functions it reaches.
+
+Generated nodes take the location of the statement they replace, so tracebacks, source
+locations in Programs and the errors of the runtime name the user's lines. AutoGraph
+(Moldovan et al., "AutoGraph: Imperative-style Coding with Graph-based Performance",
+SysML 2019) and Tangent take the same route; these are the semantics, not their code.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from collections.abc import Iterable
+
+from .scopes import (
+    BREAK_FLAG,
+    LIVE_AT_HEADER,
+    LIVE_OUT,
+    annotate,
+    assigned,
+    declared_outside,
+    target_names,
+)
+
+OPS = "cfg__ops"  # the name converted code calls the runtime by (a closure cell)
+PREFIX = "cfg__"  # the prefix of every name the conversion makes up
+
+# calls that read the calling frame: wrapping them in `call` would change what they see
+_FRAME_CALLS = frozenset({"super", "locals", "globals", "vars", "eval", "exec", "dir"})
+
+
+class Unconvertible(Exception):
+    """The function cannot be converted (it runs as Python, unconverted); the reason."""
+
+
+def locate(node: ast.AST, at: ast.AST) -> ast.AST:
+    """`node` placed on the first line of `at` (one line: Python 3.11 places a method
+    call at the end line of its callee, which for a whole `if` is its last line)."""
+    if hasattr(at, "lineno"):  # a node made up here has none: its parent's is used
+        node.lineno = node.end_lineno = at.lineno
+        node.col_offset = node.end_col_offset = at.col_offset
+    return node
+
+
+def _ops(attr: str) -> ast.Attribute:
+    return ast.Attribute(ast.Name(OPS, ast.Load()), attr, ast.Load())
+
+
+def _name(id_: str, store: bool = False) -> ast.Name:
+    return ast.Name(id_, ast.Store() if store else ast.Load())
+
+
+def _assign(id_: str, value: ast.expr) -> ast.Assign:
+    return ast.Assign([_name(id_, True)], value)
+
+
+def _const(value: object) -> ast.Constant:
+    return ast.Constant(value)
+
+
+def _thunk(expr: ast.expr) -> ast.Lambda:
+    return ast.Lambda(ast.arguments([], [], None, [], [], None, []), expr)
+
+
+def _own_nodes(stmts: Iterable[ast.AST]) -> Iterable[ast.AST]:
+    """The nodes of `stmts` at the function's own scope (not inside nested functions,
+    lambdas or classes)."""
+    stack = list(stmts)
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(child for child in ast.iter_child_nodes(node)
+                     if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef
+                                       | ast.Lambda | ast.ClassDef))
+
+
+def _contains(stmts: Iterable[ast.AST], kinds: type | tuple[type, ...],
+              into_loops: bool = True) -> bool:
+    stack = list(stmts)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, kinds):
+            return True
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+                          | ast.ClassDef):
+                continue
+            if not into_loops and isinstance(child, ast.While | ast.For | ast.AsyncFor):
+                continue
+            stack.append(child)
+    return False
+
+
+def _not_any(flags: list[str]) -> ast.expr:
+    tests = [ast.UnaryOp(ast.Not(), _name(f)) for f in flags]
+    return tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests)
+
+
+# ---------------------------------------------------------------------------------
+# 1. jumps become flags
+# ---------------------------------------------------------------------------------
+
+
+class _Loop:
+    """What a loop being lowered learnt about its body: a return inside it."""
+
+    def __init__(self) -> None:
+        self.returns = False
+
+
+class _Jumps:
+    """Lowers `break`, `continue` and `return` inside loops of one function."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.returns: list[ast.expr] = []  # the expression of return k (k from 1)
+        self.ret = f"{PREFIX}return_at"
+
+    def fresh(self, what: str) -> str:
+        self.count += 1
+        return f"{PREFIX}{what}{self.count}"
+
+    def block(self, stmts: list[ast.stmt], loop: _Loop | None) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for stmt in stmts:
+            out.extend(self.statement(stmt, loop))
+        return out
+
+    def statement(self, stmt: ast.stmt, loop: _Loop | None) -> list[ast.stmt]:
+        if isinstance(stmt, ast.While | ast.For):
+            return self.loop(stmt, loop)
+        if isinstance(stmt, ast.AsyncFor):
+            raise Unconvertible(f"async for at line {stmt.lineno}")
+        if isinstance(stmt, ast.Return) and loop is not None:
+            loop.returns = True
+            self.returns.append(stmt.value or _const(None))
+            mark = locate(_assign(self.ret, _const(len(self.returns))), stmt)
+            return [mark, locate(ast.Break(), stmt)]
+        for block in _blocks(stmt):
+            block[:] = self.block(block, loop)
+        return [stmt]
+
+    def loop(self, stmt: ast.While | ast.For, outer: _Loop | None) -> list[ast.stmt]:
+        inner = _Loop()
+        body = self.block(stmt.body, inner)
+        orelse = self.block(stmt.orelse, outer)
+        before: list[ast.stmt] = []
+        after: list[ast.stmt] = []
+        broken = _contains(body, ast.Break, into_loops=False)
+        continued = _contains(body, ast.Continue, into_loops=False)
+        brk = self.fresh("break") if broken else None
+        cont = self.fresh("continue") if continued else None
+        if brk:
+            before.append(_assign(brk, _const(False)))
+        body = _guard(body, brk, cont)
+        if cont:
+            body.insert(0, _assign(cont, _const(False)))
+        stmt.body = body or [ast.Pass()]
+        stmt.orelse = []
+        if brk and isinstance(stmt, ast.While):
+            stmt.test = ast.BoolOp(ast.And(), [ast.UnaryOp(ast.Not(), _name(brk)), stmt.test])
+        elif brk:
+            setattr(stmt, BREAK_FLAG, brk)
+        if orelse:
+            after.extend([ast.If(ast.UnaryOp(ast.Not(), _name(brk)), orelse, [])]
+                         if brk else orelse)
+        if inner.returns:
+            if outer is not None:
+                outer.returns = True
+                after.append(ast.If(ast.Compare(_name(self.ret), [ast.NotEq()], [_const(0)]),
+                                    [ast.Break()], []))
+            else:
+                after.extend(self.dispatch())
+        for node in before + after:
+            locate(node, stmt)
+        return before + [stmt] + after
+
+    def dispatch(self) -> list[ast.stmt]:
+        """`if ret == 1: return e1 / elif ret == 2: return e2 …` after an outermost loop."""
+        chain: list[ast.stmt] = []
+        for k in range(len(self.returns), 0, -1):
+            value = copy.deepcopy(self.returns[k - 1])
+            test = ast.Compare(_name(self.ret), [ast.Eq()], [_const(k)])
+            chain = [locate(ast.If(test, [locate(ast.Return(value), value)],
+                                              chain), value)]
+        return chain
+
+
+def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists of an `if`, `with` or `try` (not of loops or functions)."""
+    if isinstance(stmt, ast.If):
+        return [stmt.body, stmt.orelse]
+    if isinstance(stmt, ast.With | ast.AsyncWith):
+        return [stmt.body]
+    if isinstance(stmt, ast.Try | ast.TryStar):
+        return [stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody]
+    return []
+
+
+def _guard(stmts: list[ast.stmt], brk: str | None, cont: str | None) -> list[ast.stmt]:
+    """`stmts` with their `break`/`continue` (of this loop) as flag assignments, and what
+    follows a statement that may jump under `if not flag:`."""
+    out: list[ast.stmt] = []
+    for i, stmt in enumerate(stmts):
+        if isinstance(stmt, ast.Break | ast.Continue):
+            flag = brk if isinstance(stmt, ast.Break) else cont
+            out.append(locate(_assign(flag, _const(True)), stmt))
+            return out  # the rest of the block is unreachable
+        flags = [] if isinstance(stmt, ast.While | ast.For) else [
+            f for f, kind in ((brk, ast.Break), (cont, ast.Continue))
+            if f and _contains([stmt], kind, into_loops=False)]
+        for block in _blocks(stmt):
+            block[:] = _guard(block, brk, cont)
+        if isinstance(stmt, ast.If | ast.With | ast.Try) and not stmt.body:
+            stmt.body = [ast.Pass()]
+        out.append(stmt)
+        if flags:
+            rest = _guard(stmts[i + 1:], brk, cont)
+            if rest:
+                out.append(locate(ast.If(_not_any(flags), rest, []), stmts[i + 1]))
+            return out
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# 2. returns leave from the end
+# ---------------------------------------------------------------------------------
+
+
+def always_returns(stmts: list[ast.stmt]) -> bool:
+    """Whether every path through `stmts` ends in `return` or `raise`."""
+    for stmt in stmts:
+        if isinstance(stmt, ast.Return | ast.Raise):
+            return True
+        if isinstance(stmt, ast.If) and always_returns(stmt.body) and always_returns(
+                stmt.orelse):
+            return True
+    return False
+
+
+def _returns_in_ifs(stmt: ast.stmt) -> bool:
+    """Whether an `if` returns on some path through its nested `if`s alone."""
+    if isinstance(stmt, ast.Return):
+        return True
+    if isinstance(stmt, ast.If):
+        return any(_returns_in_ifs(s) for s in stmt.body + stmt.orelse)
+    return False
+
+
+def lower_returns(stmts: list[ast.stmt]) -> list[ast.stmt]:
+    for i, stmt in enumerate(stmts):
+        if isinstance(stmt, ast.If) and _returns_in_ifs(stmt):
+            rest = stmts[i + 1:]
+            for field in ("body", "orelse"):
+                branch = getattr(stmt, field)
+                if not always_returns(branch):
+                    branch = branch + copy.deepcopy(rest)
+                setattr(stmt, field, lower_returns(branch))
+            return stmts[:i + 1]
+    return stmts
+
+
+# ---------------------------------------------------------------------------------
+# 3. control flow becomes calls
+# ---------------------------------------------------------------------------------
+
+
+class Functionalize(ast.NodeTransformer):
+    """Rewrites one function's statements (after steps 1 and 2 and the liveness
+    annotation) into calls of the runtime; nested functions go through the whole
+    conversion on their own."""
+
+    def __init__(self, outside: set[str], nonlocals: set[str]):
+        self.outside = outside  # declared global or nonlocal: written where they live
+        self.nonlocals = nonlocals  # those declared nonlocal
+        self.in_try = 0  # inside the body of a `try` with handlers
+
+    # -- statements ---------------------------------------------------------------
+    def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for stmt in stmts:
+            new = self.visit(stmt)
+            out.extend(new if isinstance(new, list) else [new])
+        return out or [ast.Pass()]
+
+    def _def(self, name: str, params: list[str], body: list[ast.stmt], at: ast.AST
+             ) -> ast.FunctionDef:
+        """A generated function of `params`; names the user's function declares `global`
+        or `nonlocal` and `body` writes are declared so in it too."""
+        written = assigned(body) & self.outside
+        declared: list[ast.stmt] = []
+        if written - self.nonlocals:
+            declared.append(ast.Global(sorted(written - self.nonlocals)))
+        if written & self.nonlocals:
+            declared.append(ast.Nonlocal(sorted(written & self.nonlocals)))
+        args = ast.arguments([], [ast.arg(p) for p in params], None, [], [], None, [])
+        node = ast.FunctionDef(name=name, args=args, body=declared + body, decorator_list=[])
+        return locate(node, at)
+
+    def _state(self, names: Iterable[str]) -> list[str]:
+        return sorted(set(names) - self.outside)
+
+    def _call(self, fn: str, args: list[ast.expr], at: ast.AST) -> ast.Call:
+        keywords = [ast.keyword("guarded", _const(True))] if self.in_try else []
+        return locate(ast.Call(_ops(fn), args, keywords), at)
+
+    @staticmethod
+    def _tuple(names: list[str], store: bool = False) -> ast.Tuple:
+        return ast.Tuple([_name(n, store) for n in names], ast.Store() if store else ast.Load())
+
+    def visit_If(self, node: ast.If) -> list[ast.stmt]:
+        test = self.visit(node.test)
+        line = node.lineno
+        if _returns_in_ifs(node):
+            if not (always_returns(node.body) and always_returns(node.orelse)):
+                # a return left inside a with/try: this `if` must stay Python
+                node.test = locate(ast.Call(_ops("python_test"), [
+                    test, _const("an `if` that returns from inside a `with` or `try`")], []),
+                    node.test)
+                node.body, node.orelse = self.block(node.body), self.block(node.orelse)
+                return [node]
+            state = self._state(assigned(node.body + node.orelse))
+            true = self._def(f"{PREFIX}if_true_{line}", state, self.block(node.body), node)
+            false = self._def(f"{PREFIX}if_false_{line}", state, self.block(node.orelse), node)
+            call = self._call("if_stmt", [test, _name(true.name), _name(false.name),
+                                          self._tuple(state), _const(None)], node)
+            return [true, false, locate(ast.Return(call), node)]
+        state = self._state(assigned(node.body + node.orelse))
+        outs = [n for n in state if n in getattr(node, LIVE_OUT)]
+        ret = ast.Return(self._tuple(outs))
+        true = self._def(f"{PREFIX}if_true_{line}", state,
+                         self._ended(self.block(node.body), ret), node)
+        false = self._def(f"{PREFIX}if_false_{line}", state,
+                          self._ended(self.block(node.orelse), ret), node)
+        call = self._call("if_stmt", [test, _name(true.name), _name(false.name),
+                                      self._tuple(state), _const(tuple(outs))], node)
+        return [true, false, self._bind(outs, call, node)]
+
+    @staticmethod
+    def _ended(body: list[ast.stmt], ret: ast.Return) -> list[ast.stmt]:
+        body = [s for s in body if not isinstance(s, ast.Pass)]
+        return body + [copy.deepcopy(ret)]
+
+    def _bind(self, names: list[str], call: ast.Call, at: ast.AST) -> ast.stmt:
+        if not names:
+            return locate(ast.Expr(call), at)
+        return locate(ast.Assign([self._tuple(names, True)], call), at)
+
+    def visit_While(self, node: ast.While) -> list[ast.stmt]:
+        line = node.lineno
+        carries = self._state(assigned(node.body) & getattr(node, LIVE_AT_HEADER))
+        ret = ast.Return(self._tuple(carries))
+        test = self._def(f"{PREFIX}loop_test_{line}", carries,
+                         [ast.Return(self.visit(node.test))], node)
+        body = self._def(f"{PREFIX}loop_body_{line}", carries,
+                         self._ended(self.block(node.body), ret), node)
+        call = self._call("while_stmt", [_name(test.name), _name(body.name),
+                                         self._tuple(carries), _const(tuple(carries))], node)
+        return [test, body, self._bind(carries, call, node)]
+
+    def visit_For(self, node: ast.For) -> list[ast.stmt]:
+        line = node.lineno
+        header = getattr(node, LIVE_AT_HEADER)
+        carries = self._state((assigned(node.body) | target_names(node.target)) & header)
+        ret = ast.Return(self._tuple(carries))
+        item = f"{PREFIX}item"
+        bind_target = locate(ast.Assign([node.target], _name(item)), node.target)
+        body = self._def(f"{PREFIX}loop_body_{line}", carries + [item],
+                         self._ended([bind_target] + self.block(node.body), ret), node)
+        flag = getattr(node, BREAK_FLAG, None)
+        defs: list[ast.stmt] = []
+        test: ast.expr = _const(None)
+        if flag:
+            test_def = self._def(f"{PREFIX}loop_test_{line}", carries,
+                                 [ast.Return(self.visit(ast.UnaryOp(ast.Not(), _name(flag))))],
+                                 node)
+            defs.append(test_def)
+            test = _name(test_def.name)
+        call = self._call("for_stmt", [self.visit(node.iter), test, _name(body.name),
+                                       self._tuple(carries), _const(tuple(carries))], node)
+        return defs + [body, self._bind(carries, call, node)]
+
+    def visit_Try(self, node: ast.Try) -> ast.Try:
+        guarded = bool(node.handlers)
+        self.in_try += guarded
+        node.body = self.block(node.body)
+        self.in_try -= guarded
+        for handler in node.handlers:
+            handler.type = self.visit(handler.type) if handler.type else None
+            handler.body = self.block(handler.body)
+        node.orelse = self.block(node.orelse) if node.orelse else []
+        node.finalbody = self.block(node.finalbody) if node.finalbody else []
+        return node
+
+    visit_TryStar = visit_Try
+
+    def visit_With(self, node: ast.With) -> ast.With:
+        for item in node.items:
+            item.context_expr = self.visit(item.context_expr)
+        node.body = self.block(node.body)
+        return node
+
+    def visit_Assert(self, node: ast.Assert) -> ast.stmt:
+        message = _thunk(self.visit(node.msg)) if node.msg else _const(None)
+        return locate(ast.Expr(ast.Call(_ops("assert_"), [
+            self.visit(node.test), message], [])), node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.stmt:
+        try:
+            return convert_function(node)
+        except Unconvertible:
+            return node  # a generator, say: it runs as Python
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.stmt:
+        return node
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.stmt:
+        return node  # its methods are converted when they are called
+
+    # -- expressions --------------------------------------------------------------
+    def visit_BoolOp(self, node: ast.BoolOp) -> ast.expr:
+        self.generic_visit(node)
+        if _contains(node.values, ast.NamedExpr):
+            return node  # `:=` inside a thunk would bind in the thunk
+        fn = "and_" if isinstance(node.op, ast.And) else "or_"
+        return locate(ast.Call(_ops(fn), [_thunk(v) for v in node.values], []),
+                                 node)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.expr:
+        self.generic_visit(node)
+        if not isinstance(node.op, ast.Not):
+            return node
+        return locate(ast.Call(_ops("not_"), [node.operand], []), node)
+
+    def visit_IfExp(self, node: ast.IfExp) -> ast.expr:
+        self.generic_visit(node)
+        if _contains([node.body, node.orelse], ast.NamedExpr):
+            return node
+        return locate(ast.Call(_ops("if_exp"), [
+            node.test, _thunk(node.body), _thunk(node.orelse)], []), node)
+
+    def visit_Compare(self, node: ast.Compare) -> ast.expr:
+        self.generic_visit(node)
+        if len(node.ops) == 1 or _contains(node.comparators, ast.NamedExpr):
+            return node
+        args: list[ast.expr] = [node.left]
+        for op, right in zip(node.ops, node.comparators):
+            args += [_const(type(op).__name__), _thunk(right)]
+        return locate(ast.Call(_ops("chain"), args, []), node)
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in _FRAME_CALLS:
+            return node
+        return locate(ast.Call(_ops("call"), [node.func, *node.args],
+                                          node.keywords), node)
+
+
+
+def _check_convertible(fn: ast.FunctionDef | ast.Lambda) -> None:
+    for node in _own_nodes(fn.body if isinstance(fn, ast.FunctionDef) else [fn.body]):
+        if isinstance(node, ast.Yield | ast.YieldFrom):
+            raise Unconvertible(f"it is a generator (`yield` at line {node.lineno}), and "
+                                "cfgrad does not convert generators")
+        if isinstance(node, ast.Await):
+            raise Unconvertible(f"`await` at line {node.lineno}")
+
+
+def convert_function(node: ast.FunctionDef) -> ast.FunctionDef:
+    """The converted copy of a `def` (a nested one keeps its decorators, which run when
+    the converted code defines it)."""
+    _check_convertible(node)
+    node = copy.deepcopy(node)
+    jumps = _Jumps()
+    body = jumps.block(node.body, None)
+    if not always_returns(body):
+        last = body[-1] if body else node
+        body.append(locate(ast.Return(_const(None)), last))
+    body = lower_returns(body)
+    args = node.args
+    params = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+    params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    outside = declared_outside(node)
+    undefined = sorted(assigned(body) - params - outside - {jumps.ret})
+    prologue: list[ast.stmt] = [_assign(name, ast.Call(_ops("Undefined"), [_const(name)], []))
+                                for name in undefined]
+    if jumps.returns:
+        prologue.append(_assign(jumps.ret, _const(0)))
+    for stmt in prologue:
+        locate(stmt, body[0] if body else node)
+    annotate(body, frozenset())
+    nonlocals = {n for sub in _own_nodes(node.body) if isinstance(sub, ast.Nonlocal)
+                 for n in sub.names}
+    declarations = [s for s in body if isinstance(s, ast.Global | ast.Nonlocal)]
+    body = [s for s in body if not isinstance(s, ast.Global | ast.Nonlocal)]
+    node.body = declarations + prologue + Functionalize(outside, nonlocals).block(body)
+    return node
+
+
+def convert_lambda(node: ast.Lambda) -> ast.Lambda:
+    _check_convertible(node)
+    return Functionalize(set(), set()).visit(copy.deepcopy(node))
