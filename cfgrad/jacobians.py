@@ -29,6 +29,7 @@ from . import numpy as cnp
 from . import tree as treelib
 from .api import argnums_tuple, jvp, resolve_argnums, vjp
 from .checkpoint import check_strategy
+from .convert import converted
 from .errors import ArgumentTypeError
 
 
@@ -118,12 +119,13 @@ class _Inputs:
 
 
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
-           checkpoint: Any = None) -> Callable:
+           checkpoint: Any = None, autograph: bool = True) -> Callable:
     """The Jacobian of `fun` by reverse mode, like `jax.jacrev`: one forward run and one
     pullback per element of the output, so it suits functions with fewer outputs than
-    inputs. `checkpoint` is the strategy of every loop that did not choose its own."""
-    return _jacrev(fun, argnums, has_aux, checkpoint, "cfgrad.jacrev",
-                   getattr(fun, "__name__", "f"))
+    inputs. `checkpoint` is the strategy of every loop that did not choose its own;
+    `autograph` as in `cg.vjp`."""
+    return _jacrev(converted(fun) if autograph else fun, argnums, has_aux, checkpoint,
+                   "cfgrad.jacrev", getattr(fun, "__name__", "f"))
 
 
 def _jacrev(fun: Callable, argnums: int | Sequence[int], has_aux: bool, checkpoint: Any,
@@ -175,10 +177,12 @@ def _jacrev(fun: Callable, argnums: int | Sequence[int], has_aux: bool, checkpoi
 
 
 def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, *,
-           has_aux: bool = False) -> Callable:
+           has_aux: bool = False, autograph: bool = True) -> Callable:
     """The Jacobian of `fun` by forward mode, like `jax.jacfwd`: one JVP run per element of
-    the differentiated inputs, so it suits functions with more outputs than inputs."""
-    return _jacfwd(fun, argnums, has_aux, "cfgrad.jacfwd", getattr(fun, "__name__", "f"))
+    the differentiated inputs, so it suits functions with more outputs than inputs;
+    `autograph` as in `cg.jvp`."""
+    return _jacfwd(converted(fun) if autograph else fun, argnums, has_aux, "cfgrad.jacfwd",
+                   getattr(fun, "__name__", "f"))
 
 
 def _jacfwd(fun: Callable, argnums: int | Sequence[int], has_aux: bool, caller: str,
@@ -236,13 +240,14 @@ def _jacfwd(fun: Callable, argnums: int | Sequence[int], has_aux: bool, caller: 
 
 
 def hessian(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = False,
-            checkpoint: Any = None) -> Callable:
+            checkpoint: Any = None, autograph: bool = True) -> Callable:
     """The Hessian of `fun`, `jacfwd(jacrev(fun))` as in JAX: forward over reverse, one
     Hessian-vector product per input element. For an output leaf of shape S and input
     leaves of shapes T and U, its leaf has shape S + T + U. `checkpoint` is the strategy
-    of the reverse pass's loops."""
+    of the reverse pass's loops; `autograph` as in `cg.vjp`."""
     name = getattr(fun, "__name__", "f")
-    inner = _jacrev(fun, argnums, has_aux, checkpoint, "cfgrad.hessian", name)
+    inner = _jacrev(converted(fun) if autograph else fun, argnums, has_aux, checkpoint,
+                    "cfgrad.hessian", name)
     hessian_fn = _jacfwd(inner, argnums, has_aux, "cfgrad.hessian", name)
     hessian_fn.__name__ = f"hessian({name})"
     return hessian_fn

@@ -124,7 +124,11 @@ class Tracer:
         raise TracerBoolError(
             f"{what} on a traced value ({self.value.type}){where}: the value is not known while "
             "the function is traced. Use cg.cond / cg.switch for branches, cg.while_loop / "
-            "cg.fori_loop for loops, and cnp.where for elementwise selection.")
+            "cg.fori_loop for loops, and cnp.where for elementwise selection. (cfgrad "
+            "converts the `if`, `while` and `for` statements of the functions it transforms "
+            "and of the user functions they call, unless autograph=False; explicit bool(), "
+            "int(), float(), comprehension conditions and code whose source it cannot read "
+            "stay Python: docs/autograph.md)")
 
     def __bool__(self) -> bool:
         return self._refuse("bool() (an `if`, `while`, `and`/`or` or `not`)")

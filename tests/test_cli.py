@@ -357,7 +357,8 @@ def test_traceback_shows_the_users_exception_in_full(tmp_path):
         (["inspect", f"{traced}:f", "--args", "1.0", "--traceback"], "KeyError: 'key'\n",
          [f'File "{traced}", line 2, in f']),
         (["inspect", f"{traced_if}:f", "--args", "1.0", "--traceback"],
-         "cfgrad.errors.ConversionError: `y` is assigned on one branch only", [f'File "{traced_if}", line 2, in f']),
+         "cfgrad.errors.ConversionError: `y` is assigned on one branch only",
+         [f'File "{traced_if}", line 2, in f']),
     ]
     for proc, (_, exception, frames) in zip(cfgrad_many(*(argv for argv, _, _ in cases)),
                                             cases):

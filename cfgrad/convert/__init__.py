@@ -10,8 +10,9 @@ every call it makes through `call`, which converts the user functions it reaches
 whose file lies outside cfgrad, the standard library and site-packages.
 
 What cannot be converted runs as Python: a function without source (typed at a bare
-prompt, made by `exec`), a generator, a builtin. If such a function meets a traced
-condition, its `TracerBoolError` carries a note saying why it was not converted.
+prompt, made by `exec`), a generator, a builtin. If such a function, called from converted
+code, meets a traced condition, its `TracerBoolError` carries a note saying why it was not
+converted.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ArgumentTypeError, TracerBoolError
-from ..trace_context import is_traced
+from ..trace_context import LOWERING_LOCK, is_traced
 from . import operators
 from .rewrite import OPS, Unconvertible, convert_function, convert_lambda, locate
 
@@ -59,8 +60,11 @@ RUNTIME = types.SimpleNamespace(**{name: getattr(operators, name) for name in (
     "Undefined", "python_test", "if_stmt", "if_exp", "while_stmt", "for_stmt", "and_",
     "or_", "not_", "chain", "assert_")})
 
+# the converted function per function (it holds the original's cells and globals, never
+# the original itself, so an entry goes with its function), and the converted code per
+# code object, or the reason it cannot be converted
 _BY_FUNCTION: weakref.WeakKeyDictionary[Callable, Callable] = weakref.WeakKeyDictionary()
-_BY_CODE: dict[types.CodeType, tuple[types.CodeType, str] | str] = {}  # or why not
+_BY_CODE: dict[types.CodeType, tuple[types.CodeType, ast.AST] | str] = {}
 _CONVERTED: set[types.CodeType] = set()  # the code objects conversion made
 _PARSED: dict[tuple[str, int], ast.Module | None] = {}
 
@@ -75,10 +79,15 @@ def converted(fun: Callable) -> Callable:
     if isinstance(fun, types.MethodType):
         inner = converted(fun.__func__)
         return fun if inner is fun.__func__ else types.MethodType(inner, fun.__self__)
-    if isinstance(fun, functools.partial):
+    if isinstance(fun, functools.partial):  # kept, as the transformations key caches by it
         inner = converted(fun.func)
-        return fun if inner is fun.func else functools.partial(inner, *fun.args,
-                                                               **fun.keywords)
+        if inner is fun.func:
+            return fun
+        try:
+            return _BY_FUNCTION[fun]
+        except KeyError:
+            result = _BY_FUNCTION[fun] = functools.partial(inner, *fun.args, **fun.keywords)
+            return result
     if not isinstance(fun, types.FunctionType):
         return fun
     code = fun.__code__
@@ -88,22 +97,22 @@ def converted(fun: Callable) -> Callable:
         return _BY_FUNCTION[fun]
     except KeyError:
         pass
-    result = _build(fun)
-    _BY_FUNCTION[fun] = result
+    with LOWERING_LOCK:
+        entry = _BY_CODE.get(code)
+        if entry is None:
+            try:
+                entry = _compile(fun)
+            except Unconvertible as e:
+                entry = str(e)
+            _BY_CODE[code] = entry
+        if isinstance(entry, str):
+            return fun
+        result = _BY_FUNCTION[fun] = _rebuilt(fun, *entry)
     return result
 
 
-def _build(fun: types.FunctionType) -> Callable:
-    entry = _BY_CODE.get(fun.__code__)
-    if entry is None:
-        try:
-            entry = _compile(fun)
-        except Unconvertible as e:
-            entry = str(e)
-        _BY_CODE[fun.__code__] = entry
-    if isinstance(entry, str):
-        return _unconverted(fun, entry)
-    code, source = entry
+def _rebuilt(fun: types.FunctionType, code: types.CodeType, source: ast.AST) -> Callable:
+    """The converted `code` as a function on `fun`'s globals, defaults and cells."""
     cells = dict(zip(fun.__code__.co_freevars, fun.__closure__ or ()))
     closure = tuple(types.CellType(RUNTIME) if name == OPS else cells[name]
                     for name in code.co_freevars)
@@ -112,27 +121,15 @@ def _build(fun: types.FunctionType) -> Callable:
     new.__qualname__, new.__module__, new.__doc__ = fun.__qualname__, fun.__module__, fun.__doc__
     new.__annotations__ = fun.__annotations__
     new.__dict__.update(fun.__dict__)
-    new.__cfgrad_source__ = source  # type: ignore[attr-defined]
-    new.__cfgrad_original__ = fun  # type: ignore[attr-defined]
+    new.__cfgrad_source__ = source  # type: ignore[attr-defined]  (unparsed when asked)
     return new
 
 
-def _unconverted(fun: types.FunctionType, reason: str) -> Callable:
-    """`fun` as it is; a `TracerBoolError` from it notes why it was not converted."""
-    name = getattr(fun, "__qualname__", fun.__name__)
-
-    @functools.wraps(fun)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fun(*args, **kwargs)
-        except TracerBoolError as e:
-            note = f"cfgrad did not convert {name}'s control flow: {reason}"
-            if note not in getattr(e, "__notes__", ()):
-                e.add_note(note)
-            raise
-
-    run.__cfgrad_unconverted__ = reason  # type: ignore[attr-defined]
-    return run
+def why_unconverted(fun: Callable) -> str | None:
+    """Why `fun`, a user's function, runs as Python, if conversion was tried and failed."""
+    code = getattr(getattr(fun, "__func__", fun), "__code__", None)
+    reason = _BY_CODE.get(code) if code is not None else None
+    return reason if isinstance(reason, str) else None
 
 
 def _module_ast(filename: str) -> ast.Module | None:
@@ -175,9 +172,9 @@ def _inside(inner: ast.AST, outer: ast.AST) -> bool:
     return any(node is inner for node in ast.walk(outer) if node is not outer)
 
 
-def _compile(fun: types.FunctionType) -> tuple[types.CodeType, str]:
-    """The converted code of `fun`, and its source text (what `cfgrad inspect
-    --converted` prints)."""
+def _compile(fun: types.FunctionType) -> tuple[types.CodeType, ast.AST]:
+    """The converted code of `fun`, and its tree (`cfgrad inspect --converted` prints
+    it as source)."""
     code = fun.__code__
     module = _module_ast(code.co_filename)
     if module is None:
@@ -201,6 +198,7 @@ def _compile(fun: types.FunctionType) -> tuple[types.CodeType, str]:
         # global name must not find a factory local (its code object gets its name back)
         new.name = name = "cfg__converted"
         result = ast.Return(ast.Name(name, ast.Load()))
+    _mangle(new, code.co_qualname)
     # a factory whose locals stand for the closure's cells: the converted function's
     # free variables are then the original's (and the runtime's), rebound to its cells
     cells = [ast.Assign([ast.Name(v, ast.Store())], ast.Constant(None))
@@ -217,11 +215,42 @@ def _compile(fun: types.FunctionType) -> tuple[types.CodeType, str]:
     factory_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
     inner = next(c for c in factory_code.co_consts
                  if isinstance(c, types.CodeType) and c.co_name == name)
+    inner = _renamed(inner, inner.co_qualname, code.co_qualname)
     if name != "<lambda>":
-        inner = inner.replace(co_name=code.co_name, co_qualname=code.co_qualname)
+        inner = inner.replace(co_name=code.co_name)
         new.name = code.co_name
     _remember(inner)
-    return inner, ast.unparse(new)
+    return inner, new
+
+
+def _mangle(tree: ast.AST, qualname: str) -> None:
+    """Private names (`self.__x`) as Python mangles them in a method of class `C`
+    (`_C__x`): the original code was compiled inside the class, the converted code is not
+    (Python reference, "Identifiers (Names)", private name mangling)."""
+    parts = qualname.split(".")
+    owner = parts[-2].lstrip("_") if len(parts) > 1 and parts[-2] != "<locals>" else ""
+    if not owner:
+        return
+
+    def mangled(name: str | None) -> str | None:
+        private = name is not None and name.startswith("__") and not name.endswith("__")
+        return f"_{owner}{name}" if private else name
+
+    for node in ast.walk(tree):
+        for field in ("id", "attr", "arg", "name"):
+            value = getattr(node, field, None)
+            if isinstance(value, str) and not isinstance(node, ast.alias):
+                setattr(node, field, mangled(value))
+
+
+def _renamed(code: types.CodeType, old: str, new: str) -> types.CodeType:
+    """`code` and the code nested in it with the qualified-name prefix `old` (the
+    factory's) replaced by `new` (the original's), for tracebacks and reprs."""
+    consts = tuple(_renamed(c, old, new) if isinstance(c, types.CodeType) else c
+                   for c in code.co_consts)
+    qualname = new + code.co_qualname[len(old):] if code.co_qualname.startswith(
+        old) else code.co_qualname
+    return code.replace(co_consts=consts, co_qualname=qualname)
 
 
 def _remember(code: types.CodeType) -> None:
@@ -263,11 +292,21 @@ def call(fun: Any, /, *args: Any, **kwargs: Any) -> Any:
             callable(b) for b in a) else a for a in args)
         kwargs = {k: _user_callable(v) for k, v in kwargs.items()}
         return fun(*args, **kwargs)
-    return converted(fun)(*args, **kwargs)
+    target = converted(fun)
+    if target is not fun:
+        return target(*args, **kwargs)
+    try:
+        return fun(*args, **kwargs)
+    except TracerBoolError as e:
+        reason = why_unconverted(fun)
+        note = f"cfgrad did not convert {getattr(fun, '__qualname__', fun)}: {reason}"
+        if reason is not None and note not in getattr(e, "__notes__", ()):
+            e.add_note(note)
+        raise
 
 
 def _traced_iterable(x: Any) -> bool:
-    return is_traced(x) or isinstance(x, operators._TracedIteration)
+    return is_traced(x) or isinstance(x, operators.TracedIteration)
 
 
 RUNTIME.call = call
@@ -290,10 +329,8 @@ def converted_source(fun: Callable) -> str:
     new = converted(fun)
     target = getattr(new, "__func__", new)
     if hasattr(target, "__cfgrad_source__"):
-        return target.__cfgrad_source__
-    reason = getattr(target, "__cfgrad_unconverted__", None)
-    name = getattr(fun, "__qualname__", repr(fun))
-    return f"# {name} is not converted: {reason or 'it is not a Python function of yours'}"
+        return ast.unparse(target.__cfgrad_source__)
+    reason = why_unconverted(fun) or "it is not a Python function of yours"
+    return f"# {getattr(fun, '__qualname__', repr(fun))} is not converted: {reason}"
 
 
-__all__ = ["autograph", "converted", "converted_source", "call", "RUNTIME"]

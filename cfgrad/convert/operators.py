@@ -153,12 +153,12 @@ def if_stmt(test: Any, true_fn: Callable, false_fn: Callable, state: tuple,
     pred = _predicate(test, "`if`", loc, guarded)
     if pred is None:
         return (true_fn if test else false_fn)(*state)
-    names = outputs if outputs is not None else ("the return value",)
-    branches = _Branches(names, loc)
+    returns = outputs is None
+    branches = _Branches(("the return value",) if returns else outputs, loc, returns)
     result = cond(pred, lambda: branches.run(true_fn, state, "true"),
                   lambda: branches.run(false_fn, state, "false"))
     joined = branches.join(result)
-    return joined if outputs is not None else joined[0]
+    return joined[0] if returns else joined
 
 
 class _Branches:
@@ -166,14 +166,15 @@ class _Branches:
     sides) kept out of the `cond`, the others checked variable by variable so a mismatch
     names the variable and the line."""
 
-    def __init__(self, names: tuple[str, ...], loc: SourceLoc | None):
+    def __init__(self, names: tuple[str, ...], loc: SourceLoc | None, single: bool = False):
         self.names, self.loc = names, loc
+        self.single = single  # a branch returns one value, not a tuple of variables
         self.first: tuple | None = None  # the first branch's outputs, and its side
         self.side = ""
 
     def run(self, fn: Callable, state: tuple, side: str) -> tuple:
         out = fn(*_copies(state))
-        out = (out,) if self.names == ("the return value",) else out
+        out = (out,) if self.single else out
         if self.first is None:
             self.first, self.side = out, side
         else:
@@ -196,7 +197,7 @@ class _Branches:
                 problem = "is assigned on one branch only"
             else:
                 problem = "differs between the branches"
-            what = f"`{name}`" if name != "the return value" else name
+            what = name if self.single else f"`{name}`"
             hint = (f"assign {what} before the `if` (or on both branches)"
                     if isinstance(a, Undefined) or isinstance(b, Undefined) else
                     "only arrays and numbers (and tuples, lists and dicts of them) of one "
@@ -226,9 +227,9 @@ def if_exp(test: Any, true_thunk: Callable, false_thunk: Callable) -> Any:
     pred = _predicate(test, "conditional expression", loc, False)
     if pred is None:
         return true_thunk() if test else false_thunk()
-    branches = _Branches(("the value of the conditional expression",), loc)
-    result = cond(pred, lambda: branches.run(lambda: (true_thunk(),), (), "true"),
-                  lambda: branches.run(lambda: (false_thunk(),), (), "false"))
+    branches = _Branches(("the value of the conditional expression",), loc, single=True)
+    result = cond(pred, lambda: branches.run(true_thunk, (), "true"),
+                  lambda: branches.run(false_thunk, (), "false"))
     return branches.join(result)[0]
 
 
@@ -462,7 +463,7 @@ def _traced_while(test_fn: Callable, body_fn: Callable, state: tuple,
     return carry.split(out)
 
 
-class _TracedIteration:
+class TracedIteration:
     """What a `for` over traced values iterates: a length (an int or a traced int) and
     the item at a (traced) position."""
 
@@ -476,7 +477,7 @@ class _TracedIteration:
             "`for` statement of a function cfgrad converts")
 
 
-def traced_range(*args: Any) -> _TracedIteration:
+def traced_range(*args: Any) -> TracedIteration:
     """`range(...)` with a traced bound: its trip count max(0, ceil((stop-start)/step))."""
     if not 1 <= len(args) <= 3:
         raise TypeError(f"range expected 1 to 3 arguments, got {len(args)}")
@@ -489,35 +490,35 @@ def traced_range(*args: Any) -> _TracedIteration:
     if not is_traced(step) and step == 0:
         raise ValueError("range() arg 3 must not be zero")
     length = cnp.maximum(-((start - stop) // step), 0)
-    return _TracedIteration(length, lambda k: start + k * step, "range()")
+    return TracedIteration(length, lambda k: start + k * step, "range()")
 
 
-def _as_iteration(x: Any) -> _TracedIteration:
-    if isinstance(x, _TracedIteration):
+def _as_iteration(x: Any) -> TracedIteration:
+    if isinstance(x, TracedIteration):
         return x
     if is_traced(x):
         if x.shape == ():
             raise TypeError("iteration over a 0-d traced array")
-        return _TracedIteration(x.shape[0], lambda k: x[k], "a traced array")
+        return TracedIteration(x.shape[0], lambda k: x[k], "a traced array")
     a = cnp.asarray(x)
     if np.ndim(a) == 0:
         raise TypeError(f"iteration over {_describe(x)}")
-    return _TracedIteration(np.shape(a)[0], lambda k: a[k], "an array")
+    return TracedIteration(np.shape(a)[0], lambda k: a[k], "an array")
 
 
-def traced_enumerate(x: Any, start: Any = 0) -> _TracedIteration:
+def traced_enumerate(x: Any, start: Any = 0) -> TracedIteration:
     it = _as_iteration(x)
-    return _TracedIteration(it.length, lambda k: (start + k, it.item(k)), "enumerate()")
+    return TracedIteration(it.length, lambda k: (start + k, it.item(k)), "enumerate()")
 
 
-def traced_zip(*xs: Any) -> _TracedIteration:
+def traced_zip(*xs: Any) -> TracedIteration:
     its = [_as_iteration(x) for x in xs]
     lengths = [it.length for it in its]
     length = lengths[0]
     for n in lengths[1:]:
         length = cnp.minimum(length, n) if is_traced(length) or is_traced(n) else min(
             length, n)
-    return _TracedIteration(length, lambda k: tuple(it.item(k) for it in its), "zip()")
+    return TracedIteration(length, lambda k: tuple(it.item(k) for it in its), "zip()")
 
 
 def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: tuple,
@@ -527,7 +528,7 @@ def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: 
     `break` (`test_fn`, false once the loop should stop) that becomes traced in a `range`
     loop turns the remaining iterations into one region."""
     loc = current_loc()
-    if isinstance(iterable, _TracedIteration) or is_traced(iterable):
+    if isinstance(iterable, TracedIteration) or is_traced(iterable):
         if guarded:
             raise ConversionError(f"the `for` loop{_where(loc)} iterates over traced "
                                   f"values inside a `try`: {_TRY_NOTE}")
@@ -558,11 +559,11 @@ def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: 
         position += 1
 
 
-def _rest_of(rest: range) -> _TracedIteration:
-    return _TracedIteration(len(rest), lambda k: rest.start + k * rest.step, "range()")
+def _rest_of(rest: range) -> TracedIteration:
+    return TracedIteration(len(rest), lambda k: rest.start + k * rest.step, "range()")
 
 
-def _traced_for(it: _TracedIteration, test_fn: Callable | None, body_fn: Callable,
+def _traced_for(it: TracedIteration, test_fn: Callable | None, body_fn: Callable,
                 state: tuple, names: tuple[str, ...], loc: SourceLoc | None,
                 pred: Any = None) -> tuple:
     carry = _Carry(names, state, loc, "`for` loop")

@@ -358,6 +358,13 @@ class Functionalize(ast.NodeTransformer):
                                       self._tuple(state), _const(tuple(outs))], node)
         return [true, false, self._bind(outs, call, node)]
 
+    def _fresh(self, body: list[ast.stmt], carries: list[str]) -> list[ast.stmt]:
+        """`name = Undefined('name')` for the variables an iteration assigns but does not
+        carry: the body's function reads them as state of its statements (a `step` set on
+        both branches of an `if`) before they are assigned, as the user's function reads
+        them after its prologue set them."""
+        return undefined_prologue(set(self._state(body)) - set(carries), body[0])
+
     @staticmethod
     def _ended(body: list[ast.stmt], ret: ast.Return) -> list[ast.stmt]:
         body = [s for s in body if not isinstance(s, ast.Pass)]
@@ -375,7 +382,8 @@ class Functionalize(ast.NodeTransformer):
         test = self._def(f"{PREFIX}loop_test_{line}", carries,
                          [ast.Return(self.visit(node.test))], node)
         body = self._def(f"{PREFIX}loop_body_{line}", carries,
-                         self._ended(self.block(node.body), ret), node)
+                         self._ended(self._fresh(node.body, carries) + self.block(node.body),
+                                     ret), node)
         call = self._call("while_stmt", [_name(test.name), _name(body.name),
                                          self._tuple(carries), _const(tuple(carries))], node)
         return [test, body, self._bind(carries, call, node)]
@@ -388,8 +396,8 @@ class Functionalize(ast.NodeTransformer):
         ret = ast.Return(self._tuple(carries))
         item = f"{PREFIX}item"
         bind_target = locate(ast.Assign([node.target], _name(item)), node.target)
-        body = self._def(f"{PREFIX}loop_body_{line}", carries + [item],
-                         self._ended([bind_target] + self.block(node.body), ret), node)
+        body = self._def(f"{PREFIX}loop_body_{line}", carries + [item], self._ended(
+            self._fresh(node.body, carries) + [bind_target] + self.block(node.body), ret), node)
         flag = getattr(node, BREAK_FLAG, None)
         defs: list[ast.stmt] = []
         test: ast.expr = _const(None)
@@ -489,6 +497,13 @@ def _check_convertible(fn: ast.FunctionDef | ast.Lambda) -> None:
             raise Unconvertible(f"`await` at line {node.lineno}")
 
 
+def undefined_prologue(names: Iterable[str], at: ast.AST) -> list[ast.stmt]:
+    """`x = Undefined('x')` for each of `names` (not the conversion's flags, which are
+    set before they are read): a variable read as state before any assignment."""
+    return [locate(_assign(name, ast.Call(_ops("Undefined"), [_const(name)], [])), at)
+            for name in sorted(names) if not name.startswith(PREFIX)]
+
+
 def convert_function(node: ast.FunctionDef) -> ast.FunctionDef:
     """The converted copy of a `def` (a nested one keeps its decorators, which run when
     the converted code defines it)."""
@@ -504,14 +519,9 @@ def convert_function(node: ast.FunctionDef) -> ast.FunctionDef:
     params = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
     params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
     outside = declared_outside(node)
-    undefined = sorted(name for name in assigned(body) - params - outside
-                       if not name.startswith(PREFIX))  # the flags are set before use
-    prologue: list[ast.stmt] = [_assign(name, ast.Call(_ops("Undefined"), [_const(name)], []))
-                                for name in undefined]
+    prologue = undefined_prologue(assigned(body) - params - outside, body[0])
     if jumps.returns:
-        prologue.append(_assign(jumps.ret, _const(0)))
-    for stmt in prologue:
-        locate(stmt, body[0] if body else node)
+        prologue.append(locate(_assign(jumps.ret, _const(0)), body[0]))
     annotate(body, frozenset())
     nonlocals = {n for sub in _own_nodes(node.body) if isinstance(sub, ast.Nonlocal)
                  for n in sub.names}
