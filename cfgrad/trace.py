@@ -520,10 +520,15 @@ class Trace:
                                                    ref_td, td, keys, keys[results.index(
                                                        next(r for r in results if r[0] == td))],
                                                    loc))
-        like = [next((case[1][i].type for case in results if isinstance(case[1][i], Value)),
-                     None) for i in range(len(ref_leaves))]
+        like = [next((case[1][i].type.dtype for case in results
+                      if isinstance(case[1][i], Value)), None) for i in range(len(ref_leaves))]
+        for i, dtype in enumerate(like):  # Python numbers only: their common type (2 | 0.5)
+            numbers = [case[1][i] for case in results]
+            if dtype is None and all(isinstance(x, bool | int | float | complex)
+                                     for x in numbers):
+                like[i] = np.result_type(*numbers)
         case_values = [[x if isinstance(x, Value) else self.value_of(
-            x, like[i].dtype if like[i] is not None and isinstance(x, bool | int | float | complex)
+            x, like[i] if like[i] is not None and isinstance(x, bool | int | float | complex)
             else None) for i, x in enumerate(leaves)] for _, leaves in results]
         for vals, key in zip(case_values, keys):
             for i, (a, b) in enumerate(zip(case_values[0], vals)):

@@ -148,7 +148,8 @@ def _find(fun: types.FunctionType, module: ast.Module) -> ast.FunctionDef | ast.
     decorator's line, when decorated), or the lambda whose code spans its positions."""
     code = fun.__code__
     if code.co_name == "<lambda>":
-        spans = [p for p in code.co_positions() if p[0] is not None and p[2] is not None]
+        # the body's instructions (not the empty spans at column 0 of RESUME and RETURN)
+        spans = [p for p in code.co_positions() if None not in p and (p[1], p[3]) > (p[0], p[2])]
         first = min((p[0], p[2]) for p in spans) if spans else None
         found = [node for node in ast.walk(module) if isinstance(node, ast.Lambda)
                  and node.lineno == code.co_firstlineno and first is not None

@@ -32,7 +32,7 @@ from ..debug import callback
 from ..errors import ConversionError, LoweringError
 from ..ir import SourceLoc, TensorType, Value, type_of
 from ..trace import Trace, Tracer, argument_problem, cond, fori_loop, while_loop
-from ..trace_context import current_loc, is_traced, tracing
+from ..trace_context import current_loc, current_trace, is_traced, tracing
 
 _TRY_NOTE = ("a `try` around control flow on traced values cannot catch errors of the "
              "traced program, which happen when it runs, not when it is traced; move the "
@@ -154,7 +154,11 @@ def if_stmt(test: Any, true_fn: Callable, false_fn: Callable, state: tuple,
     if pred is None:
         return (true_fn if test else false_fn)(*state)
     returns = outputs is None
-    branches = _Branches(("the return value",) if returns else outputs, loc, returns)
+    names = ("the return value",) if returns else outputs
+    if _typing():
+        joined = _typed_branches([true_fn, false_fn], state, names, loc, returns)
+        return joined[0] if returns else joined
+    branches = _Branches(names, loc, returns)
     result = cond(pred, lambda: branches.run(true_fn, state, "true"),
                   lambda: branches.run(false_fn, state, "false"))
     joined = branches.join(result)
@@ -184,34 +188,42 @@ class _Branches:
     def _check(self, out: tuple, side: str) -> None:
         assert self.first is not None
         for name, a, b in zip(self.names, self.first, out):
-            if _traceable(a) and _traceable(b):
-                ta, tb = treelib.flatten(a), treelib.flatten(b)
-                if ta[1] == tb[1] and all(
-                        _leaf_type(x) == _leaf_type(y) or not (is_traced(x) and is_traced(y))
-                        for x, y in zip(ta[0], tb[0])):
-                    continue
-                problem = "has a different structure, shape or dtype on the two branches"
-            elif not _traceable(a) and not _traceable(b) and _same(a, b):
-                continue
-            elif isinstance(a, Undefined) or isinstance(b, Undefined):
-                problem = "is assigned on one branch only"
-            else:
-                problem = "differs between the branches"
-            what = name if self.single else f"`{name}`"
-            hint = (f"assign {what} before the `if` (or on both branches)"
-                    if isinstance(a, Undefined) or isinstance(b, Undefined) else
-                    "only arrays and numbers (and tuples, lists and dicts of them) of one "
-                    "shape and dtype can differ between the branches of a traced `if`; "
-                    "make both branches agree (cnp.astype, cnp.broadcast_to)")
-            raise ConversionError(
-                f"{what} {problem} of the `if`{_where(self.loc)}, "
-                f"whose condition is traced: on the {self.side} branch it is "
-                f"{_describe_tree(a)}, on the {side} branch {_describe_tree(b)}; {hint}")
+            _check_branches(name, a, b, (self.side, side), self.loc, self.single, True)
 
     def join(self, result: tuple) -> tuple:
         assert self.first is not None
         dynamic = iter(result)
         return tuple(next(dynamic) if _traceable(v) else v for v in self.first)
+
+
+def _check_branches(name: str, a: Any, b: Any, sides: tuple[str, str], loc: SourceLoc | None,
+                    single: bool, exact: bool) -> None:
+    """Raise the error for variable `name`, `a` on one branch and `b` on the other, if
+    they cannot be one result of a traced `if` (with `exact`, traced leaves must also
+    agree in dtype; Python numbers take the other side's)."""
+    if _traceable(a) and _traceable(b):
+        (la, ta), (lb, tb) = treelib.flatten(a), treelib.flatten(b)
+        if ta == tb and all(_leaf_type(x).shape == _leaf_type(y).shape and (
+                not exact or _leaf_type(x) == _leaf_type(y) or not (
+                    is_traced(x) and is_traced(y))) for x, y in zip(la, lb)):
+            return
+        problem = "has a different structure, shape or dtype on the two branches"
+    elif not _traceable(a) and not _traceable(b) and _same(a, b):
+        return
+    elif isinstance(a, Undefined) or isinstance(b, Undefined):
+        problem = "is assigned on one branch only"
+    else:
+        problem = "differs between the branches"
+    what = name if single else f"`{name}`"
+    hint = (f"assign {what} before the `if` (or on both branches)"
+            if isinstance(a, Undefined) or isinstance(b, Undefined) else
+            "only arrays and numbers (and tuples, lists and dicts of them) of one shape and "
+            "dtype can differ between the branches of a traced `if`; make both branches "
+            "agree (cnp.astype, cnp.broadcast_to)")
+    raise ConversionError(
+        f"{what} {problem} of the `if`{_where(loc)}, whose condition is traced: on the "
+        f"{sides[0]} branch it is {_describe_tree(a)}, on the {sides[1]} branch "
+        f"{_describe_tree(b)}; {hint}")
 
 
 def _describe_tree(v: Any) -> str:
@@ -227,7 +239,10 @@ def if_exp(test: Any, true_thunk: Callable, false_thunk: Callable) -> Any:
     pred = _predicate(test, "conditional expression", loc, False)
     if pred is None:
         return true_thunk() if test else false_thunk()
-    branches = _Branches(("the value of the conditional expression",), loc, single=True)
+    names = ("the value of the conditional expression",)
+    if _typing():
+        return _typed_branches([true_thunk, false_thunk], (), names, loc, True)[0]
+    branches = _Branches(names, loc, single=True)
     result = cond(pred, lambda: branches.run(true_thunk, (), "true"),
                   lambda: branches.run(false_thunk, (), "false"))
     return branches.join(result)[0]
@@ -319,6 +334,77 @@ def assert_(test: Any, message: Callable | None) -> None:
 # ---------------------------------------------------------------------------------
 
 
+# -- the typing run -------------------------------------------------------------------
+#
+# Before a traced loop is lowered, its body is traced once on a throwaway `_TypeTrace` to
+# learn the types of its variables. A Python number there is weakly typed, as in JAX: it
+# stands as a tracer of the narrowest dtype of its kind (below), so numpy's promotion
+# gives what it would give the number (0.0 + a float32 row is float32; 0 + a float is a
+# float), and a result still of that dtype is still a weak number. Inside the typing run
+# a traced `if` runs both branches and joins their types, and a loop only settles its
+# variables' types, so no region is built and weak numbers never meet a strong carry.
+# (A user's own float16 or int8 values there look weak: they settle to float64/int64.)
+
+_WEAK_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int8),
+                float: np.dtype(np.float16), complex: np.dtype(np.complex64)}
+_WEAK_DEFAULTS = {np.dtype(np.int8): np.dtype(np.int64),
+                  np.dtype(np.float16): np.dtype(np.float64),
+                  np.dtype(np.complex64): np.dtype(np.complex128)}
+
+
+class _TypeTrace(Trace):
+    """A trace made only to learn the types a loop body gives its variables."""
+
+    def __init__(self, weak: bool):
+        super().__init__("loop body (types)", capture=True)
+        self.weak = weak  # Python numbers as weak tracers (else as their default dtype)
+
+
+def _typing() -> bool:
+    return isinstance(current_trace(), _TypeTrace)
+
+
+def _weak_tracer(v: Any) -> bool:
+    return (isinstance(v, Tracer) and isinstance(v._cfgrad_trace, _TypeTrace)
+            and v.dtype in _WEAK_DEFAULTS)
+
+
+def _weak(v: Any) -> bool:
+    """A weakly typed number: a Python number, or its stand-in in a typing run."""
+    return isinstance(v, bool | int | float | complex) or _weak_tracer(v)
+
+
+def _weak_type(x: Any) -> TensorType:
+    """`x`'s type in a typing run: a Python number as the narrowest dtype of its kind."""
+    trace = current_trace()
+    if isinstance(x, bool | int | float | complex) and getattr(trace, "weak", False):
+        return TensorType((), _WEAK_DTYPES[type(x)])
+    return _leaf_type(x)
+
+
+def _typed_branches(fns: list[Callable], state: tuple, names: tuple[str, ...],
+                    loc: SourceLoc | None, single: bool) -> tuple:
+    """A traced `if` in a typing run: every branch runs; each variable gets a fresh
+    tracer of the type its values join to (numpy's promotion, weak numbers included)."""
+    outs = [fn(*_copies(state)) for fn in fns]
+    outs = [(o,) for o in outs] if single else outs
+    trace = current_trace()
+    joined = []
+    for i, name in enumerate(names):
+        values = [o[i] for o in outs]
+        for b in values[1:]:
+            _check_branches(name, values[0], b, ("true", "false"), loc, single, False)
+        if not _traceable(values[0]):
+            joined.append(values[0])
+            continue
+        columns = zip(*(treelib.flatten(v)[0] for v in values))
+        types = [[_weak_type(x) for x in column] for column in columns]
+        leaves = [trace.tracer(Value(TensorType(ts[0].shape, np.result_type(
+            *(t.dtype for t in ts))))) for ts in types]
+        joined.append(treelib.unflatten(treelib.flatten(values[0])[1], leaves))
+    return tuple(joined)
+
+
 class _Carry:
     """The variables of one traced loop: the carries (traced values, arrays, numbers)
     and the statics (anything else, which the body must leave as it found them)."""
@@ -343,13 +429,13 @@ class _Carry:
                      if isinstance(self.state[i], Undefined) or _weak(self.state[i])]
             if not loose:
                 break
-            speculative = Trace("loop body (types)", capture=True)
-            with tracing(speculative):
-                inputs = tuple(self._abstract(speculative, i) for i in range(len(self.names)))
-                outputs = step(inputs)
+            try:
+                outputs, weak = self._typed(step, weak=True), True
+            except Exception:  # a weak stand-in a primitive refuses (float16 in linalg)
+                outputs, weak = self._typed(step, weak=False), False
             changed = False
             for i in loose:
-                new = self._settled(self.state[i], outputs[i])
+                new = self._settled(self.state[i], outputs[i], weak)
                 if new is not None:
                     self.state[i], changed = new, True
             if not changed:
@@ -359,30 +445,58 @@ class _Carry:
                 self.statics[i] = self.state[i]  # never assigned a value in the body
         return tuple(self.state[i] for i in self.carried())
 
-    def _abstract(self, trace: Trace, i: int) -> Any:
-        v = self.state[i]
-        if i in self.statics or isinstance(v, Undefined):
-            return v
-        leaves, td = treelib.flatten(v)
-        return treelib.unflatten(td, [trace.tracer(Value(_leaf_type(x))) for x in leaves])
+    def _typed(self, step: Callable[[tuple], tuple], weak: bool) -> tuple:
+        """One iteration's state, traced on its own from the current starting types."""
+        trace = _TypeTrace(weak)
+        with tracing(trace):
+            inputs = tuple(v if i in self.statics or isinstance(v, Undefined) else
+                           treelib.unflatten(treelib.flatten(v)[1], [
+                               trace.tracer(Value(_weak_type(x)))
+                               for x in treelib.flatten(v)[0]])
+                           for i, v in enumerate(self.state))
+            return step(inputs)
 
     @staticmethod
-    def _settled(before: Any, after: Any) -> Any:
-        """The starting value `before` becomes, given what one iteration makes of it; None
-        when it stays."""
+    def _settled(before: Any, after: Any, weak: bool) -> Any:
+        """The starting value `before` (a weak number, or not assigned yet) becomes, given
+        what one iteration makes of it; None when it stays as it is."""
         if not _traceable(after):
             return None
         leaves, td = treelib.flatten(after)
+        types = [_leaf_type(x) for x in leaves]
+        if weak and td.kind == "leaf" and types[0].shape == () and (
+                _weak_tracer(after) or isinstance(after, bool | int | float | complex)):
+            # still a weak number: stays one, of the kind it now has (0 + 0.5 is a float)
+            kind = _PYTHON_KIND[types[0].dtype.kind]
+            if isinstance(before, Undefined):
+                return kind(0)
+            if isinstance(before, Tracer):  # a weak stand-in of an enclosing typing run
+                same = before.dtype == _WEAK_DTYPES[kind]
+                return None if same else current_trace().tracer(Value(TensorType(
+                    (), _WEAK_DTYPES[kind])))
+            return None if type(before) is kind else kind(before)
+        types = [TensorType(t.shape, _WEAK_DEFAULTS.get(t.dtype, t.dtype)) if weak else t
+                 for t in types]
         if isinstance(before, Undefined):
-            return treelib.unflatten(td, [np.zeros(_leaf_type(x).shape, _leaf_type(x).dtype)
-                                          for x in leaves])
-        t = _leaf_type(after) if td.kind == "leaf" else None
-        if t is None or t == type_of(before):
+            return treelib.unflatten(td, [_zeros(t) for t in types])
+        if td.kind != "leaf":
+            return None  # a number became a pytree: the check after tracing says so
+        t = types[0]
+        if isinstance(before, Tracer):  # a weak stand-in of an enclosing typing run
+            return current_trace().tracer(Value(t))
+        if t == type_of(before):
             return None
         try:
             return np.broadcast_to(np.asarray(before, t.dtype), t.shape).copy()
         except ValueError:
             return None  # the body changes its shape: the check after tracing says so
+
+    def typed(self, init: tuple) -> tuple:
+        """The state after the loop in a typing run: its variables' types, settled."""
+        trace = current_trace()
+        return self.split(tuple(v if _weak(v) else treelib.unflatten(
+            treelib.flatten(v)[1], [trace.tracer(Value(_leaf_type(x)))
+                                    for x in treelib.flatten(v)[0]]) for v in init))
 
     def split(self, carries: tuple) -> tuple:
         """The full state from the carries (statics put back)."""
@@ -424,8 +538,15 @@ class _Carry:
             f"{_describe_tree(a)}, after it {_describe_tree(b)}; {hint}")
 
 
-def _weak(v: Any) -> bool:
-    return isinstance(v, bool | int | float | complex) and not isinstance(v, Tracer)
+def _zeros(t: TensorType) -> Any:
+    """Zeros of type `t`, as a tracer of the typing run when one is being built (its
+    values feed only types) and as an array otherwise."""
+    if _typing():
+        return current_trace().tracer(Value(t))
+    return np.zeros(t.shape, t.dtype)
+
+
+_PYTHON_KIND: dict[str, type] = {"b": bool, "i": int, "u": int, "f": float, "c": complex}
 
 
 def while_stmt(test_fn: Callable, body_fn: Callable, state: tuple, names: tuple[str, ...],
@@ -453,6 +574,8 @@ def _traced_while(test_fn: Callable, body_fn: Callable, state: tuple,
                   names: tuple[str, ...], pred: Any, loc: SourceLoc | None) -> tuple:
     carry = _Carry(names, state, loc, "`while` loop")
     init = carry.initial(lambda s: body_fn(*_copies(s)))
+    if _typing():
+        return carry.typed(init)
 
     def body(c: tuple) -> tuple:
         before = carry.split(c[0])
@@ -567,7 +690,12 @@ def _traced_for(it: TracedIteration, test_fn: Callable | None, body_fn: Callable
                 state: tuple, names: tuple[str, ...], loc: SourceLoc | None,
                 pred: Any = None) -> tuple:
     carry = _Carry(names, state, loc, "`for` loop")
-    init = carry.initial(lambda s: body_fn(*_copies(s), it.item(np.int64(0))))
+    # the typing run's item is at a traced position: a concrete one could make the body
+    # take a path of its own (`range(i)` empty at i = 0)
+    init = carry.initial(lambda s: body_fn(*_copies(s), it.item(
+        current_trace().tracer(Value(TensorType((), np.dtype(np.int64)))))))
+    if _typing():
+        return carry.typed(init)
     if test_fn is None:
         def fori_body(k: Any, c: tuple) -> tuple:
             before = carry.split(c)

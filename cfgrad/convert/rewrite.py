@@ -80,16 +80,18 @@ def _thunk(expr: ast.expr) -> ast.Lambda:
     return ast.Lambda(ast.arguments([], [], None, [], [], None, []), expr)
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
 def _own_nodes(stmts: Iterable[ast.AST]) -> Iterable[ast.AST]:
-    """The nodes of `stmts` at the function's own scope (not inside nested functions,
-    lambdas or classes)."""
+    """The nodes of `stmts` at the function's own scope: a nested function, lambda or
+    class is one of them, what is inside it is not."""
     stack = list(stmts)
     while stack:
         node = stack.pop()
         yield node
-        stack.extend(child for child in ast.iter_child_nodes(node)
-                     if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef
-                                       | ast.Lambda | ast.ClassDef))
+        if not isinstance(node, _SCOPES):
+            stack.extend(ast.iter_child_nodes(node))
 
 
 def _contains(stmts: Iterable[ast.AST], kinds: type | tuple[type, ...],
@@ -100,8 +102,7 @@ def _contains(stmts: Iterable[ast.AST], kinds: type | tuple[type, ...],
         if isinstance(node, kinds):
             return True
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
-                          | ast.ClassDef):
+            if isinstance(child, _SCOPES):
                 continue
             if not into_loops and isinstance(child, ast.While | ast.For | ast.AsyncFor):
                 continue
@@ -160,6 +161,11 @@ class _Jumps:
 
     def loop(self, stmt: ast.While | ast.For, outer: _Loop | None) -> list[ast.stmt]:
         inner = _Loop()
+        first_return = len(self.returns)
+        # `while True:` left by `return` alone: after it, nothing runs but the returns
+        endless = (isinstance(stmt, ast.While) and isinstance(stmt.test, ast.Constant)
+                   and bool(stmt.test.value) and not stmt.orelse
+                   and not _contains(stmt.body, ast.Break, into_loops=False))
         body = self.block(stmt.body, inner)
         orelse = self.block(stmt.orelse, outer)
         before: list[ast.stmt] = []
@@ -185,22 +191,26 @@ class _Jumps:
         if inner.returns:
             if outer is not None:
                 outer.returns = True
-                after.append(ast.If(ast.Compare(_name(self.ret), [ast.NotEq()], [_const(0)]),
-                                    [ast.Break()], []))
+                after.append(ast.Break() if endless else ast.If(
+                    ast.Compare(_name(self.ret), [ast.NotEq()], [_const(0)]), [ast.Break()], []))
             else:
-                after.extend(self.dispatch())
+                after.extend(self.dispatch(first_return, endless))
         for node in before + after:
             locate(node, stmt)
         return before + [stmt] + after
 
-    def dispatch(self) -> list[ast.stmt]:
-        """`if ret == 1: return e1 / elif ret == 2: return e2 …` after an outermost loop."""
+    def dispatch(self, first: int, endless: bool) -> list[ast.stmt]:
+        """`if ret == k: return e_k / elif …` after an outermost loop, for the returns
+        inside it (from `first`); after an endless loop the last one needs no test."""
         chain: list[ast.stmt] = []
-        for k in range(len(self.returns), 0, -1):
+        for k in range(len(self.returns), first, -1):
             value = copy.deepcopy(self.returns[k - 1])
+            ret = locate(ast.Return(value), value)
+            if endless and not chain:
+                chain = [ret]
+                continue
             test = ast.Compare(_name(self.ret), [ast.Eq()], [_const(k)])
-            chain = [locate(ast.If(test, [locate(ast.Return(value), value)],
-                                              chain), value)]
+            chain = [locate(ast.If(test, [ret], chain), value)]
         return chain
 
 
@@ -498,10 +508,10 @@ def _check_convertible(fn: ast.FunctionDef | ast.Lambda) -> None:
 
 
 def undefined_prologue(names: Iterable[str], at: ast.AST) -> list[ast.stmt]:
-    """`x = Undefined('x')` for each of `names` (not the conversion's flags, which are
-    set before they are read): a variable read as state before any assignment."""
+    """`x = Undefined('x')` for each of `names`: a variable (the conversion's flags
+    too) may be handed to a branch or an iteration as state before it is assigned."""
     return [locate(_assign(name, ast.Call(_ops("Undefined"), [_const(name)], [])), at)
-            for name in sorted(names) if not name.startswith(PREFIX)]
+            for name in sorted(names)]
 
 
 def convert_function(node: ast.FunctionDef) -> ast.FunctionDef:
@@ -519,7 +529,7 @@ def convert_function(node: ast.FunctionDef) -> ast.FunctionDef:
     params = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
     params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
     outside = declared_outside(node)
-    prologue = undefined_prologue(assigned(body) - params - outside, body[0])
+    prologue = undefined_prologue(assigned(body) - params - outside - {jumps.ret}, body[0])
     if jumps.returns:
         prologue.append(locate(_assign(jumps.ret, _const(0)), body[0]))
     annotate(body, frozenset())
