@@ -672,6 +672,20 @@ def vector_state(W, xp):
     return xp.sum(v)
 
 
+def _tree(x, depth, xp):
+    """A recursive helper: a traced `if` at each of its (concrete) levels."""
+    if depth == 0:
+        return x
+    if x > 0:
+        return _tree(x * 0.5 - 0.3, depth - 1, xp) + 1.0
+    return _tree(-x * x + 0.7, depth - 1, xp) * 2.0
+
+
+def recursion(x, xp):
+    """A recursive helper called from the differentiated function."""
+    return _tree(x, 3, xp) * x
+
+
 # ---------------------------------------------------------------------------------
 # cases
 # ---------------------------------------------------------------------------------
@@ -744,6 +758,7 @@ CORPUS = [
     Program(indexed_loop, (np.array([1.0, -2.0, 3.0]), np.array([-0.5, 0.7, -1.1]))),
     Program(nested_while_breaks, (0.33, 0.9), "while"),
     Program(elif_break, (0.3, 2.3, 7.5, 60.0), "while"),
+    Program(recursion, (-0.5, 0.3, 0.9, 2.5)),
     Program(vector_state, (_matrix(0, 1.0, 2), _matrix(1, 0.1, 2), _matrix(2, 4.0, 2)), "while"),
 ]
 BY_NAME = {p.name: p for p in CORPUS}
@@ -988,24 +1003,6 @@ def test_python_int_carried_through_nested_traced_control_flow(fn):
     np.testing.assert_allclose(g, autograd.grad(fn)(x, anp), rtol=1e-12)
     np.testing.assert_allclose(g, _central_differences(lambda v: fn(v, np), x),
                                rtol=1e-5)
-
-
-def _tree(x, depth, xp):
-    if depth == 0:
-        return x
-    if x > 0:
-        return _tree(x * 0.5 - 0.3, depth - 1, xp) + 1.0
-    return _tree(-x * x + 0.7, depth - 1, xp) * 2.0
-
-
-@pytest.mark.xfail(strict=True, raises=KeyError, reason=(
-    "BUG: a recursive module-level function cannot be converted: the converted `def` "
-    "inside the conversion's factory makes the function's own (global) name a free "
-    "variable, and _build finds no closure cell for it (KeyError)"))
-@pytest.mark.parametrize("x", [0.3, 0.9, -0.5])
-def test_recursive_helper(x):
-    g = cg.grad(functools.partial(_tree, depth=3, xp=cnp))(x)
-    np.testing.assert_allclose(g, autograd.grad(_tree)(x, 3, anp), rtol=1e-12)
 
 
 def _number_ifexp(x, xp):
