@@ -21,6 +21,7 @@ import ast
 import contextlib
 import inspect
 import io
+import linecache
 import re
 import sys
 from pathlib import Path
@@ -56,9 +57,12 @@ def runnable_examples(text: str) -> list[tuple[int, re.Match, re.Match]]:
 
 
 def run_example(source: str) -> str:
-    """Run one example as the script `example.py` and return what it printed."""
+    """Run one example as the script `example.py` and return what it printed. Its source
+    is registered with `linecache`, as a file's would be, so cfgrad can convert its
+    functions' Python control flow (which reads the source)."""
     buffer = io.StringIO()
     namespace = {"__name__": "__main__"}
+    linecache.cache["example.py"] = (len(source), None, source.splitlines(True), "example.py")
     with contextlib.redirect_stdout(buffer):
         exec(compile(source, "example.py", "exec"), namespace)
     return buffer.getvalue()
