@@ -315,8 +315,8 @@ def test_errors_of_user_code_exit_1_in_one_line(tmp_path):
                     "    raise KeyError('no args')\n", "raising.py")
     traced = write(tmp_path, "def f(x):\n    return g(x)\n\ndef g(x):\n"
                    "    raise ValueError('bad x\\nmore')\n", "traced.py")
-    traced_if = write(tmp_path, "def f(x):\n    if x > 0:\n        return x\n    return -x\n",
-                      "traced_if.py")
+    traced_if = write(tmp_path, "def f(x):\n    if x > 0:\n        y = x\n    return y\n",
+                      "traced_if.py")  # converted, but `y` is assigned on one side only
     cases = [
         (["inspect", f"{broken}:f"], f"importing {broken} raised RuntimeError: boom at import "
          f"(at {broken}:1 in <module>); rerun with --traceback for the full traceback"),
@@ -324,7 +324,7 @@ def test_errors_of_user_code_exit_1_in_one_line(tmp_path):
          f"'no args' (at {raising}:5 in example_args); rerun with --traceback"),
         (["inspect", f"{traced}:f", "--args", "1.0", "--run"],
          f"tracing {traced}:f raised ValueError: bad x … (at {traced}:5 in g); rerun with"),
-        (["inspect", f"{traced_if}:f", "--args", "1.0"], "cfgrad: error: TracerBoolError:"),
+        (["inspect", f"{traced_if}:f", "--args", "1.0"], "cfgrad: error: ConversionError:"),
     ]
     for proc, (_, message) in zip(cfgrad_many(*(argv for argv, _ in cases)), cases):
         one_line(check_failure(proc, 1, message))
@@ -349,15 +349,15 @@ def test_traceback_shows_the_users_exception_in_full(tmp_path):
     broken = write(tmp_path, "def helper():\n    raise RuntimeError('boom at import')\n\n"
                    "helper()\n", "broken.py")
     traced = write(tmp_path, "def f(x):\n    return {}['key'] + x\n", "traced.py")
-    traced_if = write(tmp_path, "def f(x):\n    if x > 0:\n        return x\n    return -x\n",
-                      "traced_if.py")
+    traced_if = write(tmp_path, "def f(x):\n    if x > 0:\n        y = x\n    return y\n",
+                      "traced_if.py")  # converted, but `y` is assigned on one side only
     cases = [
         (["inspect", f"{broken}:f", "--traceback"], "RuntimeError: boom at import\n",
          [f'File "{broken}", line 4, in <module>', f'File "{broken}", line 2, in helper']),
         (["inspect", f"{traced}:f", "--args", "1.0", "--traceback"], "KeyError: 'key'\n",
          [f'File "{traced}", line 2, in f']),
         (["inspect", f"{traced_if}:f", "--args", "1.0", "--traceback"],
-         "cfgrad.errors.TracerBoolError: bool()", [f'File "{traced_if}", line 2, in f']),
+         "cfgrad.errors.ConversionError: `y` differs", [f'File "{traced_if}", line 2, in f']),
     ]
     for proc, (_, exception, frames) in zip(cfgrad_many(*(argv for argv, _, _ in cases)),
                                             cases):
