@@ -41,7 +41,7 @@ from rich.text import Text
 
 from . import checkpoint, inspector
 from .api import lowered
-from .convert import converted
+from .convert import converted, converted_source
 from .dot import to_dot
 from .errors import ArgumentValueError, CfgradError
 from .reverse import adjoint
@@ -128,6 +128,9 @@ def _parser() -> argparse.ArgumentParser:
                    "inside the function) stand for")
     p.add_argument("--text", action="store_true",
                    help="print the plain IR text instead (the adjoint's with --adjoint)")
+    p.add_argument("--converted", action="store_true",
+                   help="print the Python source cfgrad traces: the function with its "
+                   "if/while/for converted (docs/autograph.md)")
     p.add_argument("--values", metavar="NAMES",
                    help="with --run: more values to summarize, e.g. '%%3,%%7'")
     p.add_argument("--fold", type=int, default=inspector.DEFAULT_FOLD, metavar="N",
@@ -178,6 +181,9 @@ def _inspect(ns: argparse.Namespace) -> int:
     console = _console(ns)
     _check_outputs(ns)
     fun, args = resolve_target(ns.target, ns.args)
+    if ns.converted:
+        sys.stdout.write(converted_source(fun) + "\n")
+        return 0
     with _user_code(f"tracing {ns.target}", passthrough=CfgradError):
         program = lowered(converted(fun), args)[0].program
     with _user_code(f"inspecting {ns.target}", passthrough=CfgradError):

@@ -20,6 +20,7 @@ import cfgrad as cg
 import cfgrad.numpy as cnp
 from cfgrad.anomaly import anomaly_detection_enabled
 from cfgrad.api import lowered
+from cfgrad.convert import converted
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_custom import STRATEGIES  # noqa: E402
@@ -309,7 +310,7 @@ def test_runtime_errors_keep_their_note_under_detection():
 
 def compiled_objects(f, *args) -> list:
     """The forward compilation, the adjoints of grad (wrt x) and vjp (wrt all), the JVP."""
-    entry = lowered(f, args)[0]
+    entry = lowered(converted(f), args)[0]  # the transformations trace f converted
     adjoints = [entry.grad_plan(wrt).compiled for wrt in (frozenset({0}), None)]
     return [entry.compiled, *adjoints, entry.jvp]
 

@@ -316,7 +316,7 @@ def test_errors_of_user_code_exit_1_in_one_line(tmp_path):
     traced = write(tmp_path, "def f(x):\n    return g(x)\n\ndef g(x):\n"
                    "    raise ValueError('bad x\\nmore')\n", "traced.py")
     traced_if = write(tmp_path, "def f(x):\n    if x > 0:\n        y = x\n    return y\n",
-                      "traced_if.py")  # converted, but `y` is assigned on one side only
+                      "traced_if.py")  # y is assigned on one side of a traced if only
     cases = [
         (["inspect", f"{broken}:f"], f"importing {broken} raised RuntimeError: boom at import "
          f"(at {broken}:1 in <module>); rerun with --traceback for the full traceback"),
@@ -350,14 +350,14 @@ def test_traceback_shows_the_users_exception_in_full(tmp_path):
                    "helper()\n", "broken.py")
     traced = write(tmp_path, "def f(x):\n    return {}['key'] + x\n", "traced.py")
     traced_if = write(tmp_path, "def f(x):\n    if x > 0:\n        y = x\n    return y\n",
-                      "traced_if.py")  # converted, but `y` is assigned on one side only
+                      "traced_if.py")  # y is assigned on one side of a traced if only
     cases = [
         (["inspect", f"{broken}:f", "--traceback"], "RuntimeError: boom at import\n",
          [f'File "{broken}", line 4, in <module>', f'File "{broken}", line 2, in helper']),
         (["inspect", f"{traced}:f", "--args", "1.0", "--traceback"], "KeyError: 'key'\n",
          [f'File "{traced}", line 2, in f']),
         (["inspect", f"{traced_if}:f", "--args", "1.0", "--traceback"],
-         "cfgrad.errors.ConversionError: `y` differs", [f'File "{traced_if}", line 2, in f']),
+         "cfgrad.errors.ConversionError: `y` is assigned on one branch only", [f'File "{traced_if}", line 2, in f']),
     ]
     for proc, (_, exception, frames) in zip(cfgrad_many(*(argv for argv, _, _ in cases)),
                                             cases):

@@ -197,8 +197,10 @@ def _compile(fun: types.FunctionType) -> tuple[types.CodeType, str]:
             if a is not None:
                 a.annotation = None
         new.returns = None
-        result = ast.Return(ast.Name(new.name, ast.Load()))
-        name = new.name
+        # defined in the factory under a name of its own: a function calling itself by its
+        # global name must not find a factory local (its code object gets its name back)
+        new.name = name = "cfg__converted"
+        result = ast.Return(ast.Name(name, ast.Load()))
     # a factory whose locals stand for the closure's cells: the converted function's
     # free variables are then the original's (and the runtime's), rebound to its cells
     cells = [ast.Assign([ast.Name(v, ast.Store())], ast.Constant(None))
@@ -215,6 +217,9 @@ def _compile(fun: types.FunctionType) -> tuple[types.CodeType, str]:
     factory_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
     inner = next(c for c in factory_code.co_consts
                  if isinstance(c, types.CodeType) and c.co_name == name)
+    if name != "<lambda>":
+        inner = inner.replace(co_name=code.co_name, co_qualname=code.co_qualname)
+        new.name = code.co_name
     _remember(inner)
     return inner, ast.unparse(new)
 

@@ -189,11 +189,13 @@ class _Branches:
                         _leaf_type(x) == _leaf_type(y) or not (is_traced(x) and is_traced(y))
                         for x, y in zip(ta[0], tb[0])):
                     continue
-                problem = "has a different structure, shape or dtype"
+                problem = "has a different structure, shape or dtype on the two branches"
             elif not _traceable(a) and not _traceable(b) and _same(a, b):
                 continue
+            elif isinstance(a, Undefined) or isinstance(b, Undefined):
+                problem = "is assigned on one branch only"
             else:
-                problem = "differs"
+                problem = "differs between the branches"
             what = f"`{name}`" if name != "the return value" else name
             hint = (f"assign {what} before the `if` (or on both branches)"
                     if isinstance(a, Undefined) or isinstance(b, Undefined) else
@@ -201,7 +203,7 @@ class _Branches:
                     "shape and dtype can differ between the branches of a traced `if`; "
                     "make both branches agree (cnp.astype, cnp.broadcast_to)")
             raise ConversionError(
-                f"{what} {problem} between the branches of the `if`{_where(self.loc)}, "
+                f"{what} {problem} of the `if`{_where(self.loc)}, "
                 f"whose condition is traced: on the {self.side} branch it is "
                 f"{_describe_tree(a)}, on the {side} branch {_describe_tree(b)}; {hint}")
 

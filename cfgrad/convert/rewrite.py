@@ -288,9 +288,10 @@ class Functionalize(ast.NodeTransformer):
     annotation) into calls of the runtime; nested functions go through the whole
     conversion on their own."""
 
-    def __init__(self, outside: set[str], nonlocals: set[str]):
+    def __init__(self, outside: set[str], nonlocals: set[str], local: set[str]):
         self.outside = outside  # declared global or nonlocal: written where they live
         self.nonlocals = nonlocals  # those declared nonlocal
+        self.local = local  # the function's own variables (parameters and assigned)
         self.in_try = 0  # inside the body of a `try` with handlers
 
     # -- statements ---------------------------------------------------------------
@@ -315,8 +316,11 @@ class Functionalize(ast.NodeTransformer):
         node = ast.FunctionDef(name=name, args=args, body=declared + body, decorator_list=[])
         return locate(node, at)
 
-    def _state(self, names: Iterable[str]) -> list[str]:
-        return sorted(set(names) - self.outside)
+    def _state(self, stmts: list[ast.stmt]) -> list[str]:
+        """The variables `stmts` hand on: those they bind, and the function's own
+        variables whose objects they change (a list appended to on one branch)."""
+        changed = assigned(stmts, mutations=True) & self.local
+        return sorted((assigned(stmts) | changed) - self.outside)
 
     def _call(self, fn: str, args: list[ast.expr], at: ast.AST) -> ast.Call:
         keywords = [ast.keyword("guarded", _const(True))] if self.in_try else []
@@ -337,13 +341,13 @@ class Functionalize(ast.NodeTransformer):
                     node.test)
                 node.body, node.orelse = self.block(node.body), self.block(node.orelse)
                 return [node]
-            state = self._state(assigned(node.body + node.orelse))
+            state = self._state(node.body + node.orelse)
             true = self._def(f"{PREFIX}if_true_{line}", state, self.block(node.body), node)
             false = self._def(f"{PREFIX}if_false_{line}", state, self.block(node.orelse), node)
             call = self._call("if_stmt", [test, _name(true.name), _name(false.name),
                                           self._tuple(state), _const(None)], node)
             return [true, false, locate(ast.Return(call), node)]
-        state = self._state(assigned(node.body + node.orelse))
+        state = self._state(node.body + node.orelse)
         outs = [n for n in state if n in getattr(node, LIVE_OUT)]
         ret = ast.Return(self._tuple(outs))
         true = self._def(f"{PREFIX}if_true_{line}", state,
@@ -366,7 +370,7 @@ class Functionalize(ast.NodeTransformer):
 
     def visit_While(self, node: ast.While) -> list[ast.stmt]:
         line = node.lineno
-        carries = self._state(assigned(node.body) & getattr(node, LIVE_AT_HEADER))
+        carries = [n for n in self._state(node.body) if n in getattr(node, LIVE_AT_HEADER)]
         ret = ast.Return(self._tuple(carries))
         test = self._def(f"{PREFIX}loop_test_{line}", carries,
                          [ast.Return(self.visit(node.test))], node)
@@ -379,7 +383,8 @@ class Functionalize(ast.NodeTransformer):
     def visit_For(self, node: ast.For) -> list[ast.stmt]:
         line = node.lineno
         header = getattr(node, LIVE_AT_HEADER)
-        carries = self._state((assigned(node.body) | target_names(node.target)) & header)
+        carries = [n for n in sorted(set(self._state(node.body)) | target_names(node.target, False))
+                   if n in header]
         ret = ast.Return(self._tuple(carries))
         item = f"{PREFIX}item"
         bind_target = locate(ast.Assign([node.target], _name(item)), node.target)
@@ -499,7 +504,8 @@ def convert_function(node: ast.FunctionDef) -> ast.FunctionDef:
     params = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
     params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
     outside = declared_outside(node)
-    undefined = sorted(assigned(body) - params - outside - {jumps.ret})
+    undefined = sorted(name for name in assigned(body) - params - outside
+                       if not name.startswith(PREFIX))  # the flags are set before use
     prologue: list[ast.stmt] = [_assign(name, ast.Call(_ops("Undefined"), [_const(name)], []))
                                 for name in undefined]
     if jumps.returns:
@@ -511,10 +517,11 @@ def convert_function(node: ast.FunctionDef) -> ast.FunctionDef:
                  for n in sub.names}
     declarations = [s for s in body if isinstance(s, ast.Global | ast.Nonlocal)]
     body = [s for s in body if not isinstance(s, ast.Global | ast.Nonlocal)]
-    node.body = declarations + prologue + Functionalize(outside, nonlocals).block(body)
+    local = (params | assigned(body)) - outside
+    node.body = declarations + prologue + Functionalize(outside, nonlocals, local).block(body)
     return node
 
 
 def convert_lambda(node: ast.Lambda) -> ast.Lambda:
     _check_convertible(node)
-    return Functionalize(set(), set()).visit(copy.deepcopy(node))
+    return Functionalize(set(), set(), set()).visit(copy.deepcopy(node))

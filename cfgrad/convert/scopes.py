@@ -37,15 +37,16 @@ LIVE_AT_HEADER = "_cfgrad_live_at_header"
 BREAK_FLAG = "_cfgrad_break_flag"
 
 
-def target_names(target: ast.AST) -> set[str]:
-    """The names an assignment target binds; `x[i] = v` and `x.a = v` change `x`."""
+def target_names(target: ast.AST, mutations: bool = True) -> set[str]:
+    """The names an assignment target binds, and with `mutations` those whose object it
+    changes: `x[i] = v` and `x.a = v` change `x`."""
     if isinstance(target, ast.Name):
         return {target.id}
     if isinstance(target, ast.Tuple | ast.List):
-        return set().union(*(target_names(t) for t in target.elts))
+        return set().union(*(target_names(t, mutations) for t in target.elts))
     if isinstance(target, ast.Starred):
-        return target_names(target.value)
-    if isinstance(target, ast.Subscript | ast.Attribute):
+        return target_names(target.value, mutations)
+    if mutations and isinstance(target, ast.Subscript | ast.Attribute):
         base = target.value
         while isinstance(base, ast.Subscript | ast.Attribute):
             base = base.value
@@ -53,15 +54,15 @@ def target_names(target: ast.AST) -> set[str]:
     return set()
 
 
-def _expression_writes(node: ast.AST) -> set[str]:
-    """Names an expression binds or changes at the enclosing scope: `:=` targets (also
-    those inside comprehensions, which bind in the enclosing function) and the objects
-    of mutating method calls (`xs.append(y)`)."""
+def _expression_writes(node: ast.AST, mutations: bool) -> set[str]:
+    """Names an expression binds at the enclosing scope: `:=` targets (also those inside
+    comprehensions, which bind in the enclosing function); with `mutations`, also the
+    objects of mutating method calls (`xs.append(y)`)."""
     found: set[str] = set()
     for sub in _walk_scope(node, into_comprehensions=True):
         if isinstance(sub, ast.NamedExpr):
             found |= target_names(sub.target)
-        elif (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
+        elif (mutations and isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
               and sub.func.attr in MUTATING_METHODS):
             found |= target_names(sub.func)
     return found
@@ -111,8 +112,9 @@ def _bodies(stmt: ast.stmt) -> list[list[ast.stmt]]:
     return [getattr(stmt, field) for field in ("body", "orelse") if hasattr(stmt, field)]
 
 
-def assigned(stmts: Iterable[ast.stmt]) -> set[str]:
-    """The names `stmts` bind or change at the function's own scope, in any branch."""
+def assigned(stmts: Iterable[ast.stmt], mutations: bool = False) -> set[str]:
+    """The names `stmts` bind at the function's own scope, in any branch; with
+    `mutations`, also those whose object they change (`x[i] = v`, `xs.append(v)`)."""
     found: set[str] = set()
     for stmt in stmts:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -120,21 +122,21 @@ def assigned(stmts: Iterable[ast.stmt]) -> set[str]:
             continue
         if isinstance(stmt, ast.Assign):
             for t in stmt.targets:
-                found |= target_names(t)
+                found |= target_names(t, mutations)
         elif isinstance(stmt, ast.AugAssign | ast.AnnAssign) and (
                 not isinstance(stmt, ast.AnnAssign) or stmt.value is not None):
-            found |= target_names(stmt.target)
+            found |= target_names(stmt.target, mutations)
         elif isinstance(stmt, ast.For | ast.AsyncFor):
-            found |= target_names(stmt.target)
+            found |= target_names(stmt.target, mutations)
         elif isinstance(stmt, ast.With | ast.AsyncWith):
             for item in stmt.items:
                 if item.optional_vars is not None:
-                    found |= target_names(item.optional_vars)
+                    found |= target_names(item.optional_vars, mutations)
         elif isinstance(stmt, ast.Import | ast.ImportFrom):
             found |= {(a.asname or a.name).split(".")[0] for a in stmt.names}
         elif isinstance(stmt, ast.Delete):
             for t in stmt.targets:
-                found |= target_names(t)
+                found |= target_names(t, mutations)
         elif isinstance(stmt, ast.Try | ast.TryStar):
             found |= {h.name for h in stmt.handlers if h.name}
         elif isinstance(stmt, ast.Match):
@@ -142,11 +144,11 @@ def assigned(stmts: Iterable[ast.stmt]) -> set[str]:
                       if isinstance(sub, ast.MatchAs | ast.MatchStar) and sub.name}
         if isinstance(stmt, _COMPOUND):
             for e in _header_expressions(stmt):
-                found |= _expression_writes(e)
+                found |= _expression_writes(e, mutations)
             for body in _bodies(stmt):
-                found |= assigned(body)
+                found |= assigned(body, mutations)
         else:
-            found |= _expression_writes(stmt)
+            found |= _expression_writes(stmt, mutations)
     return found
 
 
