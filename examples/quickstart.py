@@ -5,8 +5,14 @@ Run `python examples/quickstart.py`.
 `f(a, b)` finds sqrt(a) by Newton's method, iterating until the residual is below a
 tolerance (so the number of iterations depends on `a`), then branches on the root:
 
-    y = sqrt(a)                       # a while_loop that stops on |y*y - a| <= 1e-12 * a
+    y = sqrt(a)                       # a `while` that stops on |y*y - a| <= 1e-12 * a
     f = (y - b)**2 if y > b else sin(y * b)
+
+`f` is plain Python: cfgrad converts its `while` and `if` on traced values into a loop and
+a branch of the Program (docs/autograph.md). `f_explicit` is the same function written
+with `cg.while_loop` and `cg.cond`, the explicit form: the same regions (its loop tests
+the condition at the loop's header, the converted `while` before the loop and at the end
+of each iteration) and the same gradient.
 
 cfgrad traces `f` once into a Program of blocks (printed below), runs it while logging
 which branch was taken and how many iterations ran, and differentiates exactly that path
@@ -25,6 +31,16 @@ EPS = 1e-6  # finite-difference step
 
 def f(a, b):
     """Newton's method for sqrt(a) until converged, then a branch on the result."""
+    y = a
+    while abs(y * y - a) > 1e-12 * a:
+        y = 0.5 * (y + a / y)
+    if y > b:
+        return (y - b) ** 2
+    return cnp.sin(y * b)
+
+
+def f_explicit(a, b):
+    """`f` with the explicit control-flow functions (a `max_iters` bound on the loop)."""
 
     def not_converged(y):
         return cnp.abs(y * y - a) > 1e-12 * a
@@ -61,6 +77,8 @@ def main() -> None:
     print(cg.lower(f, 2.0, 1.0))
     print("Its adjoint (mirrored blocks, run backwards over the logged path):")
     print(cg.adjoint(cg.lower(f, 2.0, 1.0)))
+    print(f"f_explicit (cg.while_loop + cg.cond) gives the same gradient: "
+          f"{cg.grad(f_explicit, (0, 1))(2.0, 1.0) == cg.grad(f, (0, 1))(2.0, 1.0)}")
 
 
 if __name__ == "__main__":

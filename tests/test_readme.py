@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import linecache
+import math
 import re
 from pathlib import Path
 
@@ -26,11 +28,18 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert ci_commands == [commands[1]], (ci_commands, commands[1])
 
 
+def run(code: str, namespace: dict) -> None:
+    """Run README code as the file `readme.py`, its source registered with `linecache` as
+    a file's would be: cfgrad reads the source to convert Python control flow."""
+    linecache.cache["readme.py"] = (len(code), None, code.splitlines(True), "readme.py")
+    exec(compile(code, "readme.py", "exec"), namespace)  # noqa: S102 - the README's own code
+
+
 def test_first_look_prints_what_its_comments_say() -> None:
     code = fenced("python")[0]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, "readme.py", "exec"), {})  # noqa: S102 - the README's own example
+        run(code, {})
     printed = out.getvalue().splitlines()
     promised = [m.group(1).strip() for line in code.splitlines()
                 if line.startswith("print(") and (m := re.search(r"#\s+([-\d\[(]\S*)", line))]
@@ -41,3 +50,15 @@ def test_first_look_prints_what_its_comments_say() -> None:
     for line in excerpt.splitlines():
         if line != "...":
             assert line in program, line
+
+
+def test_explicit_form_is_the_same_function() -> None:
+    """The README's second example, cg.cond + cg.while_loop, computes the first one's
+    value and gradient (both against the closed form 1 / (3 a^(2/3)))."""
+    namespace: dict = {}
+    run(fenced("python")[0].split("print(")[0] + fenced("python")[1], namespace)
+    cg = namespace["cg"]
+    for a in (0.5, 8.0, 27.0):
+        for f in (namespace["cube_root"], namespace["cube_root_explicit"]):
+            assert math.isclose(f(a), a ** (1 / 3), rel_tol=1e-12)
+            assert math.isclose(cg.grad(f)(a), 1 / (3 * a ** (2 / 3)), rel_tol=1e-9)
