@@ -960,7 +960,7 @@ def test_traced_assert_fails_when_the_program_runs():
 
 
 # ---------------------------------------------------------------------------------
-# cfgrad bugs the corpus found: minimal repros, xfail(strict) until fixed
+# Regressions: bugs the corpus found, as minimal repros
 # ---------------------------------------------------------------------------------
 
 
@@ -991,10 +991,6 @@ def _weak_int_if_in_loop(x, xp):
     return acc + x
 
 
-@pytest.mark.xfail(strict=True, raises=cg.ConversionError, reason=(
-    "BUG: a loop variable that starts as a Python int and becomes a float is typed by the "
-    "speculative tracing of the outer loop's body as a strong i64 tracer, so a traced "
-    "loop or `if` nested in that body sees it change dtype (ConversionError)"))
 @pytest.mark.parametrize("fn", [_weak_int_nested_for, _weak_int_nested_while,
                                 _weak_int_if_in_loop], ids=lambda f: f.__name__[1:])
 def test_python_int_carried_through_nested_traced_control_flow(fn):
@@ -1017,10 +1013,6 @@ def _number_if(x, xp):
     return x * s
 
 
-@pytest.mark.xfail(strict=True, raises=cg.LoweringError, reason=(
-    "BUG: a traced `if` (or conditional expression) whose branches give a Python int and "
-    "a Python float (`2 if x > 0 else 0.5`) fails: the weak numbers become i64 and f64 "
-    "cond outputs ('the branches return different types') instead of joining as a float"))
 @pytest.mark.parametrize("fn", [_number_ifexp, _number_if], ids=["ifexp", "if"])
 @pytest.mark.parametrize("x", [-0.5, 0.5])
 def test_int_and_float_numbers_on_the_branches(fn, x):
@@ -1036,10 +1028,6 @@ def _while_true_return(x, xp):
             return y * x
 
 
-@pytest.mark.xfail(strict=True, raises=cg.ConversionError, reason=(
-    "BUG: `while True:` left only by a `return` under a traced `if` fails: the converter "
-    "joins the return with the implicit `return None` after the loop, which Python can "
-    "never reach (no `break`), and reports the return value differing between branches"))
 @pytest.mark.parametrize("x", [0.5, 1.9])
 def test_while_true_left_only_by_return(x):
     g = cg.grad(functools.partial(_while_true_return, xp=cnp))(x)

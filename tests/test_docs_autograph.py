@@ -180,8 +180,6 @@ def with_a_nested_generator(x):
     return -x
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a `yield` of a nested function makes the "
-                   "enclosing function count as a generator, so it is not converted")
 def test_nested_generator_does_not_stop_conversion() -> None:
     assert cg.grad(with_a_nested_generator)(2.0) == 1.0
 
@@ -192,9 +190,6 @@ def relu(x):
     return 0.0 * x
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: lambdas are never converted on Python 3.11 "
-                   "(their RESUME position (line, 0) lies before the body, so _find "
-                   "fails), nor, therefore, the functions they call")
 def test_lambda_is_converted_and_converts_what_it_calls() -> None:
     assert cg.grad(lambda x: relu(x) * 2)(1.0) == 2.0
 
@@ -206,8 +201,6 @@ def sum_rows(x):
     return total
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a Python-number loop variable is not weakly "
-                   "typed: `total = 0.0` plus float32 rows is a float64 carry (Python: float32)")
 def test_python_number_loop_variable_takes_the_bodys_dtype() -> None:
     x = np.ones((3, 2), np.float32)
     assert sum_rows(x).dtype == np.float32  # plain Python (numpy)
