@@ -278,7 +278,8 @@ def _user_callable(x: Any) -> Any:
 
 def call(fun: Any, /, *args: Any, **kwargs: Any) -> Any:
     """A call in converted code: a user function is converted first; `range`,
-    `enumerate` and `zip` of traced values become what a converted `for` iterates; a
+    `enumerate` and `zip` of traced values become what a converted `for` iterates, and
+    `max`/`min` of traced numbers their elementwise `cnp.maximum`/`cnp.minimum`; a
     cfgrad function's function arguments (the branches of `cg.cond`, a loop's body) are
     converted, like the functions they would have been as statements."""
     if fun is range and any(map(is_traced, args)):
@@ -287,6 +288,11 @@ def call(fun: Any, /, *args: Any, **kwargs: Any) -> Any:
         return operators.traced_enumerate(*args, **kwargs)
     if fun is zip and any(map(_traced_iterable, args)):
         return operators.traced_zip(*args)
+    if (fun is max or fun is min) and not kwargs:
+        values = args if len(args) > 1 else args[0] if args and isinstance(
+            args[0], list | tuple) else ()
+        if any(map(is_traced, values)):
+            return operators.extreme(fun is max, values)
     if _is_cfgrad(fun) and not isinstance(fun, type):
         args = tuple(_user_callable(a) if callable(a) else [
             _user_callable(b) for b in a] if isinstance(a, list | tuple) and a and all(

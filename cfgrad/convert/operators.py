@@ -312,6 +312,18 @@ def chain(left: Any, *ops_and_thunks: Any) -> Any:
     return and_(*thunks)
 
 
+def extreme(largest: bool, values: Any) -> Any:
+    """Python's `max(a, b, …)` / `min(…)` (or of one list or tuple) with a traced value
+    among them: the first one wins a tie, as in Python (`cnp.where` on a strict
+    comparison, so a tie's gradient goes to the earlier value)."""
+    if not values:
+        raise ValueError(f"{'max' if largest else 'min'}() arg is an empty sequence")
+    best = values[0]
+    for v in values[1:]:
+        best = cnp.where(v > best if largest else v < best, v, best)
+    return best
+
+
 def assert_(test: Any, message: Callable | None) -> None:
     """`assert test, message`: as Python on a concrete test; on a traced one a check the
     program makes when it runs (an `AssertionError` from the call that runs it)."""
