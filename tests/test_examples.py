@@ -160,6 +160,8 @@ def test_newton_gradients_match_the_cube_root_derivative():
         assert float(grad) == pytest.approx(1 / (3 * a ** (2 / 3)), rel=1e-10)
         assert int(iters) > 0
     assert len({iters for _, _, iters, _ in rows}) > 1  # the trip count depends on a
+    assert "plain-Python loop and cg.while_loop give the same gradients: True" in output(
+        "newton.py")
 
 
 def test_rnn_stops_on_the_norm_and_matches_finite_differences():
