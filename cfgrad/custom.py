@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from . import tree as treelib
+from .convert import converted
 from .errors import ArgumentTypeError, TracerBoolError
 from .interpret import Compiled, Machine, as_runtime_value
 from .ir import Program, TensorType, type_of
@@ -323,7 +324,7 @@ class _CustomFunction:
 
     def __init__(self, fun: Callable):
         functools.update_wrapper(self, fun)
-        self.fun = fun
+        self.fun = converted(fun)  # its Python control flow works on traced values too
         self._rules: dict[Any, Any] = {}
         self._rules_epoch = lowering_epoch()
         # what a call of the function is while code of its own is lowered (innermost last)
@@ -387,7 +388,7 @@ class custom_vjp(_CustomFunction):  # noqa: N801 - the JAX name
         self.bwd: Callable | None = None
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
-        self.fwd, self.bwd = fwd, bwd
+        self.fwd, self.bwd = converted(fwd), converted(bwd)
         self._redefined()
 
     @functools.cached_property
@@ -430,7 +431,7 @@ class custom_jvp(_CustomFunction):  # noqa: N801 - the JAX name
         self.jvp: Callable | None = None
 
     def defjvp(self, jvp: Callable) -> Callable:
-        self.jvp = jvp
+        self.jvp = converted(jvp)
         self._redefined()
         return jvp
 

@@ -533,8 +533,10 @@ def test_stop_gradient_eagerly_returns_its_input():
 
 
 def test_python_control_flow_in_a_custom_function_names_the_line_and_why():
-    """The function is traced (for its output structure) like in JAX: an `if` on its
-    argument is a TracerBoolError naming the line, with a note saying what was traced."""
+    """The function is traced (for its output structure) like in JAX. Its `if` on a
+    traced argument is converted (docs/autograph.md), like any user function's; what stays
+    Python (an explicit bool()) is a TracerBoolError naming the line, with a note saying
+    what was traced."""
     @cg.custom_vjp
     def absolute(x):
         if x > 0:
@@ -542,8 +544,15 @@ def test_python_control_flow_in_a_custom_function_names_the_line_and_why():
         return -x
 
     absolute.defvjp(lambda x: (x, None), lambda _, ct: (ct,))
+    assert cg.grad(lambda x: absolute(x) * 2.0)(-1.0) == 2.0  # the rule: ct, doubled
+
+    @cg.custom_vjp
+    def explicit(x):
+        return x if bool(x > 0) else -x
+
+    explicit.defvjp(lambda x: (x, None), lambda _, ct: (ct,))
     with pytest.raises(cg.TracerBoolError, match="test_custom.py") as info:
-        cg.grad(lambda x: absolute(x) * 2.0)(1.0)
+        cg.grad(lambda x: explicit(x) * 2.0)(1.0)
     assert any("custom_vjp function and its rules are traced" in n
                for n in info.value.__notes__)
 
