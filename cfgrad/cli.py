@@ -180,7 +180,7 @@ def _inspect(ns: argparse.Namespace) -> int:
         raise UsageError("--fold must be 0 (never fold) or a positive number of rows")
     console = _console(ns)
     _check_outputs(ns)
-    fun, args = resolve_target(ns.target, ns.args)
+    fun, args = resolve_target(ns.target, ns.args, need_args=not ns.converted)
     if ns.converted:
         sys.stdout.write(converted_source(fun) + "\n")
         return 0
@@ -240,8 +240,10 @@ def _demo(ns: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------
 
 
-def resolve_target(target: str, args_text: str | None) -> tuple[Any, tuple]:
-    """`path/to/file.py:function` -> (the function, its arguments)."""
+def resolve_target(target: str, args_text: str | None, need_args: bool = True
+                   ) -> tuple[Any, tuple]:
+    """`path/to/file.py:function` -> (the function, its arguments; none when not
+    `need_args` and none are given)."""
     path_text, sep, name = target.rpartition(":")
     if not sep or not path_text or not name:
         raise UsageError(f"expected FILE.py:FUNCTION, got {target!r}")
@@ -257,6 +259,8 @@ def resolve_target(target: str, args_text: str | None) -> tuple[Any, tuple]:
     if args_text is not None:
         return fun, _check_arity(fun, name, parse_args(args_text), "--args")
     example_args = getattr(module, "example_args", None)
+    if not need_args:
+        return fun, ()
     if example_args is None:
         raise UsageError(f"no arguments for {name}: pass --args '...' or define "
                          f"example_args() in {path_text} returning {{{name!r}: (...)}}")

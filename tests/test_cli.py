@@ -577,3 +577,14 @@ def test_expand_shows_the_sub_programs(tmp_path, capsys):
     assert cli.main(["inspect", f"{path}:f", "--args", "2.0", "--expand", "--width",
                      "100", "--no-color"]) == 0
     assert "sub-program of {of=vjp(<lambda>, wrt=[0])}" in capsys.readouterr().out
+
+
+def test_converted_prints_the_python_cfgrad_traces_without_arguments(tmp_path, capsys):
+    """`--converted` shows the function with its control flow converted; it traces
+    nothing, so it needs no --args (and no example_args())."""
+    path = write(tmp_path, "def f(x):\n    while x < 10.0:\n        x = x * 2.0\n"
+                 "    return x\n", "plain.py")
+    assert cli.main(["inspect", f"{path}:f", "--converted"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("def f(x):") and "cfg__ops.while_stmt(" in out
+    assert "x = x * 2.0" in out
