@@ -3,8 +3,9 @@
 Converted code must keep plain Python's semantics on concrete values, and on traced
 values either give the gradient finite differences of the same function give, or raise
 a `ConversionError` naming the variable and line. The functions live in this file
-because conversion reads source from files. `xfail(strict=True)` marks known converter
-bugs: each turns into a failure once fixed, so the marker gets removed with the fix.
+because conversion reads source from files. Several tests are regressions of bugs this
+probing found (walrus in a `while` condition, closures made in a loop, a zero-trip
+loop's variable, `NAME.append` on a global, recursion, two lambdas on a line).
 """
 
 import copy
@@ -406,21 +407,14 @@ def test_methods_classmethods_staticmethods():
     assert got == expected
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a walrus in a `while` condition binds in the "
-                   "generated test function; the body and the code after read <undefined y>")
 def test_walrus_in_while_condition():
     _same_as_python(f_walrus_in_while, [0, 3, 2])
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: each converted loop iteration is its own scope, "
-                   "so closures made in a loop capture the iteration's value, not the "
-                   "variable (Python's late binding gives [2, 2, 2])")
 def test_closures_made_in_loop_bind_late():
     _same_as_python(f_closures_made_in_loop)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a zero-trip loop returns the <undefined i> "
-                   "sentinel where Python raises UnboundLocalError")
 def test_zero_trip_loop_variable_is_unbound():
     _same_as_python(f_loop_var_after, 0)
 
@@ -450,19 +444,18 @@ def make_counter():
     return count
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `NAME.append(...)`/`NAME[k] = v` makes NAME "
-                   "local (scopes.assigned), so a global, closure or builtin NAME becomes "
-                   "Undefined: UnboundLocalError/TypeError")
-@pytest.mark.parametrize("fn, arg", [(g_append, 1), (g_setitem, "a"), (g_unbound_method, 1),
-                                     (make_counter(), 1)],
+@pytest.mark.parametrize("make, arg", [(lambda: g_append, 1), (lambda: g_setitem, "a"),
+                                       (lambda: g_unbound_method, 1), (make_counter, 1)],
                          ids=["global_append", "global_setitem", "list_append", "closure"])
-def test_mutating_call_on_global(fn, arg):
+def test_mutating_call_on_global(make, arg):
+    """Changing a global's or a closure's object (`LOG.append`, `CACHE[k] = v`) leaves the
+    name where it lives (each run gets a fresh closure, whose list starts empty)."""
     LOG.clear()
     CACHE.clear()
-    expected = _outcome(fn, (arg,), {}), list(LOG), dict(CACHE)
+    expected = _outcome(make(), (arg,), {}), list(LOG), dict(CACHE)
     LOG.clear()
     CACHE.clear()
-    assert (_outcome(cg.autograph(fn), (arg,), {}), list(LOG), dict(CACHE)) == expected
+    assert (_outcome(cg.autograph(make()), (arg,), {}), list(LOG), dict(CACHE)) == expected
 
 
 def sorted_weights(x):
@@ -470,8 +463,6 @@ def sorted_weights(x):
     return cnp.sum(y * cnp.arange(3.0))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `cnp.sort(x)` is taken for a mutating method "
-                   "call on `cnp`, which becomes a local: UnboundLocalError under cg.grad")
 def test_module_function_named_like_a_mutating_method():
     x = np.array([3.0, 1.0, 2.0])
     assert np.allclose(cg.grad(sorted_weights)(x), [2.0, 0.0, 1.0])
@@ -483,8 +474,6 @@ def factorial(n):
     return n * factorial(n - 1)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a function that reads its own name (recursion) "
-                   "fails to convert with a raw KeyError in convert._build")
 def test_recursion():
     _same_as_python(factorial, 5)
 
@@ -493,8 +482,6 @@ def pair_of_lambdas():
     return (lambda x: x * x if x > 0 else -x), (lambda x: x * 3 if x > 0 else x)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: two lambdas on one line are not located, not "
-                   "converted: TracerBoolError on a traced condition")
 def test_lambdas_on_one_line():
     square, triple = pair_of_lambdas()
     assert cg.grad(square)(2.0) == 4.0 and cg.grad(triple)(2.0) == 3.0
@@ -795,9 +782,6 @@ def shape_by_branch(x):
     return cnp.sum(z) + y
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: concrete arrays of different shapes on the two "
-                   "sides of a traced `if` pass the per-variable check; cg.cond then raises a "
-                   "LoweringError about 'output 0' instead of a ConversionError naming `z`")
 def test_concrete_arrays_differing_between_branches_named():
     with pytest.raises(cg.ConversionError, match="`z`"):
         cg.grad(shape_by_branch)(1.0)
@@ -815,3 +799,33 @@ def test_unbound_local_message_points_at_user_line():
     assert info.traceback[-1].path != "" and any(
         e.path.name == "test_autograph_edge.py" and e.lineno + 1 == _line(unbound_read, "x + w")
         for e in info.traceback)
+
+
+def closure_in_traced_rows(x):
+    """A function defined in a loop over traced rows and used in the same iteration: the
+    loop is converted (a `for` over concrete values with such a function runs as Python)."""
+    total = 0.0
+    for row in x:
+        scale = lambda t: t * row  # noqa: E731
+        total = total + cnp.sum(scale(row))
+    return total
+
+
+def test_closure_used_within_a_traced_iteration():
+    x = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_allclose(cg.grad(closure_in_traced_rows)(x), 2 * x)
+
+
+def closure_in_while(x):
+    fs = []
+    while x < 4.0:
+        fs.append(lambda: x)
+        x = x * 2.0
+    return x
+
+
+def test_while_defining_a_function_over_its_variable_refuses_a_traced_condition():
+    assert cg.autograph(closure_in_while)(1.0) == closure_in_while(1.0)
+    with pytest.raises(cg.ConversionError, match=r"`while` loop \(a function defined in it "
+                       r"reads the loop's x.*test_autograph_edge.py:\d+.*default argument"):
+        cg.grad(closure_in_while)(1.0)

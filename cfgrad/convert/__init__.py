@@ -57,8 +57,8 @@ _FUTURE_FLAGS = functools.reduce(
 
 # the runtime as converted code sees it: the operators, and `call`, defined below
 RUNTIME = types.SimpleNamespace(**{name: getattr(operators, name) for name in (
-    "Undefined", "python_test", "if_stmt", "if_exp", "while_stmt", "for_stmt", "and_",
-    "or_", "not_", "chain", "assert_")})
+    "Undefined", "ld", "python_test", "python_iteration", "if_stmt", "if_exp", "while_stmt",
+    "for_stmt", "and_", "or_", "not_", "chain", "assert_")})
 
 # the converted function per function (it holds the original's cells and globals, never
 # the original itself, so an entry goes with its function), and the converted code per
@@ -334,7 +334,7 @@ def autograph(fun: Callable) -> Callable:
 def converted_source(fun: Callable) -> str:
     """The Python source cfgrad runs for `fun` (converted), or why it runs `fun` as is."""
     new = converted(fun)
-    target = getattr(new, "__func__", new)
+    target = getattr(new, "func", getattr(new, "__func__", new))  # a partial, a method
     if hasattr(target, "__cfgrad_source__"):
         return ast.unparse(target.__cfgrad_source__)
     reason = why_unconverted(fun) or "it is not a Python function of yours"

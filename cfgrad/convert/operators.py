@@ -67,13 +67,26 @@ def _where(loc: SourceLoc | None) -> str:
     return f" at {loc}" if loc else ""
 
 
-def python_test(test: Any, what: str) -> Any:
+def ld(value: Any) -> Any:
+    """A read of a variable that may be unassigned: Python's `UnboundLocalError` if it is
+    (the placeholder itself is only ever handed on as state)."""
+    if isinstance(value, Undefined):
+        value._unbound()
+    return value
+
+
+def python_test(test: Any, what: str, instead: str) -> Any:
     """The condition of a statement that must stay Python: concrete, or an error."""
     if is_traced(test):
         loc = current_loc()
         raise ConversionError(f"{what}{_where(loc)} has a traced condition, which cfgrad "
-                              "cannot convert: move the `return` out of the `with`/`try`")
+                              f"cannot convert: {instead}")
     return test
+
+
+def python_iteration(iterable: Any, what: str) -> bool:
+    """Whether a `for` over `iterable` runs as Python (it is not traced values)."""
+    return not (is_traced(iterable) or isinstance(iterable, TracedIteration))
 
 
 def _predicate(test: Any, construct: str, loc: SourceLoc | None, guarded: bool) -> Any:

@@ -37,6 +37,7 @@ from .scopes import (
     annotate,
     assigned,
     declared_outside,
+    reads,
     target_names,
 )
 
@@ -160,6 +161,13 @@ class _Jumps:
         return [stmt]
 
     def loop(self, stmt: ast.While | ast.For, outer: _Loop | None) -> list[ast.stmt]:
+        if isinstance(stmt, ast.While) and _contains([stmt.test], ast.NamedExpr) and not (
+                stmt.orelse):
+            # `while (y := f()) > 0:` as `while True: if not ...: break`, so that `:=`
+            # binds in the loop's body (the converted condition is a function of its own)
+            stmt.body = [locate(ast.If(ast.UnaryOp(ast.Not(), stmt.test), [
+                locate(ast.Break(), stmt)], []), stmt)] + stmt.body
+            stmt.test = locate(ast.Constant(True), stmt)
         inner = _Loop()
         first_return = len(self.returns)
         # `while True:` left by `return` alone: after it, nothing runs but the returns
@@ -298,10 +306,12 @@ class Functionalize(ast.NodeTransformer):
     annotation) into calls of the runtime; nested functions go through the whole
     conversion on their own."""
 
-    def __init__(self, outside: set[str], nonlocals: set[str], local: set[str]):
+    def __init__(self, outside: set[str], nonlocals: set[str], local: set[str],
+                 unassigned: set[str]):
         self.outside = outside  # declared global or nonlocal: written where they live
         self.nonlocals = nonlocals  # those declared nonlocal
         self.local = local  # the function's own variables (parameters and assigned)
+        self.unassigned = unassigned  # those that may be read before any assignment
         self.in_try = 0  # inside the body of a `try` with handlers
 
     # -- statements ---------------------------------------------------------------
@@ -347,8 +357,8 @@ class Functionalize(ast.NodeTransformer):
             if not (always_returns(node.body) and always_returns(node.orelse)):
                 # a return left inside a with/try: this `if` must stay Python
                 node.test = locate(ast.Call(_ops("python_test"), [
-                    test, _const("an `if` that returns from inside a `with` or `try`")], []),
-                    node.test)
+                    test, _const("an `if` that returns from inside a `with` or `try`"),
+                    _const("move the `return` out of the `with`/`try`")], []), node.test)
                 node.body, node.orelse = self.block(node.body), self.block(node.orelse)
                 return [node]
             state = self._state(node.body + node.orelse)
@@ -385,7 +395,43 @@ class Functionalize(ast.NodeTransformer):
             return locate(ast.Expr(call), at)
         return locate(ast.Assign([self._tuple(names, True)], call), at)
 
+    @staticmethod
+    def _closed_over(node: ast.While | ast.For) -> set[str]:
+        """The loop's variables that a function (or lambda) defined in its body reads.
+        Python gives all iterations one variable, which such a function reads when it is
+        called; a converted loop gives each iteration its own. So such a `for` runs as
+        Python over concrete values (converted over traced ones, whose iterations' values
+        cannot leave them anyway), and such a `while` runs as Python only."""
+        written = assigned(node.body) | (target_names(node.target, False) if isinstance(
+            node, ast.For) else set())
+        read: set[str] = set()
+        for sub in _own_nodes(node.body):
+            if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                read |= reads(sub)
+        return read & written
+
+    def _native(self, node: ast.While | ast.For, names: set[str]) -> ast.stmt:
+        """The loop as Python (its `if`s still converted), refusing a traced condition."""
+        node = copy.deepcopy(node)
+        why = (f"a function defined in it reads the loop's {', '.join(sorted(names))}, and "
+               "converted, each iteration would have its own copy")
+        instead = ("pass the value as a default argument (`lambda i=i: ...`) or define the "
+                   "function outside the loop")
+        what = f"the `{'while' if isinstance(node, ast.While) else 'for'}` loop ({why})"
+        if isinstance(node, ast.While):
+            node.test = locate(ast.Call(_ops("python_test"), [
+                self.visit(node.test), _const(what), _const(instead)], []), node)
+        flag = getattr(node, BREAK_FLAG, None)
+        node.body = self.block(node.body)
+        if flag:
+            node.body.insert(0, locate(ast.If(ast.Call(_ops("python_test"), [
+                _name(flag), _const(what), _const(instead)], []), [ast.Break()], []), node))
+        return node
+
     def visit_While(self, node: ast.While) -> list[ast.stmt]:
+        closed = self._closed_over(node)
+        if closed:
+            return [self._native(node, closed)]
         line = node.lineno
         carries = [n for n in self._state(node.body) if n in getattr(node, LIVE_AT_HEADER)]
         ret = ast.Return(self._tuple(carries))
@@ -399,6 +445,19 @@ class Functionalize(ast.NodeTransformer):
         return [test, body, self._bind(carries, call, node)]
 
     def visit_For(self, node: ast.For) -> list[ast.stmt]:
+        closed = self._closed_over(node)
+        if closed:  # Python over concrete values, converted over traced ones
+            iterable = f"{PREFIX}iterable_{node.lineno}"
+            source = self.visit(node.iter)
+            native = self._native(node, closed)
+            native.iter = node.iter = _name(iterable)
+            return [locate(_assign(iterable, source), node),
+                    locate(ast.If(ast.Call(_ops("python_iteration"), [
+                        _name(iterable), _const(f"the `for` loop ({', '.join(sorted(closed))})")],
+                        []), [native], self._functional_for(node)), node)]
+        return self._functional_for(node)
+
+    def _functional_for(self, node: ast.For) -> list[ast.stmt]:
         line = node.lineno
         header = getattr(node, LIVE_AT_HEADER)
         carries = [n for n in sorted(set(self._state(node.body)) | target_names(node.target, False))
@@ -459,6 +518,13 @@ class Functionalize(ast.NodeTransformer):
         return node  # its methods are converted when they are called
 
     # -- expressions --------------------------------------------------------------
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        """A read of a variable that may not be assigned yet checks, as Python's read
+        would (its placeholder is handed around as state, but never read as a value)."""
+        if isinstance(node.ctx, ast.Load) and node.id in self.unassigned:
+            return locate(ast.Call(_ops("ld"), [node], []), node)
+        return node
+
     def visit_BoolOp(self, node: ast.BoolOp) -> ast.expr:
         self.generic_visit(node)
         if _contains(node.values, ast.NamedExpr):
@@ -529,7 +595,8 @@ def convert_function(node: ast.FunctionDef) -> ast.FunctionDef:
     params = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
     params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
     outside = declared_outside(node)
-    prologue = undefined_prologue(assigned(body) - params - outside - {jumps.ret}, body[0])
+    unassigned = assigned(body) - params - outside - {jumps.ret}
+    prologue = undefined_prologue(unassigned, body[0])
     if jumps.returns:
         prologue.append(locate(_assign(jumps.ret, _const(0)), body[0]))
     annotate(body, frozenset())
@@ -538,10 +605,11 @@ def convert_function(node: ast.FunctionDef) -> ast.FunctionDef:
     declarations = [s for s in body if isinstance(s, ast.Global | ast.Nonlocal)]
     body = [s for s in body if not isinstance(s, ast.Global | ast.Nonlocal)]
     local = (params | assigned(body)) - outside
-    node.body = declarations + prologue + Functionalize(outside, nonlocals, local).block(body)
+    node.body = declarations + prologue + Functionalize(outside, nonlocals, local,
+                                                        unassigned).block(body)
     return node
 
 
 def convert_lambda(node: ast.Lambda) -> ast.Lambda:
     _check_convertible(node)
-    return Functionalize(set(), set(), set()).visit(copy.deepcopy(node))
+    return Functionalize(set(), set(), set(), set()).visit(copy.deepcopy(node))
