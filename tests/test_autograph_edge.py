@@ -806,7 +806,7 @@ def closure_in_traced_rows(x):
     loop is converted (a `for` over concrete values with such a function runs as Python)."""
     total = 0.0
     for row in x:
-        scale = lambda t: t * row  # noqa: E731
+        scale = lambda t: t * row  # noqa: E731, B023 - used in this iteration
         total = total + cnp.sum(scale(row))
     return total
 
@@ -819,7 +819,7 @@ def test_closure_used_within_a_traced_iteration():
 def closure_in_while(x):
     fs = []
     while x < 4.0:
-        fs.append(lambda: x)
+        fs.append(lambda: x)  # noqa: B023 - the point of the test
         x = x * 2.0
     return x
 
