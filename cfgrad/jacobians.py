@@ -138,7 +138,9 @@ def _jacrev(fun: Callable, argnums: int | Sequence[int], has_aux: bool, checkpoi
     def jacrev_fn(*args: Any, **kwargs: Any) -> Any:
         nums = resolve_argnums(requested, len(args), caller, name)
         _check_inputs(args, nums, caller, name)
-        out, pullback = vjp(_call_target(fun, kwargs), *args, checkpoint=checkpoint)
+        # `fun` is converted already, or was asked not to be (autograph=False)
+        out, pullback = vjp(_call_target(fun, kwargs), *args, checkpoint=checkpoint,
+                            autograph=False)
         value, aux = _split_aux(out, has_aux, caller, name)
         out_leaves, out_tree = treelib.flatten(value)
         out_types = [_leaf_type(y) for y in out_leaves]
@@ -200,7 +202,7 @@ def _jacfwd(fun: Callable, argnums: int | Sequence[int], has_aux: bool, caller: 
 
         def run(tangents: list[Any]) -> tuple[Any, list[Any]]:
             """fun's output and its tangent leaves (of the value, with has_aux)."""
-            out, tangent = jvp(target, args, tangents)
+            out, tangent = jvp(target, args, tangents, autograph=False)  # as in jacrev
             return out, treelib.flatten(_split_aux(tangent, has_aux, caller, name)[0])[0]
 
         def column(a: int, l: int, j: int) -> tuple[Any, list[Any]]:
