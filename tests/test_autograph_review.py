@@ -381,3 +381,22 @@ def nested_early_returns(x, n):
 def test_conversion_size_is_linear_in_early_returns():
     source = cg.convert.converted_source(nested_early_returns)
     assert len(source.splitlines()) < 300  # the original is 31 lines; today ~890
+
+
+# -- the cache of converted functions ----------------------------------------------------
+
+
+def _scaled_step(x, k=1.0):
+    if x > 0:
+        return x * k
+    return -x * k
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: silent wrong value: the converted function keeps "
+                   "the defaults it was first built with; later `__defaults__` changes are lost")
+def test_defaults_changed_after_conversion():
+    fn = type(_scaled_step)(_scaled_step.__code__, _scaled_step.__globals__, "fn",
+                            _scaled_step.__defaults__, _scaled_step.__closure__)
+    cg.autograph(fn)(2.0)
+    fn.__defaults__ = (3.0,)
+    assert cg.autograph(fn)(2.0) == fn(2.0)
