@@ -1,10 +1,10 @@
-"""Bugs a review of the conversion (cfgrad/convert) found, as strict xfails.
+"""Regressions of the bugs a review of the conversion (cfgrad/convert) found.
 
 Each test runs a function as Python and converted (`cg.autograph`) on the same concrete
 arguments and expects the same value or the same exception: a converted function must
 behave exactly as the original on concrete values. The traced cases compare gradients
-with central finite differences of the plain Python function. When the lead fixes a bug,
-its test starts passing and the strict xfail turns red: drop the marker then.
+with central finite differences of the plain Python function. The one strict xfail left
+is an error message that is right about the line of the use but not about the `if`.
 """
 
 from __future__ import annotations
@@ -80,20 +80,14 @@ def closure_read_in_traced_if(x):
     return y
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a variable a nested function reads becomes a "
-                   "local of the generated loop body; the closure sees the stale cell")
 def test_closure_called_in_loop_sees_the_loops_updates():
     _same_as_python(closure_called_in_loop, 3)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `nonlocal` writes of a nested function called in "
-                   "a branch are lost (the branch's copy of the variable wins)")
 def test_nonlocal_write_in_branch_is_kept():
     _same_as_python(closure_nonlocal_in_if, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: silent wrong gradient: a closure called in a "
-                   "traced branch reads the variable's value from before the branch")
 def test_closure_in_traced_branch_gradient():
     g = cg.grad(closure_read_in_traced_if)(1.5)
     assert np.isclose(g, _central_difference(closure_read_in_traced_if, 1.5))
@@ -135,26 +129,18 @@ def return_in_with_closing(texts):
     return ""
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a `return` expression inside a loop is evaluated "
-                   "after the loop, outside the `with` that should suppress its exception")
 def test_return_in_loop_inside_suppress():
     _same_as_python(return_in_suppress, [0, 2])
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a `return` expression inside a loop is evaluated "
-                   "outside the `try` whose handler should catch its exception")
 def test_return_in_loop_inside_try_except():
     _same_as_python(return_in_try_except, [0, 4])
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: silent wrong value: the `return` expression is "
-                   "evaluated after the `finally` that changes the variable it reads")
 def test_return_in_loop_inside_try_finally():
     _same_as_python(return_in_try_finally, 3)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the `return` expression is evaluated after the "
-                   "`with` closed the file it reads (ValueError: I/O on closed file)")
 def test_return_in_loop_inside_with():
     _same_as_python(return_in_with_closing, ["abc"])
 
@@ -188,14 +174,10 @@ def continue_in_try_with_else(n):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `break` in a `try` body becomes a flag, and the "
-                   "`try`'s `else` still runs")
 def test_break_in_try_skips_else():
     _same_as_python(break_in_try_with_else, 3)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `continue` in a `try` body becomes a flag, and "
-                   "the `try`'s `else` still runs")
 def test_continue_in_try_skips_else():
     _same_as_python(continue_in_try_with_else, 3)
 
@@ -225,14 +207,10 @@ def return_in_match(xs):
     return total
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `break` inside `match` inside a loop is not "
-                   "lowered: the converted code does not compile (SyntaxError)")
 def test_break_in_match_in_loop():
     _same_as_python(break_in_match, [1, 2, 0, 5])
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `return` inside `match` inside a loop returns "
-                   "from the generated loop body (TypeError)")
 def test_return_in_match_in_loop():
     _same_as_python(return_in_match, [1, 2, 0, 5])
 
@@ -282,8 +260,6 @@ class _Private:
         return get
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a `global` loop target becomes a parameter of the "
-                   "generated body declared global: SyntaxError at conversion")
 def test_global_for_target():
     global loop_global
     loop_global = 0
@@ -292,26 +268,18 @@ def test_global_for_target():
     assert _outcome(cg.autograph(global_loop_target), 3) == expected
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `:=` in a `while` test with an `else` binds in the "
-                   "generated test function: the body reads the variable as unassigned")
 def test_walrus_in_while_test_with_else():
     _same_as_python(walrus_while_with_else, [3, 4, 0])
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a nested def's default reading a local not yet "
-                   "assigned gets the Undefined placeholder instead of UnboundLocalError")
 def test_default_reading_unassigned_local():
     _same_as_python(default_reads_later_local, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a user variable named cfg__ops shadows the "
-                   "runtime (names with the conversion's prefix are not refused or renamed)")
 def test_user_name_with_generated_prefix():
     _same_as_python(user_name_with_the_prefix, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a closure defined in a method and converted on its "
-                   "own (qualname C.m.<locals>.g) loses private-name mangling")
 def test_private_name_in_method_closure():
     get = _Private().getter()
     assert _outcome(cg.autograph(get)) == _outcome(get)
@@ -375,9 +343,6 @@ def nested_early_returns(x, n):
     return y
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: lower_returns copies the rest of the function into "
-                   "both branches of an `if` that may return: code size (and time) 2^n in the "
-                   "number of such `if`s (12 of them: 57k lines, 250 s)")
 def test_conversion_size_is_linear_in_early_returns():
     source = cg.convert.converted_source(nested_early_returns)
     assert len(source.splitlines()) < 300  # the original is 31 lines; today ~890
@@ -392,8 +357,6 @@ def _scaled_step(x, k=1.0):
     return -x * k
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: silent wrong value: the converted function keeps "
-                   "the defaults it was first built with; later `__defaults__` changes are lost")
 def test_defaults_changed_after_conversion():
     fn = type(_scaled_step)(_scaled_step.__code__, _scaled_step.__globals__, "fn",
                             _scaled_step.__defaults__, _scaled_step.__closure__)

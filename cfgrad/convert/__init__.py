@@ -93,10 +93,10 @@ def converted(fun: Callable) -> Callable:
     code = fun.__code__
     if code in _CONVERTED or _is_library(code):
         return fun
-    try:
-        return _BY_FUNCTION[fun]
-    except KeyError:
-        pass
+    result = _BY_FUNCTION.get(fun)
+    if result is not None and result.__defaults__ is fun.__defaults__ and (
+            result.__kwdefaults__ == fun.__kwdefaults__):
+        return result  # (defaults set anew after conversion: rebuilt below)
     with LOWERING_LOCK:
         entry = _BY_CODE.get(code)
         if entry is None:
@@ -229,7 +229,9 @@ def _mangle(tree: ast.AST, qualname: str) -> None:
     (`_C__x`): the original code was compiled inside the class, the converted code is not
     (Python reference, "Identifiers (Names)", private name mangling)."""
     parts = qualname.split(".")
-    owner = parts[-2].lstrip("_") if len(parts) > 1 and parts[-2] != "<locals>" else ""
+    # the innermost class: a part followed by another than `<locals>` (a function's)
+    owner = next((parts[i].lstrip("_") for i in range(len(parts) - 2, -1, -1)
+                  if "<locals>" not in (parts[i], parts[i + 1])), "")
     if not owner:
         return
 

@@ -120,6 +120,8 @@ def _describe(v: Any) -> str:
         return f"an array {type_of(v)}"
     if isinstance(v, bool | int | float | complex):
         return f"the Python {type(v).__name__} {v!r}"
+    if isinstance(v, list | tuple | dict):
+        return f"a {type(v).__name__} of {len(v)} item{'s' if len(v) != 1 else ''}"
     return f"a {type(v).__name__}"
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import types
 from collections.abc import Iterable
 
 from .scopes import (
@@ -37,7 +38,6 @@ from .scopes import (
     annotate,
     assigned,
     declared_outside,
-    reads,
     target_names,
 )
 
@@ -133,41 +133,53 @@ class _Jumps:
 
     def __init__(self) -> None:
         self.count = 0
-        self.returns: list[ast.expr] = []  # the expression of return k (k from 1)
+        # the expression of the k-th `return` inside a loop (from 1), evaluated after the
+        # loops on the state the jump left; or None for one inside a `with` or `try`,
+        # whose value is computed where it stands (in `retval`), before they exit
+        self.returns: list[ast.expr | None] = []
         self.ret = f"{PREFIX}return_at"
+        self.retval = f"{PREFIX}retval"
 
     def fresh(self, what: str) -> str:
         self.count += 1
         return f"{PREFIX}{what}{self.count}"
 
-    def block(self, stmts: list[ast.stmt], loop: _Loop | None) -> list[ast.stmt]:
+    def block(self, stmts: list[ast.stmt], loop: _Loop | None,
+              held: bool = False) -> list[ast.stmt]:
         out: list[ast.stmt] = []
         for stmt in stmts:
-            out.extend(self.statement(stmt, loop))
+            out.extend(self.statement(stmt, loop, held))
         return out
 
-    def statement(self, stmt: ast.stmt, loop: _Loop | None) -> list[ast.stmt]:
+    def statement(self, stmt: ast.stmt, loop: _Loop | None, held: bool) -> list[ast.stmt]:
+        """`held`: inside a `with` or `try` within the innermost loop."""
         if isinstance(stmt, ast.While | ast.For):
             return self.loop(stmt, loop)
         if isinstance(stmt, ast.AsyncFor):
             raise Unconvertible(f"async for at line {stmt.lineno}")
         if isinstance(stmt, ast.Return) and loop is not None:
             loop.returns = True
-            self.returns.append(stmt.value or _const(None))
-            mark = locate(_assign(self.ret, _const(len(self.returns))), stmt)
-            return [mark, locate(ast.Break(), stmt)]
+            value = stmt.value or _const(None)
+            self.returns.append(None if held else value)
+            mark = [locate(_assign(self.ret, _const(len(self.returns))), stmt),
+                    locate(ast.Break(), stmt)]
+            return ([locate(_assign(self.retval, value), stmt)] if held else []) + mark
+        inner_held = held or isinstance(stmt, ast.With | ast.AsyncWith | ast.Try | ast.TryStar)
         for block in _blocks(stmt):
-            block[:] = self.block(block, loop)
+            block[:] = self.block(block, loop, inner_held and loop is not None)
         return [stmt]
 
     def loop(self, stmt: ast.While | ast.For, outer: _Loop | None) -> list[ast.stmt]:
-        if isinstance(stmt, ast.While) and _contains([stmt.test], ast.NamedExpr) and not (
-                stmt.orelse):
+        if isinstance(stmt, ast.While) and _contains([stmt.test], ast.NamedExpr):
             # `while (y := f()) > 0:` as `while True: if not ...: break`, so that `:=`
-            # binds in the loop's body (the converted condition is a function of its own)
-            stmt.body = [locate(ast.If(ast.UnaryOp(ast.Not(), stmt.test), [
+            # binds in the loop's body (the converted condition is a function of its own);
+            # an `else` runs where the condition ends the loop
+            if _contains(stmt.orelse, (ast.Break, ast.Continue), into_loops=False):
+                raise Unconvertible(f"the `while` at line {stmt.lineno} has `:=` in its "
+                                    "condition and `break`/`continue` in its `else`")
+            stmt.body = [locate(ast.If(ast.UnaryOp(ast.Not(), stmt.test), stmt.orelse + [
                 locate(ast.Break(), stmt)], []), stmt)] + stmt.body
-            stmt.test = locate(ast.Constant(True), stmt)
+            stmt.test, stmt.orelse = locate(ast.Constant(True), stmt), []
         inner = _Loop()
         first_return = len(self.returns)
         # `while True:` left by `return` alone: after it, nothing runs but the returns
@@ -196,7 +208,7 @@ class _Jumps:
         if orelse:
             after.extend([ast.If(ast.UnaryOp(ast.Not(), _name(brk)), orelse, [])]
                          if brk else orelse)
-        if inner.returns:
+        if inner.returns:  # leave the enclosing loops too, then return
             if outer is not None:
                 outer.returns = True
                 after.append(ast.Break() if endless else ast.If(
@@ -212,24 +224,28 @@ class _Jumps:
         inside it (from `first`); after an endless loop the last one needs no test."""
         chain: list[ast.stmt] = []
         for k in range(len(self.returns), first, -1):
-            value = copy.deepcopy(self.returns[k - 1])
-            ret = locate(ast.Return(value), value)
+            expression = self.returns[k - 1]
+            value = copy.deepcopy(expression) if expression else _name(self.retval)
+            ret = locate(ast.Return(value), expression or value)
             if endless and not chain:
                 chain = [ret]
                 continue
             test = ast.Compare(_name(self.ret), [ast.Eq()], [_const(k)])
-            chain = [locate(ast.If(test, [ret], chain), value)]
+            chain = [locate(ast.If(test, [ret], chain), ret)]
         return chain
 
 
 def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
-    """The statement lists of an `if`, `with` or `try` (not of loops or functions)."""
+    """The statement lists of an `if`, `with`, `try` or `match` (not of loops or
+    functions)."""
     if isinstance(stmt, ast.If):
         return [stmt.body, stmt.orelse]
     if isinstance(stmt, ast.With | ast.AsyncWith):
         return [stmt.body]
     if isinstance(stmt, ast.Try | ast.TryStar):
         return [stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody]
+    if isinstance(stmt, ast.Match):
+        return [case.body for case in stmt.cases]
     return []
 
 
@@ -245,10 +261,18 @@ def _guard(stmts: list[ast.stmt], brk: str | None, cont: str | None) -> list[ast
         flags = [] if isinstance(stmt, ast.While | ast.For) else [
             f for f, kind in ((brk, ast.Break), (cont, ast.Continue))
             if f and _contains([stmt], kind, into_loops=False)]
+        jumped_in_try = [f for f, kind in ((brk, ast.Break), (cont, ast.Continue))
+                         if f and isinstance(stmt, ast.Try | ast.TryStar)
+                         and _contains(stmt.body, kind, into_loops=False)]
         for block in _blocks(stmt):
             block[:] = _guard(block, brk, cont)
-        if isinstance(stmt, ast.If | ast.With | ast.Try) and not stmt.body:
-            stmt.body = [ast.Pass()]
+        if jumped_in_try and stmt.orelse:  # a jump out of the body skips the `else`
+            stmt.orelse = [locate(ast.If(_not_any(jumped_in_try), stmt.orelse, []),
+                                  stmt.orelse[0])]
+        for block in [getattr(stmt, "body", None), *(
+                case.body for case in getattr(stmt, "cases", ()))]:
+            if block is not None and not block:  # emptied by a jump: still a statement
+                block.append(ast.Pass())
         out.append(stmt)
         if flags:
             rest = _guard(stmts[i + 1:], brk, cont)
@@ -283,16 +307,41 @@ def _returns_in_ifs(stmt: ast.stmt) -> bool:
     return False
 
 
-def lower_returns(stmts: list[ast.stmt]) -> list[ast.stmt]:
+GENERATED = "_cfgrad_generated"  # set on a `def` the conversion makes of user code
+
+
+def lower_returns(stmts: list[ast.stmt], local: set[str],
+                  declarations: list[ast.stmt]) -> list[ast.stmt]:
+    """`stmts` with what follows an `if` that returns on some path moved into its
+    branches that do not. When both need it and it is more than one statement, it
+    becomes one function of the variables live at its start (`local` ones: globals it
+    reads as they are; `declarations`, the function's `global`/`nonlocal`, repeated in
+    it), which both call: copied into both, the code would double with each such `if`."""
     for i, stmt in enumerate(stmts):
         if isinstance(stmt, ast.If) and _returns_in_ifs(stmt):
             rest = stmts[i + 1:]
+            open_ = [f for f in ("body", "orelse") if not always_returns(getattr(stmt, f))]
+            before: list[ast.stmt] = []
+            if len(open_) == 2 and len(rest) > 1:
+                params = sorted(annotate(copy.deepcopy(rest), frozenset()) & local)
+                name = f"{PREFIX}rest_{rest[0].lineno}_{i}"
+                written = assigned(rest)
+                declared = [copy.deepcopy(d) for d in declarations
+                            if set(d.names) & written]
+                hoisted = locate(ast.FunctionDef(name=name, args=ast.arguments(
+                    [], [ast.arg(p) for p in params], None, [], [], None, []),
+                    body=declared + rest, decorator_list=[]), rest[0])
+                setattr(hoisted, GENERATED, True)
+                before = [hoisted]
+                handed = [_name(p) for p in params]
+                for arg in handed:  # state, which may be unassigned: not a checked read
+                    setattr(arg, GENERATED, True)
+                rest = [locate(ast.Return(ast.Call(_name(name), handed, [])), rest[0])]
+            for field in open_:
+                setattr(stmt, field, getattr(stmt, field) + copy.deepcopy(rest))
             for field in ("body", "orelse"):
-                branch = getattr(stmt, field)
-                if not always_returns(branch):
-                    branch = branch + copy.deepcopy(rest)
-                setattr(stmt, field, lower_returns(branch))
-            return stmts[:i + 1]
+                setattr(stmt, field, lower_returns(getattr(stmt, field), local, declarations))
+            return stmts[:i] + before + [stmt]
     return stmts
 
 
@@ -304,14 +353,22 @@ def lower_returns(stmts: list[ast.stmt]) -> list[ast.stmt]:
 class Functionalize(ast.NodeTransformer):
     """Rewrites one function's statements (after steps 1 and 2 and the liveness
     annotation) into calls of the runtime; nested functions go through the whole
-    conversion on their own."""
+    conversion on their own.
+
+    The generated functions take the variables a statement assigns as parameters and
+    return them. A variable a nested function of the user's reads (a cell: `acc` of
+    `show = lambda: acc`) must stay one variable, though, which that function sees
+    change: the generated functions declare it `nonlocal`, set it from their parameter
+    on entry (each branch of a traced `if` starts from the value before the `if`) and
+    hand it out whether or not it is read afterwards."""
 
     def __init__(self, outside: set[str], nonlocals: set[str], local: set[str],
-                 unassigned: set[str]):
+                 unassigned: set[str], cells: set[str]):
         self.outside = outside  # declared global or nonlocal: written where they live
         self.nonlocals = nonlocals  # those declared nonlocal
         self.local = local  # the function's own variables (parameters and assigned)
         self.unassigned = unassigned  # those that may be read before any assignment
+        self.cells = cells  # those a nested function reads
         self.in_try = 0  # inside the body of a `try` with handlers
 
     # -- statements ---------------------------------------------------------------
@@ -325,15 +382,20 @@ class Functionalize(ast.NodeTransformer):
     def _def(self, name: str, params: list[str], body: list[ast.stmt], at: ast.AST
              ) -> ast.FunctionDef:
         """A generated function of `params`; names the user's function declares `global`
-        or `nonlocal` and `body` writes are declared so in it too."""
+        or `nonlocal` and `body` writes are declared so in it too, and the cells among
+        `params` are `nonlocal`, set from a parameter of their own on entry."""
         written = assigned(body) & self.outside
+        cells = [p for p in params if p in self.cells]
         declared: list[ast.stmt] = []
         if written - self.nonlocals:
             declared.append(ast.Global(sorted(written - self.nonlocals)))
-        if written & self.nonlocals:
-            declared.append(ast.Nonlocal(sorted(written & self.nonlocals)))
-        args = ast.arguments([], [ast.arg(p) for p in params], None, [], [], None, [])
-        node = ast.FunctionDef(name=name, args=args, body=declared + body, decorator_list=[])
+        if (written & self.nonlocals) | set(cells):
+            declared.append(ast.Nonlocal(sorted((written & self.nonlocals) | set(cells))))
+        entry = [_assign(p, _name(f"{PREFIX}in_{p}")) for p in cells]
+        args = ast.arguments([], [ast.arg(f"{PREFIX}in_{p}" if p in self.cells else p)
+                                  for p in params], None, [], [], None, [])
+        node = ast.FunctionDef(name=name, args=args, body=declared + entry + body,
+                               decorator_list=[])
         return locate(node, at)
 
     def _state(self, stmts: list[ast.stmt]) -> list[str]:
@@ -368,7 +430,7 @@ class Functionalize(ast.NodeTransformer):
                                           self._tuple(state), _const(None)], node)
             return [true, false, locate(ast.Return(call), node)]
         state = self._state(node.body + node.orelse)
-        outs = [n for n in state if n in getattr(node, LIVE_OUT)]
+        outs = [n for n in state if n in getattr(node, LIVE_OUT) or n in self.cells]
         ret = ast.Return(self._tuple(outs))
         true = self._def(f"{PREFIX}if_true_{line}", state,
                          self._ended(self.block(node.body), ret), node)
@@ -395,45 +457,16 @@ class Functionalize(ast.NodeTransformer):
             return locate(ast.Expr(call), at)
         return locate(ast.Assign([self._tuple(names, True)], call), at)
 
-    @staticmethod
-    def _closed_over(node: ast.While | ast.For) -> set[str]:
-        """The loop's variables that a function (or lambda) defined in its body reads.
-        Python gives all iterations one variable, which such a function reads when it is
-        called; a converted loop gives each iteration its own. So such a `for` runs as
-        Python over concrete values (converted over traced ones, whose iterations' values
-        cannot leave them anyway), and such a `while` runs as Python only."""
-        written = assigned(node.body) | (target_names(node.target, False) if isinstance(
-            node, ast.For) else set())
-        read: set[str] = set()
-        for sub in _own_nodes(node.body):
-            if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-                read |= reads(sub)
-        return read & written
-
-    def _native(self, node: ast.While | ast.For, names: set[str]) -> ast.stmt:
-        """The loop as Python (its `if`s still converted), refusing a traced condition."""
-        node = copy.deepcopy(node)
-        why = (f"a function defined in it reads the loop's {', '.join(sorted(names))}, and "
-               "converted, each iteration would have its own copy")
-        instead = ("pass the value as a default argument (`lambda i=i: ...`) or define the "
-                   "function outside the loop")
-        what = f"the `{'while' if isinstance(node, ast.While) else 'for'}` loop ({why})"
-        if isinstance(node, ast.While):
-            node.test = locate(ast.Call(_ops("python_test"), [
-                self.visit(node.test), _const(what), _const(instead)], []), node)
-        flag = getattr(node, BREAK_FLAG, None)
-        node.body = self.block(node.body)
-        if flag:
-            node.body.insert(0, locate(ast.If(ast.Call(_ops("python_test"), [
-                _name(flag), _const(what), _const(instead)], []), [ast.Break()], []), node))
-        return node
+    def _carries(self, node: ast.While | ast.For, assigned_names: set[str]) -> list[str]:
+        """A loop's carries: what it assigns and the next iteration or the code after it
+        reads, and the cells it assigns (a nested function may read them any time)."""
+        header = getattr(node, LIVE_AT_HEADER)
+        return sorted(n for n in assigned_names - self.outside
+                      if n in header or n in self.cells)
 
     def visit_While(self, node: ast.While) -> list[ast.stmt]:
-        closed = self._closed_over(node)
-        if closed:
-            return [self._native(node, closed)]
         line = node.lineno
-        carries = [n for n in self._state(node.body) if n in getattr(node, LIVE_AT_HEADER)]
+        carries = self._carries(node, set(self._state(node.body)))
         ret = ast.Return(self._tuple(carries))
         test = self._def(f"{PREFIX}loop_test_{line}", carries,
                          [ast.Return(self.visit(node.test))], node)
@@ -445,23 +478,9 @@ class Functionalize(ast.NodeTransformer):
         return [test, body, self._bind(carries, call, node)]
 
     def visit_For(self, node: ast.For) -> list[ast.stmt]:
-        closed = self._closed_over(node)
-        if closed:  # Python over concrete values, converted over traced ones
-            iterable = f"{PREFIX}iterable_{node.lineno}"
-            source = self.visit(node.iter)
-            native = self._native(node, closed)
-            native.iter = node.iter = _name(iterable)
-            return [locate(_assign(iterable, source), node),
-                    locate(ast.If(ast.Call(_ops("python_iteration"), [
-                        _name(iterable), _const(f"the `for` loop ({', '.join(sorted(closed))})")],
-                        []), [native], self._functional_for(node)), node)]
-        return self._functional_for(node)
-
-    def _functional_for(self, node: ast.For) -> list[ast.stmt]:
         line = node.lineno
-        header = getattr(node, LIVE_AT_HEADER)
-        carries = [n for n in sorted(set(self._state(node.body)) | target_names(node.target, False))
-                   if n in header]
+        carries = self._carries(node, set(self._state(node.body))
+                                | target_names(node.target, False))
         ret = ast.Return(self._tuple(carries))
         item = f"{PREFIX}item"
         bind_target = locate(ast.Assign([node.target], _name(item)), node.target)
@@ -506,6 +525,11 @@ class Functionalize(ast.NodeTransformer):
             self.visit(node.test), message], [])), node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.stmt:
+        # its decorators and defaults run here, in this function, when it is defined
+        node.decorator_list = [self.visit(d) for d in node.decorator_list]
+        node.args.defaults = [self.visit(d) for d in node.args.defaults]
+        node.args.kw_defaults = [d if d is None else self.visit(d)
+                                 for d in node.args.kw_defaults]
         try:
             return convert_function(node)
         except Unconvertible:
@@ -521,7 +545,8 @@ class Functionalize(ast.NodeTransformer):
     def visit_Name(self, node: ast.Name) -> ast.expr:
         """A read of a variable that may not be assigned yet checks, as Python's read
         would (its placeholder is handed around as state, but never read as a value)."""
-        if isinstance(node.ctx, ast.Load) and node.id in self.unassigned:
+        if (isinstance(node.ctx, ast.Load) and node.id in self.unassigned
+                and not getattr(node, GENERATED, False)):
             return locate(ast.Call(_ops("ld"), [node], []), node)
         return node
 
@@ -580,21 +605,53 @@ def undefined_prologue(names: Iterable[str], at: ast.AST) -> list[ast.stmt]:
             for name in sorted(names)]
 
 
+def _cells(node: ast.FunctionDef) -> set[str]:
+    """The variables of `node` that functions nested in it read: its code's cell
+    variables, as Python's compiler finds them (the names it declares `nonlocal` are
+    bound by a stand-in enclosing function, so it compiles on its own)."""
+    bound = sorted({n for sub in _own_nodes(node.body) if isinstance(sub, ast.Nonlocal)
+                    for n in sub.names})
+    outer = ast.FunctionDef(name=f"{PREFIX}outer", args=ast.arguments(
+        [], [], None, [], [], None, []), body=[
+            *(_assign(n, _const(None)) for n in bound), copy.deepcopy(node)],
+        decorator_list=[])
+    tree = ast.fix_missing_locations(ast.Module([outer], []))
+    try:
+        code = compile(tree, "<cells>", "exec", dont_inherit=True)
+    except SyntaxError as e:
+        raise Unconvertible(f"Python refuses its source here ({e.msg})") from None
+    outer_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+    inner = next(c for c in outer_code.co_consts if isinstance(c, types.CodeType))
+    return set(inner.co_cellvars)
+
+
+def _check_names(node: ast.AST) -> None:
+    for sub in ast.walk(node):
+        name = getattr(sub, "id", None) or getattr(sub, "arg", None)
+        if isinstance(name, str) and name.startswith(PREFIX):
+            raise Unconvertible(f"it uses the name {name!r}, and names starting with "
+                                f"{PREFIX!r} are the conversion's own")
+
+
 def convert_function(node: ast.FunctionDef) -> ast.FunctionDef:
     """The converted copy of a `def` (a nested one keeps its decorators, which run when
     the converted code defines it)."""
     _check_convertible(node)
+    if not getattr(node, GENERATED, False):
+        _check_names(node)
+    cells = _cells(node)
     node = copy.deepcopy(node)
     jumps = _Jumps()
     body = jumps.block(node.body, None)
     if not always_returns(body):
         last = body[-1] if body else node
         body.append(locate(ast.Return(_const(None)), last))
-    body = lower_returns(body)
     args = node.args
     params = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
     params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
     outside = declared_outside(node)
+    body = lower_returns(body, (params | assigned(body)) - outside,
+                         [s for s in _own_nodes(body) if isinstance(s, ast.Global | ast.Nonlocal)])
     unassigned = assigned(body) - params - outside - {jumps.ret}
     prologue = undefined_prologue(unassigned, body[0])
     if jumps.returns:
@@ -605,11 +662,12 @@ def convert_function(node: ast.FunctionDef) -> ast.FunctionDef:
     declarations = [s for s in body if isinstance(s, ast.Global | ast.Nonlocal)]
     body = [s for s in body if not isinstance(s, ast.Global | ast.Nonlocal)]
     local = (params | assigned(body)) - outside
-    node.body = declarations + prologue + Functionalize(outside, nonlocals, local,
-                                                        unassigned).block(body)
+    node.body = declarations + prologue + Functionalize(
+        outside, nonlocals, local, unassigned, cells - outside).block(body)
     return node
 
 
 def convert_lambda(node: ast.Lambda) -> ast.Lambda:
     _check_convertible(node)
-    return Functionalize(set(), set(), set(), set()).visit(copy.deepcopy(node))
+    _check_names(node)
+    return Functionalize(set(), set(), set(), set(), set()).visit(copy.deepcopy(node))
