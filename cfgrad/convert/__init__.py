@@ -57,8 +57,8 @@ _FUTURE_FLAGS = functools.reduce(
 
 # the runtime as converted code sees it: the operators, and `call`, defined below
 RUNTIME = types.SimpleNamespace(**{name: getattr(operators, name) for name in (
-    "Undefined", "ld", "python_test", "python_iteration", "if_stmt", "if_exp", "while_stmt",
-    "for_stmt", "and_", "or_", "not_", "chain", "assert_")})
+    "Undefined", "ld", "python_test", "if_stmt", "if_exp", "while_stmt", "for_stmt", "and_",
+    "or_", "not_", "chain", "assert_")})
 
 # the converted function per function (it holds the original's cells and globals, never
 # the original itself, so an entry goes with its function), and the converted code per
@@ -95,8 +95,9 @@ def converted(fun: Callable) -> Callable:
         return fun
     result = _BY_FUNCTION.get(fun)
     if result is not None and result.__defaults__ is fun.__defaults__ and (
-            result.__kwdefaults__ == fun.__kwdefaults__):
-        return result  # (defaults set anew after conversion: rebuilt below)
+            result.__kwdefaults__ == fun.__kwdefaults__) and (
+            result.__cfgrad_from__ is code):  # type: ignore[attr-defined]
+        return result  # (defaults or code set anew after conversion: rebuilt below)
     with LOWERING_LOCK:
         entry = _BY_CODE.get(code)
         if entry is None:
@@ -122,6 +123,7 @@ def _rebuilt(fun: types.FunctionType, code: types.CodeType, source: ast.AST) -> 
     new.__annotations__ = fun.__annotations__
     new.__dict__.update(fun.__dict__)
     new.__cfgrad_source__ = source  # type: ignore[attr-defined]  (unparsed when asked)
+    new.__cfgrad_from__ = fun.__code__  # type: ignore[attr-defined]
     return new
 
 
@@ -315,6 +317,7 @@ def call(fun: Any, /, *args: Any, **kwargs: Any) -> Any:
 
 
 def _traced_iterable(x: Any) -> bool:
+    """What a converted `for` over it makes a loop region of."""
     return is_traced(x) or isinstance(x, operators.TracedIteration)
 
 

@@ -84,16 +84,10 @@ def python_test(test: Any, what: str, instead: str) -> Any:
     return test
 
 
-def python_iteration(iterable: Any, what: str) -> bool:
-    """Whether a `for` over `iterable` runs as Python (it is not traced values)."""
-    return not (is_traced(iterable) or isinstance(iterable, TracedIteration))
-
-
 def _predicate(test: Any, construct: str, loc: SourceLoc | None, guarded: bool) -> Any:
-    """The traced scalar bool standing for `test`'s truth, or None when `test` is
-    concrete (the statement then runs as Python)."""
-    if not is_traced(test):
-        return None
+    """The traced scalar bool standing for the truth of `test`, a traced value. (The
+    operators test `is_traced` first and find the user's line only then: on concrete
+    values they must cost little more than the statement they run.)"""
     if guarded:
         raise ConversionError(f"the {construct}{_where(loc)} depends on a traced value "
                               f"inside a `try`: {_TRY_NOTE}")
@@ -164,10 +158,10 @@ def if_stmt(test: Any, true_fn: Callable, false_fn: Callable, state: tuple,
             outputs: tuple[str, ...] | None, guarded: bool = False) -> Any:
     """An `if`: the branches are functions of `state` returning the variables named in
     `outputs`, or, when `outputs` is None, the function's return value."""
+    if not is_traced(test):
+        return (true_fn if test else false_fn)(*state)
     loc = current_loc()
     pred = _predicate(test, "`if`", loc, guarded)
-    if pred is None:
-        return (true_fn if test else false_fn)(*state)
     returns = outputs is None
     names = ("the return value",) if returns else outputs
     if _typing():
@@ -250,10 +244,10 @@ def _describe_tree(v: Any) -> str:
 
 def if_exp(test: Any, true_thunk: Callable, false_thunk: Callable) -> Any:
     """`a if test else b`: a traced test is a `cg.cond` (only the taken side runs)."""
+    if not is_traced(test):
+        return true_thunk() if test else false_thunk()
     loc = current_loc()
     pred = _predicate(test, "conditional expression", loc, False)
-    if pred is None:
-        return true_thunk() if test else false_thunk()
     names = ("the value of the conditional expression",)
     if _typing():
         return _typed_branches([true_thunk, false_thunk], (), names, loc, True)[0]
@@ -345,8 +339,8 @@ def assert_(test: Any, message: Callable | None) -> None:
     if not is_traced(test):
         assert test, message() if message is not None else None
         return
-    truth = _truth(test, f"the condition of the `assert`{_where(current_loc())}")
     loc = current_loc()
+    truth = _truth(test, f"the condition of the `assert`{_where(loc)}")
     text = message() if message is not None else None
 
     def check(ok: Any) -> None:
@@ -392,8 +386,7 @@ def _typing() -> bool:
 
 
 def _weak_tracer(v: Any) -> bool:
-    return (isinstance(v, Tracer) and isinstance(v._cfgrad_trace, _TypeTrace)
-            and v.dtype in _WEAK_DEFAULTS)
+    return isinstance(v, Tracer) and _typing() and v.dtype in _WEAK_DEFAULTS
 
 
 def _weak(v: Any) -> bool:
@@ -458,8 +451,10 @@ class _Carry:
                 break
             try:
                 outputs, weak = self._typed(step, weak=True), True
-            except Exception:  # a weak stand-in a primitive refuses (float16 in linalg)
-                outputs, weak = self._typed(step, weak=False), False
+            except ConversionError:
+                raise
+            except (LoweringError, TypeError):  # a primitive refusing a weak stand-in
+                outputs, weak = self._typed(step, weak=False), False  # (float16 in linalg)
             changed = False
             for i in loose:
                 new = self._settled(self.state[i], outputs[i], weak)
@@ -580,11 +575,11 @@ def while_stmt(test_fn: Callable, body_fn: Callable, state: tuple, names: tuple[
                guarded: bool = False) -> tuple:
     """A `while`: Python iterations while the condition is concrete; from the first
     traced one, a `cg.while_loop` over the variables in `names`."""
-    loc = current_loc()
     while True:
         test = test_fn(*state)
-        pred = _predicate(test, "`while` loop", loc, guarded)
-        if pred is not None:
+        if is_traced(test):
+            loc = current_loc()
+            pred = _predicate(test, "`while` loop", loc, guarded)
             return _traced_while(test_fn, body_fn, state, names, pred, loc)
         if not test:
             return state
@@ -677,8 +672,8 @@ def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: 
     their `enumerate` and `zip`) a loop region; over anything else Python iterations. A
     `break` (`test_fn`, false once the loop should stop) that becomes traced in a `range`
     loop turns the remaining iterations into one region."""
-    loc = current_loc()
     if isinstance(iterable, TracedIteration) or is_traced(iterable):
+        loc = current_loc()
         if guarded:
             raise ConversionError(f"the `for` loop{_where(loc)} iterates over traced "
                                   f"values inside a `try`: {_TRY_NOTE}")
@@ -688,8 +683,9 @@ def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: 
     while True:
         if test_fn is not None:
             test = test_fn(*state)
-            pred = _predicate(test, "`for` loop's `break`", loc, guarded)
-            if pred is not None:
+            if is_traced(test):
+                loc = current_loc()
+                pred = _predicate(test, "`for` loop's `break`", loc, guarded)
                 if isinstance(iterable, range):
                     return _traced_for(_rest_of(iterable[position:]), test_fn, body_fn,
                                        state, names, loc, pred)

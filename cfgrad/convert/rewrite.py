@@ -33,6 +33,7 @@ from collections.abc import Iterable
 
 from .scopes import (
     BREAK_FLAG,
+    FUNCTION_SCOPES,
     LIVE_AT_HEADER,
     LIVE_OUT,
     annotate,
@@ -81,9 +82,6 @@ def _thunk(expr: ast.expr) -> ast.Lambda:
     return ast.Lambda(ast.arguments([], [], None, [], [], None, []), expr)
 
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-
-
 def _own_nodes(stmts: Iterable[ast.AST]) -> Iterable[ast.AST]:
     """The nodes of `stmts` at the function's own scope: a nested function, lambda or
     class is one of them, what is inside it is not."""
@@ -91,7 +89,7 @@ def _own_nodes(stmts: Iterable[ast.AST]) -> Iterable[ast.AST]:
     while stack:
         node = stack.pop()
         yield node
-        if not isinstance(node, _SCOPES):
+        if not isinstance(node, FUNCTION_SCOPES):
             stack.extend(ast.iter_child_nodes(node))
 
 
@@ -103,7 +101,7 @@ def _contains(stmts: Iterable[ast.AST], kinds: type | tuple[type, ...],
         if isinstance(node, kinds):
             return True
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, _SCOPES):
+            if isinstance(child, FUNCTION_SCOPES):
                 continue
             if not into_loops and isinstance(child, ast.While | ast.For | ast.AsyncFor):
                 continue
@@ -520,9 +518,11 @@ class Functionalize(ast.NodeTransformer):
         return node
 
     def visit_Assert(self, node: ast.Assert) -> ast.stmt:
+        """Under `if __debug__:`, which `python -O` compiles away, as it does `assert`."""
         message = _thunk(self.visit(node.msg)) if node.msg else _const(None)
-        return locate(ast.Expr(ast.Call(_ops("assert_"), [
+        check = locate(ast.Expr(ast.Call(_ops("assert_"), [
             self.visit(node.test), message], [])), node)
+        return locate(ast.If(_name("__debug__"), [check], []), node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.stmt:
         # its decorators and defaults run here, in this function, when it is defined

@@ -24,8 +24,9 @@ MUTATING_METHODS = frozenset({
     "popitem", "add", "discard", "sort", "reverse",
 })
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
-           ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+# scopes of their own: what they assign stays inside them
+FUNCTION_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_SCOPES = FUNCTION_SCOPES + (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _COMPOUND = (ast.If, ast.While, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.Try,
              ast.TryStar, ast.Match)
 
@@ -204,9 +205,9 @@ def _live_before(stmt: ast.stmt, live: frozenset[str]) -> frozenset[str]:
     # (`x[i] = v`, an augmented assignment and a mutating call read their target too)
     binds: set[str] = set()
     if isinstance(stmt, ast.Assign):
-        binds = set().union(*(_bound(t) for t in stmt.targets))
+        binds = set().union(*(target_names(t, mutations=False) for t in stmt.targets))
     elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-        binds = _bound(stmt.target)
+        binds = target_names(stmt.target, mutations=False)
     elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         binds = {stmt.name}
     elif isinstance(stmt, ast.Import | ast.ImportFrom):
@@ -215,13 +216,3 @@ def _live_before(stmt: ast.stmt, live: frozenset[str]) -> frozenset[str]:
         return live | frozenset(reads(stmt)) | frozenset(target_names(stmt.target))
     return (live - binds) | frozenset(reads(stmt))
 
-
-def _bound(target: ast.AST) -> set[str]:
-    """The names an assignment target rebinds outright (not `x[i]`, which reads `x`)."""
-    if isinstance(target, ast.Name):
-        return {target.id}
-    if isinstance(target, ast.Tuple | ast.List):
-        return set().union(*(_bound(t) for t in target.elts))
-    if isinstance(target, ast.Starred):
-        return _bound(target.value)
-    return set()
