@@ -135,6 +135,9 @@ def why_unconverted(fun: Callable) -> str | None:
 
 
 def _module_ast(filename: str) -> ast.Module | None:
+    """The parsed text of `filename` as it is now (a file rewritten since it was read is
+    read again: converting the old text would run code the function does not have)."""
+    linecache.checkcache(filename)
     lines = linecache.getlines(filename)
     key = (filename, hash(tuple(lines)))
     if key not in _PARSED:
@@ -167,6 +170,12 @@ def _find(fun: types.FunctionType, module: ast.Module) -> ast.FunctionDef | ast.
         raise Unconvertible(f"its source could not be located in {code.co_filename}")
     if isinstance(found[0], ast.AsyncFunctionDef):
         raise Unconvertible("it is a coroutine (async def)")
+    args = found[0].args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    if names != list(code.co_varnames[:len(names)]) or len(names) != (
+            code.co_argcount + code.co_kwonlyargcount):
+        raise Unconvertible(f"the source in {code.co_filename} is not the code it runs "
+                            "(the file changed since it was imported)")
     return found[0]
 
 

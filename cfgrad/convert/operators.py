@@ -177,12 +177,14 @@ def if_stmt(test: Any, true_fn: Callable, false_fn: Callable, state: tuple,
 class _Branches:
     """The two branches of one traced `if`: their static outputs (the same object on both
     sides) kept out of the `cond`, the others checked variable by variable so a mismatch
-    names the variable and the line."""
+    names the variable and the line. A Python number both branches give (`acc = 0` on
+    one, `acc` left 0 on the other) stays that number after the `if`, concrete."""
 
     def __init__(self, names: tuple[str, ...], loc: SourceLoc | None, single: bool = False):
         self.names, self.loc = names, loc
         self.single = single  # a branch returns one value, not a tuple of variables
         self.first: tuple | None = None  # the first branch's outputs, and its side
+        self.second: tuple = ()
         self.side = ""
 
     def run(self, fn: Callable, state: tuple, side: str) -> tuple:
@@ -192,6 +194,7 @@ class _Branches:
             self.first, self.side = out, side
         else:
             self._check(out, side)
+            self.second = out
         return tuple(v for v in out if _traceable(v))
 
     def _check(self, out: tuple, side: str) -> None:
@@ -202,7 +205,11 @@ class _Branches:
     def join(self, result: tuple) -> tuple:
         assert self.first is not None
         dynamic = iter(result)
-        return tuple(next(dynamic) if _traceable(v) else v for v in self.first)
+        joined = []
+        for a, b in zip(self.first, self.second):
+            merged = next(dynamic) if _traceable(a) else a
+            joined.append(a if _Carry._number(a) and _same(a, b) else merged)
+        return tuple(joined)
 
 
 def _check_branches(name: str, a: Any, b: Any, sides: tuple[str, str], loc: SourceLoc | None,
@@ -457,6 +464,11 @@ class _Carry:
                 outputs, weak = self._typed(step, weak=False), False  # (float16 in linalg)
             changed = False
             for i in loose:
+                if self._number(self.state[i]) and _same(self.state[i], outputs[i]):
+                    # the body sets it to the very number it starts as (`acc = 0`): it
+                    # stays that number, concrete, whatever the loop does
+                    self.statics[i] = self.state[i]
+                    continue
                 new = self._settled(self.state[i], outputs[i], weak)
                 if new is not None:
                     self.state[i], changed = new, True
@@ -466,6 +478,10 @@ class _Carry:
             if isinstance(self.state[i], Undefined):
                 self.statics[i] = self.state[i]  # never assigned a value in the body
         return tuple(self.state[i] for i in self.carried())
+
+    @staticmethod
+    def _number(v: Any) -> bool:
+        return isinstance(v, bool | int | float | complex) and not isinstance(v, Tracer)
 
     def _typed(self, step: Callable[[tuple], tuple], weak: bool) -> tuple:
         """One iteration's state, traced on its own from the current starting types."""
@@ -488,8 +504,11 @@ class _Carry:
         types = [_leaf_type(x) for x in leaves]
         if weak and td.kind == "leaf" and types[0].shape == () and (
                 _weak_tracer(after) or isinstance(after, bool | int | float | complex)):
-            # still a weak number: stays one, of the kind it now has (0 + 0.5 is a float)
-            kind = _PYTHON_KIND[types[0].dtype.kind]
+            # still a weak number: stays one, of the kind both make (0 then 0.5: a float;
+            # 0.5 then 0: a float too, which a loop of no iteration leaves at 0.5)
+            both = types[0].dtype if isinstance(before, Undefined) else np.result_type(
+                types[0].dtype, _weak_type(before).dtype)
+            kind = _PYTHON_KIND[both.kind]
             if isinstance(before, Undefined):
                 return kind(0)
             if isinstance(before, Tracer):  # a weak stand-in of an enclosing typing run
@@ -503,7 +522,10 @@ class _Carry:
             return treelib.unflatten(td, [_zeros(t) for t in types])
         if td.kind != "leaf":
             return None  # a number became a pytree: the check after tracing says so
-        t = types[0]
+        # the number's kind may be wider than the body's dtype (0.5 before a body that
+        # sets an int): the carry takes both (float), as numpy promotes a Python number
+        t = TensorType(types[0].shape, np.result_type(types[0].dtype, before if not isinstance(
+            before, Tracer) else before.dtype))
         if isinstance(before, Tracer):  # a weak stand-in of an enclosing typing run
             return current_trace().tracer(Value(t))
         if t == type_of(before):
@@ -540,9 +562,14 @@ class _Carry:
             la, ta = treelib.flatten(a)
             lb, tb = treelib.flatten(b)
             if ta != tb or any(_leaf_type(x).shape != _leaf_type(y).shape or (
-                    _leaf_type(x).dtype != _leaf_type(y).dtype and not _weak(y))
+                    _leaf_type(x).dtype != _leaf_type(y).dtype and not _weak(y)
+                    and not _widens(_leaf_type(y).dtype, _leaf_type(x).dtype))
                     for x, y in zip(la, lb)):
                 raise self._changed(name, a, b, "changes the shape or dtype of")
+            state = state[:i] + (treelib.unflatten(tb, [
+                cnp.astype(y, _leaf_type(x).dtype) if is_traced(y) and _widens(
+                    _leaf_type(y).dtype, _leaf_type(x).dtype) else y
+                for x, y in zip(la, lb)]),) + state[i + 1:]
         return tuple(state[i] for i in self.carried())
 
     def _changed(self, name: str, a: Any, b: Any, verb: str) -> ConversionError:
@@ -558,6 +585,15 @@ class _Carry:
         return ConversionError(
             f"the {self.what}{_where(self.loc)} {verb} `{name}`: before an iteration it is "
             f"{_describe_tree(a)}, after it {_describe_tree(b)}; {hint}")
+
+
+def _widens(new: np.dtype, carry: np.dtype) -> bool:
+    """Whether a body's value of dtype `new` joins a carry of dtype `carry` by a cast
+    that keeps every value: a bool or an integer into a float (a carry that started as
+    0.5 and an iteration that sets an int), as Python's numbers would. Floats of another
+    precision do not: that is JAX's carry error, and usually a bug."""
+    return (new.kind in "biu" and carry.kind in "fc" or new.kind == "b" and carry.kind in "iu"
+            ) and np.can_cast(new, carry, "safe")
 
 
 def _zeros(t: TensorType) -> Any:
