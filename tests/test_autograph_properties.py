@@ -43,7 +43,7 @@ autograd = pytest.importorskip("autograd")
 anp = pytest.importorskip("autograd.numpy")
 
 MAX_DEPTH = 3
-EXAMPLES = 50
+EXAMPLES = max(50, settings.default.max_examples)  # more under CFGRAD_HYPOTHESIS=long
 FLOAT_VARS = ("a", "b", "acc")  # state variables updated by smooth statements
 RTOL, ATOL = 1e-9, 1e-12
 
@@ -456,15 +456,17 @@ STRATEGIES = {
 def traced_loops(body: tuple) -> int:
     """A lower bound on the loop regions: the loops certainly traced and certainly reached.
 
-    Certainly traced: a `while` bounded by the traced `n`, or whose data condition reads x
-    or y (never reassigned), `range(n)`, and the rows of v. Certainly reached: not inside
+    Certainly traced: a `while` whose test starts with `k < n` (n traced; a concrete data
+    condition first may short-circuit it) or whose data condition reads x or y (never
+    reassigned), `range(n)`, and the rows of v. Certainly reached: not inside
     an `if` (whose condition may be concrete on Python numbers, leaving a branch untraced)
     and not after an `if` or loop that holds a jump (a concrete `return`, `break` or
     `continue` may skip the rest). Bodies of reached loops are traced or run by Python."""
     count = 0
     for s in body:
         if isinstance(s, While):
-            count += traced_loops(s.body) + (s.bound == "n" or reads_xy(s.cond))
+            traced = (s.bound == "n" and not s.data_first) or reads_xy(s.cond)
+            count += traced_loops(s.body) + traced
         elif isinstance(s, For):
             count += traced_loops(s.body) + (s.iterable != "range(3)")
         if isinstance(s, If | While | For) and holds_jump(s):
@@ -508,13 +510,13 @@ def holds_jump(s) -> bool:
 # ---------------------------------------------------------------------------------
 
 
-# A Python int that a traced loop assigns (`acc = 0` in the body) comes out of the loop a
-# strong i64 rather than a weak Python number. A later loop that makes it a float, or an
-# enclosing loop whose variable was a float, then refuses the change of dtype, though
-# Python, autograd, and the same loop on the int itself (a weak number takes the body's
-# dtype) accept it.
-INT_THROUGH_LOOP = ("BUG: a Python int assigned in a traced loop leaves it a strong i64, so a "
-                    "later or enclosing loop refuses to make it a float")
+# A Python int that a traced loop or `if` carries (`acc = 0` before it, assigned or merely
+# carried in it) comes out of it a strong i64 rather than a weak Python number. A later
+# loop or `if` that makes it a float, or an enclosing loop whose variable was a float, then
+# refuses the change of dtype, though Python, autograd, and the same region on the Python
+# int itself (a weak number takes the other side's dtype) accept it.
+INT_THROUGH_REGION = ("BUG: a Python int carried by a traced loop or `if` leaves it a strong "
+                      "i64, so a later or enclosing region refuses to make it a float")
 
 
 def _int_then_float_loop(x, n):
@@ -535,16 +537,31 @@ def _reset_in_nested_loops(x, n):
     return a + x
 
 
-@pytest.mark.xfail(strict=True, raises=cg.ConversionError, reason=INT_THROUGH_LOOP)
+@pytest.mark.xfail(strict=True, raises=cg.ConversionError, reason=INT_THROUGH_REGION)
 def test_int_from_a_loop_then_a_float_loop():
     value, g = cg.value_and_grad(_int_then_float_loop)(1.5, 2)
     np.testing.assert_allclose((value, g), (1.5 * 1.5 + 1.5, 1.5 + 1.0), rtol=1e-15)
 
 
-@pytest.mark.xfail(strict=True, raises=cg.ConversionError, reason=INT_THROUGH_LOOP)
+@pytest.mark.xfail(strict=True, raises=cg.ConversionError, reason=INT_THROUGH_REGION)
 def test_int_reset_carried_through_an_inner_loop():
     value, g = cg.value_and_grad(_reset_in_nested_loops)(1.5, 2)
     assert (value, g) == (1.5, 1.0)
+
+
+def _int_from_an_if_then_float_if(x):
+    acc = 0
+    if x > 0:
+        acc = 0
+    if x > 1:
+        acc = acc + x
+    return acc + x
+
+
+@pytest.mark.xfail(strict=True, raises=cg.ConversionError, reason=INT_THROUGH_REGION)
+def test_int_from_an_if_then_a_float_if():
+    value, g = cg.value_and_grad(_int_from_an_if_then_float_if)(1.5)
+    assert (value, g) == (3.0, 2.0)
 
 
 # A Python float that a traced loop's body replaces by an int (`a = 0.5` before the loop,
@@ -589,7 +606,7 @@ def test_python_float_before_a_loop_assigning_a_traced_int():
 @contextlib.contextmanager
 def known_bugs(body: tuple):
     """Discard an example that fails by one of the known bugs above, only when the program
-    can trigger it: the failure is a ConversionError about an i64 carry (INT_THROUGH_LOOP)
+    can trigger it: the failure is a ConversionError about an i64 carry (INT_THROUGH_REGION)
     or a wrong value (FLOAT_TRUNCATED), and the program assigns the int 0 (the only int
     other than a counter) and, for the wrong value, also a Python float. Other failures of
     such programs are reported. Remove this when the xfail tests above pass."""
