@@ -21,13 +21,13 @@ function; `value_and_grad`'s value is Python's and its gradient autograd's, with
 default strategy and with a random checkpoint strategy; `jvp` is autograd's gradient
 dotted with the tangent; and every loop on a traced condition is a loop region.
 
-Known cfgrad bugs are strict-xfail tests below; while they are open, `known_bugs` discards
-the examples that fail by them (and only those), so the properties keep testing the rest.
+The tests below the properties are regressions of the two bugs these properties found
+(a Python int carried through a region came out a strong i64; a Python float before a
+loop setting an int was truncated).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, reject, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cfgrad as cg
@@ -438,13 +438,12 @@ def assert_close(actual, expected, what: str, source: str, args) -> None:
 
 def check_value_and_gradient(body, source, f, args, checkpoint) -> None:
     x, y, n, v = args
-    with known_bugs(body):
-        value, grads = cg.value_and_grad(functools.partial(f, xp=cnp), argnums=(0, 1, 3),
-                                         checkpoint=checkpoint)(x, y, n, v)
-        assert_close(value, python_value(f, args), "value", source, args)
-        for got, want, name in zip(grads, autograd_gradient(f, args), "xyv", strict=True):
-            assert np.shape(got) == np.shape(want)
-            assert_close(got, want, f"d/d{name} (checkpoint={checkpoint!r})", source, args)
+    value, grads = cg.value_and_grad(functools.partial(f, xp=cnp), argnums=(0, 1, 3),
+                                     checkpoint=checkpoint)(x, y, n, v)
+    assert_close(value, python_value(f, args), "value", source, args)
+    for got, want, name in zip(grads, autograd_gradient(f, args), "xyv", strict=True):
+        assert np.shape(got) == np.shape(want)
+        assert_close(got, want, f"d/d{name} (checkpoint={checkpoint!r})", source, args)
 
 
 STRATEGIES = {
@@ -541,13 +540,11 @@ def _reset_in_nested_loops(x, n):
     return a + x
 
 
-@pytest.mark.xfail(strict=True, raises=cg.ConversionError, reason=INT_THROUGH_REGION)
 def test_int_from_a_loop_then_a_float_loop():
     value, g = cg.value_and_grad(_int_then_float_loop)(1.5, 2)
     np.testing.assert_allclose((value, g), (1.5 * 1.5 + 1.5, 1.5 + 1.0), rtol=1e-15)
 
 
-@pytest.mark.xfail(strict=True, raises=cg.ConversionError, reason=INT_THROUGH_REGION)
 def test_int_reset_carried_through_an_inner_loop():
     value, g = cg.value_and_grad(_reset_in_nested_loops)(1.5, 2)
     assert (value, g) == (1.5, 1.0)
@@ -562,7 +559,6 @@ def _int_from_an_if_then_float_if(x):
     return acc + x
 
 
-@pytest.mark.xfail(strict=True, raises=cg.ConversionError, reason=INT_THROUGH_REGION)
 def test_int_from_an_if_then_a_float_if():
     value, g = cg.value_and_grad(_int_from_an_if_then_float_if)(1.5)
     assert (value, g) == (3.0, 2.0)
@@ -589,14 +585,12 @@ def _float_then_traced_int_in_loop(x, n):
     return a + x
 
 
-@pytest.mark.xfail(strict=True, reason=FLOAT_TRUNCATED)
 def test_python_float_before_a_loop_assigning_an_int():
     assert _float_then_int_in_loop(1.5, 0) == 2.0
     value, g = cg.value_and_grad(_float_then_int_in_loop)(1.5, 0)
     assert (value, g) == (2.0, 1.0)
 
 
-@pytest.mark.xfail(strict=True, reason=FLOAT_TRUNCATED)
 def test_python_float_before_a_loop_assigning_a_traced_int():
     """Refusing the loop (JAX refuses a carry changing dtype) would be right too."""
     assert _float_then_traced_int_in_loop(1.5, 0) == 2.0
@@ -605,43 +599,6 @@ def test_python_float_before_a_loop_assigning_a_traced_int():
     except cg.ConversionError:
         return
     assert (value, g) == (2.0, 1.0)
-
-
-@contextlib.contextmanager
-def known_bugs(body: tuple):
-    """Discard an example that fails by one of the known bugs above, and only by it:
-
-    * INT_THROUGH_REGION: a ConversionError that an i64 meets a float in a loop or an
-      `if`. The generated programs give a float variable an int only from a Python int
-      (`acc = 0`, a reset to 0), never from an int array, so such an error is the bug;
-    * FLOAT_TRUNCATED: a wrong value or derivative, in a program that assigns both a
-      Python int and a Python float to a variable (the bug needs both).
-
-    Every other failure is reported. Remove this when the xfail tests above pass."""
-    try:
-        yield
-    except cg.ConversionError as e:
-        message = str(e)
-        if ("changes the shape or dtype of" in message or "on the two branches" in message) \
-                and "traced i64[]" in message and "f64[]" in message:
-            reject()
-        raise
-    except AssertionError:
-        if resets(body, int) and resets(body, float):
-            reject()
-        raise
-
-
-def resets(body: tuple, kind: type) -> bool:
-    """Whether the program assigns a Python number of type `kind` to a variable."""
-    for s in body:
-        if isinstance(s, Reset) and type(s.value) is kind:
-            return True
-        inner = [b for _, b in s.tests] + [s.orelse or ()] if isinstance(s, If) else (
-            [s.body] if isinstance(s, While | For) else [])
-        if any(resets(b, kind) for b in inner):
-            return True
-    return False
 
 
 # ---------------------------------------------------------------------------------
@@ -657,9 +614,8 @@ def test_converted_function_on_concrete_inputs_is_plain_python(program_dir, body
     source = render(body)
     f = load(source, program_dir)
     x, y, n, v = args
-    with known_bugs(body):
-        got = cg.autograph(functools.partial(f, xp=xp))(x, y, n, v)
-        assert_close(got, python_value(f, args), "value", source, args)
+    got = cg.autograph(functools.partial(f, xp=xp))(x, y, n, v)
+    assert_close(got, python_value(f, args), "value", source, args)
 
 
 @settings(max_examples=EXAMPLES)
@@ -690,12 +646,11 @@ def test_jvp_is_autograd_gradient_dot_tangent(program_dir, body, args, tangent):
     x, y, n, v = args
     tv = np.full(v.shape, tangent[2])
     gx, gy, gv = autograd_gradient(f, args)
-    with known_bugs(body):
-        value, derivative = cg.jvp(functools.partial(f, xp=cnp), (x, y, n, v),
-                                   (tangent[0], tangent[1], 0, tv))
-        assert_close(value, python_value(f, args), "value", source, args)
-        assert_close(derivative, gx * tangent[0] + gy * tangent[1] + np.sum(gv * tv),
-                     "jvp", source, args)
+    value, derivative = cg.jvp(functools.partial(f, xp=cnp), (x, y, n, v),
+                               (tangent[0], tangent[1], 0, tv))
+    assert_close(value, python_value(f, args), "value", source, args)
+    assert_close(derivative, gx * tangent[0] + gy * tangent[1] + np.sum(gv * tv),
+                 "jvp", source, args)
 
 
 @settings(max_examples=EXAMPLES)
@@ -705,7 +660,6 @@ def test_loops_on_traced_conditions_are_regions(program_dir, body, args):
     least one loop region (more when Python unrolls a concrete loop around it)."""
     source = render(body)
     f = load(source, program_dir)
-    with known_bugs(body):
-        text = str(cg.lower(functools.partial(f, xp=cnp), *args))
+    text = str(cg.lower(functools.partial(f, xp=cnp), *args))
     regions = [line for line in text.splitlines() if line.lstrip().startswith("region loop#")]
     assert len(regions) >= traced_loops(body), source

@@ -208,7 +208,7 @@ class _Branches:
         joined = []
         for a, b in zip(self.first, self.second):
             merged = next(dynamic) if _traceable(a) else a
-            joined.append(a if _Carry._number(a) and _same(a, b) else merged)
+            joined.append(a if _python_number(a) and _same(a, b) else merged)
         return tuple(joined)
 
 
@@ -396,15 +396,21 @@ def _weak_tracer(v: Any) -> bool:
     return isinstance(v, Tracer) and _typing() and v.dtype in _WEAK_DEFAULTS
 
 
+def _python_number(v: Any) -> bool:
+    """A Python number, weakly typed (not numpy's scalars: `np.float64` subclasses
+    `float` but has its dtype, as numpy's promotion rules say)."""
+    return type(v) in _WEAK_DTYPES
+
+
 def _weak(v: Any) -> bool:
     """A weakly typed number: a Python number, or its stand-in in a typing run."""
-    return isinstance(v, bool | int | float | complex) or _weak_tracer(v)
+    return _python_number(v) or _weak_tracer(v)
 
 
 def _weak_type(x: Any) -> TensorType:
     """`x`'s type in a typing run: a Python number as the narrowest dtype of its kind."""
     trace = current_trace()
-    if isinstance(x, bool | int | float | complex) and getattr(trace, "weak", False):
+    if _python_number(x) and getattr(trace, "weak", False):
         return TensorType((), _WEAK_DTYPES[type(x)])
     return _leaf_type(x)
 
@@ -464,7 +470,7 @@ class _Carry:
                 outputs, weak = self._typed(step, weak=False), False  # (float16 in linalg)
             changed = False
             for i in loose:
-                if self._number(self.state[i]) and _same(self.state[i], outputs[i]):
+                if _python_number(self.state[i]) and _same(self.state[i], outputs[i]):
                     # the body sets it to the very number it starts as (`acc = 0`): it
                     # stays that number, concrete, whatever the loop does
                     self.statics[i] = self.state[i]
@@ -478,10 +484,6 @@ class _Carry:
             if isinstance(self.state[i], Undefined):
                 self.statics[i] = self.state[i]  # never assigned a value in the body
         return tuple(self.state[i] for i in self.carried())
-
-    @staticmethod
-    def _number(v: Any) -> bool:
-        return isinstance(v, bool | int | float | complex) and not isinstance(v, Tracer)
 
     def _typed(self, step: Callable[[tuple], tuple], weak: bool) -> tuple:
         """One iteration's state, traced on its own from the current starting types."""
@@ -503,7 +505,7 @@ class _Carry:
         leaves, td = treelib.flatten(after)
         types = [_leaf_type(x) for x in leaves]
         if weak and td.kind == "leaf" and types[0].shape == () and (
-                _weak_tracer(after) or isinstance(after, bool | int | float | complex)):
+                _weak_tracer(after) or _python_number(after)):
             # still a weak number: stays one, of the kind both make (0 then 0.5: a float;
             # 0.5 then 0: a float too, which a loop of no iteration leaves at 0.5)
             both = types[0].dtype if isinstance(before, Undefined) else np.result_type(
