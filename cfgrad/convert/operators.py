@@ -15,7 +15,8 @@ variable that starts as `0` and becomes a float32 array in the body is a float32
 that starts at zero. To know those types before the loop, the body is traced once on its
 own (`_Carry.initial`); that second tracing also gives loop variables first assigned in
 the body (`mid` of a bisection read after the loop) a starting value: zeros, which a run
-never reads unless the loop runs no iteration, where Python would raise `NameError`.
+never reads unless the loop runs no iteration, where Python would raise
+`UnboundLocalError`.
 """
 
 from __future__ import annotations
