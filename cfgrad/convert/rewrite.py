@@ -662,8 +662,10 @@ def convert_function(node: ast.FunctionDef) -> ast.FunctionDef:
     declarations = [s for s in body if isinstance(s, ast.Global | ast.Nonlocal)]
     body = [s for s in body if not isinstance(s, ast.Global | ast.Nonlocal)]
     local = (params | assigned(body)) - outside
-    node.body = declarations + prologue + Functionalize(
-        outside, nonlocals, local, unassigned, cells - outside).block(body)
+    docstring = [s for s in body[:1] if isinstance(s, ast.Expr) and isinstance(
+        s.value, ast.Constant) and isinstance(s.value.value, str)]
+    node.body = declarations + docstring + prologue + Functionalize(
+        outside, nonlocals, local, unassigned, cells - outside).block(body[len(docstring):])
     return node
 
 
