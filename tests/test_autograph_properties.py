@@ -513,13 +513,10 @@ def holds_jump(s) -> bool:
 # ---------------------------------------------------------------------------------
 
 
-# A Python int that a traced loop or `if` carries (`acc = 0` before it, assigned or merely
-# carried in it) comes out of it a strong i64 rather than a weak Python number. A later
-# loop or `if` that makes it a float, or an enclosing loop whose variable was a float, then
-# refuses the change of dtype, though Python, autograd, and the same region on the Python
-# int itself (a weak number takes the other side's dtype) accept it.
-INT_THROUGH_REGION = ("BUG: a Python int carried by a traced loop or `if` leaves it a strong "
-                      "i64, so a later or enclosing region refuses to make it a float")
+# Regression: a Python int that a traced loop or `if` carries (`acc = 0` before it,
+# assigned or merely carried in it) came out of it a strong i64 rather than a weak Python
+# number, and a later loop or `if` that makes it a float refused the change of dtype,
+# though Python and autograd accept it.
 
 
 def _int_then_float_loop(x, n):
@@ -564,11 +561,9 @@ def test_int_from_an_if_then_a_float_if():
     assert (value, g) == (3.0, 2.0)
 
 
-# A Python float that a traced loop's body replaces by an int (`a = 0.5` before the loop,
-# `a = 0` in it) takes the int's dtype: 0.5 becomes 0 when the loop runs no iteration,
-# where Python keeps 0.5 (a silently wrong value; with a strong int, `a = n`, the same).
-FLOAT_TRUNCATED = ("BUG: a Python float before a traced loop whose body assigns an int is "
-                   "cast to the int's dtype, so with zero trips 0.5 becomes 0")
+# Regression: a Python float that a traced loop's body replaces by an int (`a = 0.5`
+# before the loop, `a = 0` in it) took the int's dtype, so 0.5 became 0 when the loop ran
+# no iteration, where Python keeps 0.5 (a silently wrong value; with `a = n`, the same).
 
 
 def _float_then_int_in_loop(x, n):
