@@ -2,15 +2,17 @@
 
 Three steps, in order, on a copy of the function's node:
 
-1. **Jumps become flags** (`lower_jumps`). `break` sets a flag the loop's condition
-   reads, `continue` a flag reset at each iteration; the statements after a jump run
-   under `if not flag:`. A `return` inside a loop records which return it was and breaks
-   out of every enclosing loop; after the outermost one, `if ret == k: return e_k`
-   evaluates the expression on the state the loop stopped in, which is the state it was
-   written in, since nothing runs between the jump and the loop's exit.
+1. **Jumps become flags** (`_Jumps`). `break` sets a flag the loop's condition reads,
+   `continue` a flag reset at each iteration; the statements after a jump run under
+   `if not flag:`. A `return` inside a loop records which return it was and breaks out
+   of every enclosing loop; after the outermost one, `if ret == k: return e_k` evaluates
+   the expression on the state the loop stopped in, which is the state it was written
+   in, since nothing runs between the jump and the loop's exit (but the exit of a `with`
+   or `try` around the `return`: there the value is computed where it stands).
 2. **Returns leave from the end** (`lower_returns`). The statements after an `if` that
-   returns on some path move into its branches that do not, so every `return` is the
-   last statement of its path: a traced `if` then yields the function's result.
+   returns on some path move into its branches that do not (as one function both call,
+   when both need them), so every `return` is the last statement of its path: a traced
+   `if` then yields the function's result.
 3. **Control flow becomes calls** (`Functionalize`). Each `if`, `while` and `for` becomes
    nested functions of the variables it assigns (the scope analysis says which, and which
    of them are read afterwards) and a call of `operators.if_stmt` / `while_stmt` /
