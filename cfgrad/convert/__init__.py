@@ -292,7 +292,7 @@ def _user_callable(x: Any) -> Any:
 def call(fun: Any, /, *args: Any, **kwargs: Any) -> Any:
     """A call in converted code: a user function is converted first; `range`,
     `enumerate` and `zip` of traced values become what a converted `for` iterates, and
-    `max`/`min` of traced numbers their elementwise `cnp.maximum`/`cnp.minimum`; a
+    `max`/`min` of traced numbers a `cnp.where` of comparisons (`operators.extreme`); a
     cfgrad function's function arguments (the branches of `cg.cond`, a loop's body) are
     converted, like the functions they would have been as statements."""
     if fun is range and any(map(is_traced, args)):
