@@ -297,9 +297,9 @@ def call(fun: Any, /, *args: Any, **kwargs: Any) -> Any:
     converted, like the functions they would have been as statements."""
     if fun is range and any(map(is_traced, args)):
         return operators.traced_range(*args)
-    if fun is enumerate and args and _traced_iterable(args[0]):
+    if fun is enumerate and args and operators.traced_iterable(args[0]):
         return operators.traced_enumerate(*args, **kwargs)
-    if fun is zip and any(map(_traced_iterable, args)):
+    if fun is zip and any(map(operators.traced_iterable, args)):
         return operators.traced_zip(*args)
     if (fun is max or fun is min) and not kwargs:
         values = args if len(args) > 1 else args[0] if args and isinstance(
@@ -323,11 +323,6 @@ def call(fun: Any, /, *args: Any, **kwargs: Any) -> Any:
         if reason is not None and note not in getattr(e, "__notes__", ()):
             e.add_note(note)
         raise
-
-
-def _traced_iterable(x: Any) -> bool:
-    """What a converted `for` over it makes a loop region of."""
-    return is_traced(x) or isinstance(x, operators.TracedIteration)
 
 
 RUNTIME.call = call

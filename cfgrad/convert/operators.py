@@ -416,6 +416,14 @@ def _weak_type(x: Any) -> TensorType:
     return _leaf_type(x)
 
 
+def _stand_in(v: Any, type_of_leaf: Callable[[Any], TensorType] = _weak_type) -> Any:
+    """`v` (a pytree of arrays, numbers, tracers) as fresh tracers of the typing run
+    being built, of its leaves' types (a Python number's weak one, by default)."""
+    leaves, td = treelib.flatten(v)
+    trace = current_trace()
+    return treelib.unflatten(td, [trace.tracer(Value(type_of_leaf(x))) for x in leaves])
+
+
 def _typed_branches(fns: list[Callable], state: tuple, names: tuple[str, ...],
                     loc: SourceLoc | None, single: bool) -> tuple:
     """A traced `if` in a typing run: every branch runs; each variable gets a fresh
@@ -488,14 +496,9 @@ class _Carry:
 
     def _typed(self, step: Callable[[tuple], tuple], weak: bool) -> tuple:
         """One iteration's state, traced on its own from the current starting types."""
-        trace = _TypeTrace(weak)
-        with tracing(trace):
-            inputs = tuple(v if i in self.statics or isinstance(v, Undefined) else
-                           treelib.unflatten(treelib.flatten(v)[1], [
-                               trace.tracer(Value(_weak_type(x)))
-                               for x in treelib.flatten(v)[0]])
-                           for i, v in enumerate(self.state))
-            return step(inputs)
+        with tracing(_TypeTrace(weak)):
+            return step(tuple(v if i in self.statics or isinstance(v, Undefined) else
+                              _stand_in(v) for i, v in enumerate(self.state)))
 
     @staticmethod
     def _settled(before: Any, after: Any, weak: bool) -> Any:
@@ -538,12 +541,9 @@ class _Carry:
         except ValueError:
             return None  # the body changes its shape: the check after tracing says so
 
-    def typed(self, init: tuple) -> tuple:
+    def after_typing_run(self, init: tuple) -> tuple:
         """The state after the loop in a typing run: its variables' types, settled."""
-        trace = current_trace()
-        return self.split(tuple(v if _weak(v) else treelib.unflatten(
-            treelib.flatten(v)[1], [trace.tracer(Value(_leaf_type(x)))
-                                    for x in treelib.flatten(v)[0]]) for v in init))
+        return self.split(tuple(v if _weak(v) else _stand_in(v, _leaf_type) for v in init))
 
     def split(self, carries: tuple) -> tuple:
         """The full state from the carries (statics put back)."""
@@ -636,7 +636,7 @@ def _traced_while(test_fn: Callable, body_fn: Callable, state: tuple,
     carry = _Carry(names, state, loc, "`while` loop")
     init = carry.initial(lambda s: body_fn(*_copies(s)))
     if _typing():
-        return carry.typed(init)
+        return carry.after_typing_run(init)
 
     def body(c: tuple) -> tuple:
         before = carry.split(c[0])
@@ -677,6 +677,11 @@ def traced_range(*args: Any) -> TracedIteration:
     return TracedIteration(length, lambda k: start + k * step, "range()")
 
 
+def traced_iterable(x: Any) -> bool:
+    """Whether a converted `for` over `x` is a loop region (`x` is traced values)."""
+    return is_traced(x) or isinstance(x, TracedIteration)
+
+
 def _as_iteration(x: Any) -> TracedIteration:
     if isinstance(x, TracedIteration):
         return x
@@ -711,7 +716,7 @@ def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: 
     their `enumerate` and `zip`) a loop region; over anything else Python iterations. A
     `break` (`test_fn`, false once the loop should stop) that becomes traced in a `range`
     loop turns the remaining iterations into one region."""
-    if isinstance(iterable, TracedIteration) or is_traced(iterable):
+    if traced_iterable(iterable):
         loc = current_loc()
         if guarded:
             raise ConversionError(f"the `for` loop{_where(loc)} iterates over traced "
@@ -757,7 +762,7 @@ def _traced_for(it: TracedIteration, test_fn: Callable | None, body_fn: Callable
     init = carry.initial(lambda s: body_fn(*_copies(s), it.item(
         current_trace().tracer(Value(TensorType((), np.dtype(np.int64)))))))
     if _typing():
-        return carry.typed(init)
+        return carry.after_typing_run(init)
     if test_fn is None:
         def fori_body(k: Any, c: tuple) -> tuple:
             before = carry.split(c)
