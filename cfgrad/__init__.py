@@ -17,6 +17,7 @@ from .errors import (
     ArgumentTypeError,
     ArgumentValueError,
     CfgradError,
+    CompileError,
     ConversionError,
     LoopLimitError,
     LoweringError,
@@ -31,19 +32,21 @@ from .inspector import inspect
 from .ir import Program
 from .irparse import parse_program
 from .jacobians import hessian, jacfwd, jacrev
+from .jitted import CompileWarning, jit
 from .numerics import LossScaler, clip_by_global_norm, clip_by_value
 from .numpy.indexed import dynamic_slice, dynamic_update_slice
 from .reverse import adjoint
 from .trace import cond, fori_loop, scan, switch, while_loop
 
 __all__ = [
-    "AnomalyError", "ArgumentTypeError", "ArgumentValueError", "CfgradError", "ConversionError",
+    "AnomalyError", "ArgumentTypeError", "ArgumentValueError", "CfgradError", "CompileError",
+    "CompileWarning", "ConversionError",
     "LoopLimitError",
     "LossScaler", "LoweringError", "NonFiniteError", "PathInstabilityError", "Program",
     "ReplayMismatchError", "ScalerStateError", "TracerBoolError", "VerifyError",
     "adjoint", "autograph", "checkpoint", "clip_by_global_norm", "clip_by_value", "cond",
     "custom_jvp", "custom_root", "custom_vjp", "debug", "detect_anomaly", "dynamic_slice",
     "dynamic_update_slice", "fori_loop", "grad", "hessian", "inspect", "jacfwd", "jacrev",
-    "jvp", "lower", "optim", "parse_program", "scan", "stop_gradient", "switch", "testing",
+    "jit", "jvp", "lower", "optim", "parse_program", "scan", "stop_gradient", "switch", "testing",
     "tree_util", "value_and_grad", "vjp", "while_loop",
 ]

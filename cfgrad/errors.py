@@ -70,3 +70,8 @@ class ConversionError(LoweringError):
     a variable assigned on one branch of a traced `if` only, a loop variable whose shape
     or dtype changes, a `break` out of a loop over a Python list under a traced condition,
     a `try` around traced control flow. The message names the construct and the line."""
+
+
+class CompileError(CfgradError):
+    """`cg.jit(..., fallback=False)` met a program the compiled backend cannot run: the
+    message names what (a primitive, a custom rule's Python, a checkpoint strategy)."""

@@ -51,7 +51,7 @@ from .ir import (
     loop_owners,
 )
 from .nodespec import UNCHECKED
-from .primitives import PRIMITIVES, dense_value, peeked_value
+from .primitives import PRIMITIVES, dense_value, integer_pow_source, peeked_value
 from .reverse import adjoint
 
 DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
@@ -301,7 +301,7 @@ class Compiled:
             return f"m.loop_state({self.forward.loop_index[n.params['loop']]}, {args})"
         prim = PRIMITIVES[n.op]
         if n.op == "integer_pow" and 2 <= n.params["n"] <= 4:  # x*x*x: no call at all
-            return f"{outs} = " + " * ".join([self._arg(n, 0)] * n.params["n"])
+            return f"{outs} = " + integer_pow_source(self._arg(n, 0), n.params["n"])
         form = None if n.params else _OPERATOR_FORMS.get(prim.impl)
         if form is not None:
             return f"{outs} = " + form.format(*(self._arg(n, i) for i in range(len(n.inputs))))

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from . import kernel_sources as ks
 from .errors import ArgumentTypeError, LoweringError
 from .ir import DTYPE_CHOICES, TensorType, format_param, ir_dtype
 from .trace_context import current_trace, is_being_built
@@ -91,6 +92,13 @@ class Primitive:
     # JAX refuses them (floor, mod, clip, argmax: no order or no integer part), or the
     # kernel and rules are those of real numbers (sigmoid's exp(-|x|)).
     real_only: bool = False
+    # The compiled backend's implementation (native.py): kernel(args, types, out, consts,
+    # **params) -> an expression of Numba's numpy subset computing the result from the
+    # operands' expressions `args` (`types` are their TensorTypes, `out` the result's,
+    # `consts(array)` the expression reading a constant array). None: an entry whose
+    # `impl` is a numpy ufunc Numba compiles needs none; any other has no compiled form,
+    # and a program using it runs in the interpreter.
+    kernel: Callable[..., str] | None = None
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
@@ -383,7 +391,7 @@ def _to_out_shape(t: Any, out: Any) -> Any:
 
 def _unary(name: str, impl: Callable, deriv: Callable[[Any, Any], Any] | None,
            notes: str = "", promote: str = "float", out_dtype: Any = None,
-           real_only: bool = False) -> None:
+           real_only: bool = False, kernel: Callable[..., str] | None = None) -> None:
     """deriv(x, out) is the pointwise derivative, written with traced values. For complex
     x it is the complex derivative of a holomorphic function, and `ct * deriv` is then
     JAX's VJP as it stands (the transpose, not the conjugate transpose, of t -> t*deriv)."""
@@ -399,7 +407,7 @@ def _unary(name: str, impl: Callable, deriv: Callable[[Any, Any], Any] | None,
     _register(Primitive(name=name, impl=impl, abstract=_elementwise_type(name, out_dtype), vjp=vjp,
                         jvp=jvp, family="elementwise",
                         promote=promote, nondiff=deriv is None, notes=notes,
-                        real_only=real_only))
+                        real_only=real_only, kernel=kernel))
 
 
 def _sigmoid_impl(x: np.ndarray) -> np.ndarray:
@@ -464,12 +472,12 @@ _register(Primitive(
 _unary("sign", np.sign, None, "derivative 0 everywhere (undefined at 0, taken as 0)",
        promote="same")
 _unary("sigmoid", _sigmoid_impl, lambda x, y: y * (1.0 - y),
-       "computed from exp(-|x|): finite for any input", real_only=True)
+       "computed from exp(-|x|): finite for any input", real_only=True, kernel=ks.sigmoid)
 _unary("relu", _relu_impl, lambda x, y: _mask(x > 0, x), "relu'(0) = 0", promote="same",
-       real_only=True)
+       real_only=True, kernel=ks.relu)
 _unary("softplus", lambda x: np.logaddexp(np.zeros((), x.dtype), x),
        lambda x, y: bind("sigmoid", x), "log(1 + e^x) via logaddexp: finite for any input",
-       real_only=True)
+       real_only=True, kernel=ks.softplus)
 _unary("floor", np.floor, None, "derivative 0 (undefined at integers, taken as 0)",
        real_only=True)
 _unary("rint", np.rint, None,
@@ -478,7 +486,7 @@ _unary("rint", np.rint, None,
 _register(Primitive(
     name="stop_gradient", impl=lambda x: x[()], abstract=_elementwise_type("stop_gradient"),
     family="elementwise",
-    promote="none", nondiff=True,
+    promote="none", nondiff=True, kernel=ks.identity,
     notes="the identity whose derivative is taken as 0: no gradient flows through it"))
 _unary("isfinite", np.isfinite, None, promote="none", out_dtype=np.bool_)
 _unary("logical_not", np.logical_not, None, promote="none", out_dtype=np.bool_)
@@ -586,6 +594,32 @@ def _integer_pow_impl(x: np.ndarray, n: int) -> np.ndarray:
     return np.ones_like(x) if result is None else result
 
 
+def integer_pow_source(x: str, n: int) -> str | None:
+    """Source computing `x ** n` by exactly `_integer_pow_impl`'s multiplications (same
+    operands, same order, so the same rounding), for 1 <= |n| <= 16; None otherwise. The
+    interpreter and the compiled backend both emit it, so neither calls a function."""
+    if not 1 <= abs(n) <= 16:
+        return None
+    result, base, k = None, x, abs(n)
+    while k:
+        if k & 1:
+            result = base if result is None else f"({result} * {base})"
+        k >>= 1
+        if k:
+            base = f"({base} * {base})"
+    return result if n > 0 else f"(1 / {result})"
+
+
+def _integer_pow_kernel(args, types, out, consts, n):
+    source = integer_pow_source(args[0], n)
+    if source is not None:
+        return source
+    if n == 0:  # ones, whatever x holds (numpy's ones_like)
+        one = f"np.{out.dtype.name}(1)"
+        return one if out.shape == () else f"np.ones({out.shape}, np.{out.dtype.name})"
+    return f"K.integer_pow({args[0]}, {n})"
+
+
 def _integer_pow_slope(x, n):
     return float(n) * bind("integer_pow", x, n=n - 1) if n != 1 else 1.0 + 0.0 * x
 
@@ -601,7 +635,7 @@ _register(Primitive(
     name="integer_pow", impl=_integer_pow_impl, abstract=_integer_pow_type,
     vjp=lambda ct, xs, out, n: (ct * _integer_pow_slope(xs[0], n),),
     jvp=lambda ts, xs, out, n: None if ts[0] is None else ts[0] * _integer_pow_slope(xs[0], n),
-    family="elementwise", promote="none",
+    family="elementwise", promote="none", kernel=_integer_pow_kernel,
     notes="x ** n for a Python integer n: repeated multiplication (as JAX's integer_pow), "
           "so negative bases are fine; d/dx = n x^(n-1)"))
 
@@ -811,7 +845,7 @@ def _where_jvp(ts, xs, out):
 
 
 _register(Primitive(name="where", impl=_where_impl, abstract=_where_type, vjp=_where_vjp,
-                    jvp=_where_jvp, family="selection",
+                    jvp=_where_jvp, family="selection", kernel=ks.where,
                     promote_from=1, dynamic=(0,),
                     notes="only the selected input receives gradient; the other gets exactly 0, "
                           "which its own rule can still turn into nan (0 * inf: where(x > 0, "
@@ -840,7 +874,7 @@ def _clip_jvp(ts, xs, out):
 
 
 _register(Primitive(name="clip", impl=np.clip, abstract=_clip_type, vjp=_clip_vjp, jvp=_clip_jvp,
-                    family="selection", real_only=True,
+                    family="selection", real_only=True, kernel=ks.clip,
                     notes="at a bound (x == lo or x == hi) the gradient goes to x (1), as "
                           "PyTorch's clamp; lo/hi get it only where x is strictly outside"))
 
@@ -888,7 +922,7 @@ def _count(shape, axes) -> int:
     return int(np.prod([shape[a] for a in axes], dtype=np.int64))
 
 
-def _extreme(name: str, impl: Callable) -> None:
+def _extreme(name: str, impl: Callable, kernel: Callable[..., str]) -> None:
     def weights(x, out, axes, keepdims):
         hit = _mask(x == _keep(out, x.shape, axes, keepdims), x)
         return hit / bind("sum", hit, axes=axes, keepdims=True)
@@ -905,7 +939,7 @@ def _extreme(name: str, impl: Callable) -> None:
                         impl=lambda x, axes, keepdims: impl(x, axis=axes, keepdims=keepdims),
                         abstract=_reduction_type(name, lambda d: d, identity=False), vjp=vjp,
                         jvp=jvp,
-                        family="reduction", promote="none",
+                        family="reduction", promote="none", kernel=kernel,
                         notes="ties share the gradient equally among the extreme entries"))
 
 
@@ -914,16 +948,16 @@ _register(Primitive(
     abstract=_reduction_type("sum", _sum_dtype),
     vjp=lambda ct, xs, out, axes, keepdims: (_spread(ct, xs[0], axes, keepdims),),
     jvp=lambda ts, xs, out, axes, keepdims: bind("sum", ts[0], axes=axes, keepdims=keepdims),
-    family="reduction", promote="none"))
+    family="reduction", promote="none", kernel=ks.sum_))
 _register(Primitive(
     name="mean", impl=lambda x, axes, keepdims: np.mean(x, axis=axes, keepdims=keepdims),
     abstract=_reduction_type("mean", _mean_dtype),
     vjp=lambda ct, xs, out, axes, keepdims: (
         _spread(ct, xs[0], axes, keepdims) / float(_count(xs[0].shape, axes)),),
     jvp=lambda ts, xs, out, axes, keepdims: bind("mean", ts[0], axes=axes, keepdims=keepdims),
-    family="reduction", promote="none"))
-_extreme("amax", np.max)
-_extreme("amin", np.min)
+    family="reduction", promote="none", kernel=ks.mean))
+_extreme("amax", np.max, ks.amax)
+_extreme("amin", np.min, ks.amin)
 
 
 def _prod_partials(x, out, axes, keepdims):
@@ -1173,7 +1207,8 @@ _register(Primitive(
     jvp=lambda ts, xs, out: _add_terms(
         None if ts[0] is None else bind("matmul", ts[0], xs[1]),
         None if ts[1] is None else bind("matmul", xs[0], ts[1])),
-    family="linalg", notes="numpy matmul semantics, including 1-D operands and batch broadcasting"))
+    family="linalg", notes="numpy matmul semantics, including 1-D operands and batch broadcasting",
+    kernel=ks.matmul))
 
 # -- Linear algebra and contractions (issue 13, the linalg family): numpy's LAPACK kernels,
 # each rule from a published derivation, written with primitives so adjoints are IR and
@@ -1804,7 +1839,7 @@ _register(Primitive(
     name="reshape", impl=lambda x, shape: x.reshape(shape), abstract=_reshape_type,
     vjp=lambda ct, xs, out, shape: (bind("reshape", ct, shape=xs[0].shape),),
     jvp=lambda ts, xs, out, shape: bind("reshape", ts[0], shape=shape),
-    family="shape", promote="none"))
+    family="shape", promote="none", kernel=ks.reshape))
 
 
 def _transpose_type(types: list[TensorType], axes: tuple[int, ...]) -> TensorType:
@@ -1819,7 +1854,7 @@ _register(Primitive(
     name="transpose", impl=lambda x, axes: x.transpose(axes), abstract=_transpose_type,
     vjp=lambda ct, xs, out, axes: (bind("transpose", ct, axes=tuple(np.argsort(axes).tolist())),),
     jvp=lambda ts, xs, out, axes: bind("transpose", ts[0], axes=axes),
-    family="shape", promote="none"))
+    family="shape", promote="none", kernel=ks.transpose))
 
 
 def _broadcast_to_type(types: list[TensorType], shape: tuple[int, ...]) -> TensorType:
@@ -1840,7 +1875,7 @@ _register(Primitive(
     vjp=lambda ct, xs, out, shape: (unbroadcast(ct, xs[0].shape),),
     jvp=lambda ts, xs, out, shape: bind("broadcast_to", ts[0], shape=shape),
     family="shape", promote="none",
-    notes="the result is a read-only view, as numpy's"))
+    notes="the result is a read-only view, as numpy's", kernel=ks.broadcast_to))
 
 
 def _concat_type(types: list[TensorType], axis: int) -> TensorType:
@@ -1875,7 +1910,7 @@ def _concat_jvp(ts, xs, out, axis):
 
 _register(Primitive(
     name="concatenate", impl=lambda *xs, axis: np.concatenate(xs, axis=axis), abstract=_concat_type,
-    vjp=_concat_vjp, jvp=_concat_jvp, family="shape"))
+    vjp=_concat_vjp, jvp=_concat_jvp, family="shape", kernel=ks.concatenate))
 
 
 def _index_tuple(spec: tuple, dynamic: tuple) -> tuple:
@@ -1951,7 +1986,7 @@ _register(Primitive(
                                                                spec=spec),
     family="indexing", promote="none", dynamic=(1, 2, 3, 4, 5, 6, 7, 8),
     notes="numpy basic and integer-array indexing; '$' in spec marks a traced index input; "
-          "the VJP scatter-adds (repeated indices accumulate)"))
+          "the VJP scatter-adds (repeated indices accumulate)", kernel=ks.index))
 
 
 def _scatter_type(types: list[TensorType], spec: tuple, shape: tuple) -> TensorType:
@@ -1973,7 +2008,7 @@ _register(Primitive(
     jvp=lambda ts, xs, out, spec, shape: None if ts[0] is None else bind(
         "scatter_add", ts[0], *xs[1:], spec=spec, shape=shape),
     family="indexing", promote="none", dynamic=(1, 2, 3, 4, 5, 6, 7, 8),
-    notes="zeros of `shape` with the input added at the indexed positions"))
+    notes="zeros of `shape` with the input added at the indexed positions", kernel=ks.scatter_add))
 
 
 # -- Scan and indexed updates (issue 13): a scan's output stack, written row by row in place
@@ -2068,7 +2103,7 @@ _register(Primitive(
     notes="acc[idx] += contribution in place (repeated indices accumulate); emitted only by "
           "the loop passes, in place of an accumulate of a scatter_add made in the loop (the "
           "gradient of xs[t], of each row a scan reads): the work per iteration is the "
-          "row's, not the whole accumulator's"))
+          "row's, not the whole accumulator's", kernel=ks.accumulate_index))
 
 
 # -- Indexed updates (x.at[idx].set / multiply / min / max; add is a scatter_add): the
@@ -2213,7 +2248,7 @@ _register(Primitive(
     name="roll", impl=lambda x, shift, axis: np.roll(x, int(shift), axis=axis), abstract=_roll_type,
     vjp=lambda ct, xs, out, axis: (bind("roll", ct, -xs[1], axis=axis), None),
     jvp=lambda ts, xs, out, axis: None if ts[0] is None else bind("roll", ts[0], xs[1], axis=axis),
-    family="shape", promote="none", dynamic=(1,)))
+    family="shape", promote="none", dynamic=(1,), kernel=ks.roll))
 
 
 def _astype_impl(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -2252,7 +2287,8 @@ _register(Primitive(
     family="shape", promote="none",
     notes="a cast to an integer or bool type has no derivative; complex to a real type "
           "takes the real part (as JAX), so its cotangent is the real cotangent as complex, "
-          "and a real to complex cast's cotangent is the real part of the complex one"))
+          "and a real to complex cast's cotangent is the real part of the complex one",
+    kernel=ks.astype))
 
 # ---------------------------------------------------------------------------------
 # Complex numbers (issue 13, complex+fft family). JAX's convention: a complex cotangent
@@ -2547,20 +2583,22 @@ def _accumulate_outer_type(types: list[TensorType]) -> TensorType:
 _register(Primitive(
     name="copy", impl=lambda x: np.array(x, copy=True), abstract=_same_type, family="internal",
     promote="none", nondiff=True, unchecked=True,
-    notes="a fresh buffer: starts a gradient accumulator that `accumulate` then updates"))
+    notes="a fresh buffer: starts a gradient accumulator that `accumulate` then updates",
+    kernel=ks.copy))
 _register(Primitive(
     name="accumulate", impl=_accumulate_impl, abstract=_same_type, family="internal",
     promote="none",
     nondiff=True, mutates=True,
     notes="acc += contribution in place; emitted only by the loop passes, for a reverse "
-          "loop's accumulator whose buffer nothing else can see"))
+          "loop's accumulator whose buffer nothing else can see", kernel=ks.accumulate))
 _register(Primitive(
     name="accumulate_outer", impl=_accumulate_outer_impl, abstract=_accumulate_outer_type,
     family="internal", promote="none", nondiff=True, mutates=True, factors=_outer_product_factors,
     deferred_result=True, deferred_inputs=(0,),
     notes="acc += outer(a, b), batched into blocks of one matrix product each (RankOneSum); "
           "emitted only by the loop passes, in place of an accumulate of mul(reshape(a, "
-          "(n, 1)), reshape(b, (1, m))) for a reverse loop's float32/float64 accumulator"))
+          "(n, 1)), reshape(b, (1, m))) for a reverse loop's float32/float64 accumulator",
+    kernel=ks.accumulate_outer))
 
 
 # -- Custom derivative rules (cfgrad.custom): each node's `rule` parameter is the rule

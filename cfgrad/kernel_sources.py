@@ -1,0 +1,213 @@
+"""The Numba source of the derivative table's `kernel` fields (see `primitives.Primitive`).
+
+Each function takes the operands' expressions `args`, their TensorTypes `types`, the
+result's type `out`, `consts` (the expression reading a constant array) and the node's
+parameters, and returns one expression of Numba's numpy subset, computing what the
+entry's numpy implementation computes. A value of shape () is a native scalar there, so
+the shapes decide between scalar and array code. What one expression cannot say is a
+helper of `kernels.py`, named `K.…` here. A kernel that meets a case it cannot compile
+raises `Unsupported` (native.py names it) with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class Unsupported(Exception):
+    """No compiled form for this node; the message says why, in one line."""
+
+
+def _dt(t: Any) -> str:
+    return f"np.{t.dtype.name}"
+
+
+def _zero(t: Any) -> str:
+    return f"{_dt(t)}(0)"
+
+
+def identity(args, types, out, consts):
+    return args[0]
+
+
+def copy(args, types, out, consts):
+    return args[0] if out.shape == () else f"{args[0]}.copy()"
+
+
+def accumulate(args, types, out, consts):
+    """acc += c in place (the accumulator is a buffer nothing else sees)."""
+    return f"({args[0]} + {args[1]})" if out.shape == () else f"K.add_into({args[0]}, {args[1]})"
+
+
+def accumulate_outer(args, types, out, consts):
+    return f"K.accumulate_outer({args[0]}, {args[1]}, {args[2]})"
+
+
+def relu(args, types, out, consts):
+    return f"np.maximum({args[0]}, {_zero(out)})"
+
+
+def softplus(args, types, out, consts):
+    return f"np.logaddexp({_zero(out)}, {args[0]})"
+
+
+def sigmoid(args, types, out, consts):
+    return f"K.sigmoid({args[0]})"
+
+
+def where(args, types, out, consts):
+    if out.shape == ():
+        return f"({args[1]} if {args[0]} else {args[2]})"
+    full = [a if t.shape == out.shape else f"np.broadcast_to({a}, {out.shape})"
+            for a, t in zip(args, types)]
+    return f"np.where({full[0]}, {full[1]}, {full[2]})"
+
+
+def clip(args, types, out, consts):
+    if out.shape == ():
+        return f"K.clip_scalar({args[0]}, {args[1]}, {args[2]})"
+    return f"np.clip({args[0]}, {args[1]}, {args[2]})"
+
+
+def _reduced(args, types, out, axes, keepdims, whole: str, along: str) -> str:
+    """A reduction over `axes`: `whole` for every axis (a scalar), else `along` applied
+    one axis at a time from the last, then the result reshaped to `out` (keepdims)."""
+    x, t = args[0], types[0]
+    if t.shape == ():
+        return x
+    axes = tuple(sorted(a % t.ndim for a in axes))
+    if len(axes) == t.ndim:
+        value = whole.format(x)
+    else:
+        value = x
+        for a in reversed(axes):
+            value = along.format(value, a)
+    if out.shape == () or (not keepdims and len(axes) != t.ndim):
+        return value
+    return f"K.reshaped({value}, {out.shape})"
+
+
+def sum_(args, types, out, consts, axes, keepdims):
+    """Over every axis, numpy's pairwise order (`K.total`: bitwise numpy's sum); over
+    some axes, Numba's sum along each (the rounding may differ from numpy's)."""
+    x = args[0] if types[0].dtype == out.dtype else f"{args[0]}.astype({_dt(out)})"
+    return _reduced([x], types, out, axes, keepdims, "K.total({0})", "np.sum({0}, axis={1})")
+
+
+def mean(args, types, out, consts, axes, keepdims):
+    t = types[0]
+    count = int(np.prod([t.shape[a] for a in axes], dtype=np.int64)) if t.shape else 1
+    total = sum_(args, types, out, consts, axes, keepdims)
+    return f"({total} / {_dt(out)}({count}))"
+
+
+def amax(args, types, out, consts, axes, keepdims):
+    return _reduced(args, types, out, axes, keepdims, "np.max({0})", "K.max_along({0}, {1})")
+
+
+def amin(args, types, out, consts, axes, keepdims):
+    return _reduced(args, types, out, axes, keepdims, "np.min({0})", "K.min_along({0}, {1})")
+
+
+def matmul(args, types, out, consts):
+    a, b = types
+    if not (1 <= a.ndim <= 2 and 1 <= b.ndim <= 2) or a.dtype.kind not in "fc":
+        raise Unsupported(f"matmul of {a} and {b} (compiled: vectors and matrices of floats)")
+    helper = {(1, 1): "dot", (2, 1): "matvec", (1, 2): "vecmat", (2, 2): "matmul"}
+    return f"K.{helper[(a.ndim, b.ndim)]}({args[0]}, {args[1]})"
+
+
+def reshape(args, types, out, consts, shape):
+    if types[0].shape == ():
+        return f"np.full({out.shape}, {args[0]})"
+    if out.shape == ():
+        return f"{args[0]}.ravel()[0]"
+    return f"np.ascontiguousarray({args[0]}).reshape({out.shape})"
+
+
+def transpose(args, types, out, consts, axes):
+    return args[0] if types[0].ndim < 2 else f"np.transpose({args[0]}, {tuple(axes)})"
+
+
+def broadcast_to(args, types, out, consts, shape):
+    if out.shape == ():
+        return args[0] if types[0].shape == () else f"{args[0]}.ravel()[0]"
+    if types[0].shape == ():
+        return f"np.full({out.shape}, {args[0]})"
+    if types[0].shape == out.shape:
+        return args[0]
+    return f"np.broadcast_to({args[0]}, {out.shape})"
+
+
+def astype(args, types, out, consts, dtype):
+    if types[0].dtype.kind == "c" and out.dtype.kind not in "cb":
+        x = f"np.real({args[0]})"
+    else:
+        x = args[0]
+    if out.dtype.kind == "b":
+        return f"({x} != 0)" if out.shape == () else f"({x} != 0)"
+    if out.shape == ():
+        return f"{_dt(out)}({x})"
+    return f"{x}.astype({_dt(out)})"
+
+
+def concatenate(args, types, out, consts, axis):
+    return f"np.concatenate(({', '.join(args)},), axis={axis})"
+
+
+def roll(args, types, out, consts, axis):
+    if types[0].shape == ():
+        return args[0]
+    if axis is None:  # numpy rolls the flattened array, then restores the shape
+        return (f"K.roll(np.ascontiguousarray({args[0]}).ravel(), {args[1]}, 0)"
+                f".reshape({out.shape})")
+    return f"K.roll({args[0]}, {args[1]}, {axis % types[0].ndim})"
+
+
+def index_expression(spec: tuple, dynamic: list[str], consts: Any, what: str) -> str:
+    """The subscript of `x[...]` for an index spec (`'$'` marking each traced index, read
+    from `dynamic`); basic indexing only (Numba takes at most one array index)."""
+    it = iter(dynamic)
+    items = []
+    for s in spec:
+        if isinstance(s, str):
+            items.append(next(it))
+        elif s is None:
+            items.append("None")
+        elif s is Ellipsis:
+            items.append("...")
+        elif isinstance(s, slice):
+            items.append("slice(" + ", ".join("None" if v is None else repr(int(v))
+                                              for v in (s.start, s.stop, s.step)) + ")")
+        elif isinstance(s, int | np.integer):
+            items.append(repr(int(s)))
+        else:
+            raise Unsupported(f"{what} with an index array (compiled: basic indexing only)")
+    return ", ".join(items) + ("," if len(items) == 1 else "")
+
+
+def _array_indices(types: list[Any], first: int) -> bool:
+    return any(t.shape != () for t in types[first:])
+
+
+def index(args, types, out, consts, spec):
+    if _array_indices(types, 1):
+        raise Unsupported("indexing with a traced index array (compiled: basic indexing)")
+    return f"{args[0]}[{index_expression(spec, args[1:], consts, 'indexing')}]"
+
+
+def scatter_add(args, types, out, consts, spec, shape):
+    if _array_indices(types, 1):
+        raise Unsupported("scatter_add at a traced index array (compiled: basic indexing)")
+    sub = index_expression(spec, args[1:], consts, "scatter_add")
+    return f"K.set_at(np.zeros({tuple(shape)}, {_dt(out)}), ({sub}), {args[0]})"
+
+
+def accumulate_index(args, types, out, consts, spec):
+    if _array_indices(types, 2):
+        raise Unsupported("accumulate_index at a traced index array (compiled: basic "
+                          "indexing)")
+    sub = index_expression(spec, args[2:], consts, "accumulate_index")
+    return f"K.add_at({args[0]}, ({sub}), {args[1]})"

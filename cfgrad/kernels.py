@@ -1,0 +1,258 @@
+"""Numba helpers that compiled programs call (`native.py` generates the calls).
+
+The derivative table's `kernel` fields are Numba source written against these names
+(`K.roll(x, 3, 0)`): what one expression of Numba's numpy subset cannot say, or cannot say
+with numpy's exact rounding, is a small function here. Every helper computes what its
+primitive's numpy implementation computes, in the same order of floating-point operations
+where the comment says bitwise.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE (numpy/_core/src/umath/loops_utils.h.src)
+
+
+@numba.njit(cache=True, inline="always")
+def grow(a):
+    """`a` with room for twice as many rows: the logs and tapes of a compiled run are
+    arrays whose first axis is a stack, doubled when full (amortised O(1) per push)."""
+    bigger = np.empty((2 * a.shape[0],) + a.shape[1:], a.dtype)
+    bigger[: a.shape[0]] = a
+    return bigger
+
+
+@numba.njit(cache=True)
+def _pairwise_block(a, start, n, zero):
+    """numpy's pairwise summation of a[start:start+n] for n <= 128 (loops_utils.h.src,
+    `pairwise_sum`): sequential below 8 terms, else eight running sums combined as
+    ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)), then the remainder in order."""
+    if n < 8:
+        res = zero  # numpy starts from 0. (so -0.0 entries give +0.0)
+        for i in range(n):
+            res += a[start + i]
+        return res
+    r0 = a[start]
+    r1 = a[start + 1]
+    r2 = a[start + 2]
+    r3 = a[start + 3]
+    r4 = a[start + 4]
+    r5 = a[start + 5]
+    r6 = a[start + 6]
+    r7 = a[start + 7]
+    i = 8
+    stop = n - n % 8
+    while i < stop:
+        r0 += a[start + i]
+        r1 += a[start + i + 1]
+        r2 += a[start + i + 2]
+        r3 += a[start + i + 3]
+        r4 += a[start + i + 4]
+        r5 += a[start + i + 5]
+        r6 += a[start + i + 6]
+        r7 += a[start + i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[start + i]
+        i += 1
+    return res
+
+
+@numba.njit(cache=True)
+def _pairwise(a, start, n, zero):
+    """numpy's pairwise sum of a[start:start+n]: above 128 terms, the two halves (the
+    first rounded down to a multiple of 8) summed apiece and added. numpy recurses; this
+    walks the same tree with an explicit stack (Numba cannot cache recursive functions)."""
+    if n <= _PAIRWISE_BLOCK:
+        return _pairwise_block(a, start, n, zero)
+    starts = np.empty(128, np.int64)
+    sizes = np.empty(128, np.int64)
+    states = np.empty(128, np.int64)
+    values = np.empty(128, a.dtype)
+    top, held = 0, 0
+    starts[0], sizes[0], states[0] = start, n, 0
+    while top >= 0:
+        s, m = starts[top], sizes[top]
+        if m <= _PAIRWISE_BLOCK:
+            values[held] = _pairwise_block(a, s, m, zero)
+            held += 1
+            top -= 1
+            continue
+        half = m // 2
+        half -= half % 8
+        if states[top] == 0:  # the first half next
+            states[top] = 1
+            top += 1
+            starts[top], sizes[top], states[top] = s, half, 0
+        elif states[top] == 1:  # then the second
+            states[top] = 2
+            top += 1
+            starts[top], sizes[top], states[top] = s + half, m - half, 0
+        else:  # both done: first + second
+            values[held - 2] = values[held - 2] + values[held - 1]
+            held -= 1
+            top -= 1
+    return values[0]
+
+
+@numba.njit(cache=True)
+def total(x):
+    """The sum of every entry of `x`, as numpy's `x.sum()` rounds it: the pairwise sum of
+    the entries added to numpy's initial 0."""
+    flat = np.ascontiguousarray(x).ravel()
+    zero = np.zeros(1, flat.dtype)[0]
+    return zero + _pairwise(flat, 0, flat.shape[0], zero)
+
+
+@numba.njit(cache=True)
+def roll(x, shift, axis):
+    """np.roll(x, shift, axis) for an array of any rank (Numba's takes no axis)."""
+    n = x.shape[axis]
+    out = np.empty_like(x)
+    if n == 0:
+        return out
+    s = shift % n
+    moved = np.moveaxis(x, axis, 0)
+    into = np.moveaxis(out, axis, 0)
+    into[s:] = moved[: n - s]
+    into[:s] = moved[n - s:]
+    return out
+
+
+@numba.njit(cache=True)
+def accumulate_outer(acc, a, b):
+    """acc += outer(a, b), in place (the interpreter batches the same products into a
+    matrix product per block, so the rounding differs: docs/jit.md)."""
+    for i in range(a.shape[0]):
+        ai = a[i]
+        for j in range(b.shape[0]):
+            acc[i, j] += ai * b[j]
+    return acc
+
+
+@numba.njit(cache=True)
+def set_at(z, index, value):
+    """z[index] = value, returning z: a scatter into fresh zeros through a basic index."""
+    z[index] = value
+    return z
+
+
+@numba.njit(cache=True)
+def add_at(acc, index, value):
+    """acc[index] += value in place, returning acc (a basic index: no repeats)."""
+    acc[index] += value
+    return acc
+
+
+@numba.njit(cache=True)
+def integer_pow(x, n):
+    """x ** n by repeated squaring, as primitives._integer_pow_impl (|n| > 16)."""
+    k = abs(n)
+    result = x
+    have = False
+    base = x
+    while k:
+        if k & 1:
+            result = base if not have else result * base
+            have = True
+        k >>= 1
+        if k:
+            base = base * base
+    return result if n > 0 else 1 / result
+
+
+@numba.njit(cache=True)
+def add_into(acc, contribution):
+    """acc += contribution in place, returning acc (primitives' `accumulate`)."""
+    acc += contribution
+    return acc
+
+
+@numba.vectorize(cache=True)
+def sigmoid(x):
+    """primitives._sigmoid_impl, entry by entry: from exp(-|x|), finite for any x."""
+    e = np.exp(-np.abs(x))
+    return 1 / (1 + e) if x >= 0 else e / (1 + e)
+
+
+@numba.njit(cache=True)
+def clip_scalar(x, lo, hi):
+    """np.clip of scalars: NaN stays NaN, as numpy's."""
+    if x != x:
+        return x
+    return min(max(x, lo), hi)
+
+
+@numba.njit(cache=True)
+def reshaped(value, shape):
+    """A reduction's result (scalar or array) with the reduced axes kept as size 1."""
+    return np.reshape(np.asarray(value), shape)
+
+
+@numba.njit(cache=True)
+def max_along(x, axis):
+    """np.max(x, axis=axis): the maximum over one axis, NaN propagating."""
+    moved = np.moveaxis(x, axis, 0)
+    out = moved[0].copy()
+    for i in range(1, moved.shape[0]):
+        out = np.maximum(out, moved[i])
+    return out
+
+
+@numba.njit(cache=True)
+def min_along(x, axis):
+    """np.min(x, axis=axis): the minimum over one axis, NaN propagating."""
+    moved = np.moveaxis(x, axis, 0)
+    out = moved[0].copy()
+    for i in range(1, moved.shape[0]):
+        out = np.minimum(out, moved[i])
+    return out
+
+
+@numba.njit(cache=True)
+def dot(a, b):
+    """A vector · vector product, summed in index order (matmul of two vectors)."""
+    total = a[0] * 0
+    for k in range(a.shape[0]):
+        total += a[k] * b[k]
+    return total
+
+
+@numba.njit(cache=True)
+def matmul(a, b):
+    """a @ b of two matrices as plain loops (Numba's own `@` needs SciPy's BLAS): every
+    entry a dot product summed in index order."""
+    n, m = a.shape[0], b.shape[1]
+    out = np.zeros((n, m), a.dtype)
+    for i in range(n):
+        for k in range(a.shape[1]):
+            aik = a[i, k]
+            for j in range(m):
+                out[i, j] += aik * b[k, j]
+    return out
+
+
+@numba.njit(cache=True)
+def matvec(a, x):
+    """a @ x of a matrix and a vector."""
+    out = np.zeros(a.shape[0], a.dtype)
+    for i in range(a.shape[0]):
+        total = out[i]
+        for k in range(a.shape[1]):
+            total += a[i, k] * x[k]
+        out[i] = total
+    return out
+
+
+@numba.njit(cache=True)
+def vecmat(x, a):
+    """x @ a of a vector and a matrix."""
+    out = np.zeros(a.shape[1], a.dtype)
+    for k in range(a.shape[0]):
+        xk = x[k]
+        for j in range(a.shape[1]):
+            out[j] += xk * a[k, j]
+    return out

@@ -1,0 +1,473 @@
+"""Programs compiled to native code through Numba (design §12.4).
+
+The interpreter pays numpy's per-call cost (about 1 µs) for every node it runs, which
+dominates loops over scalars and small arrays. A Program is closed, typed and verified,
+so it can be compiled whole instead: this module writes it out as one Python function in
+Numba's numpy subset and lets Numba compile that to machine code.
+
+- Every value is a local variable (`f12`: slot 12 of the forward program's `Compiled`,
+  `a7`: slot 7 of an adjoint's); a value of shape () is a native scalar.
+- Blocks become the arms of a `while True` state machine over a block number, edges set
+  the next block after their Phi copies (one tuple assignment: a parallel copy, as in
+  the interpreter), so any block graph compiles, loops and all.
+- Each node is its primitive's `kernel` (the derivative table's Numba source for it), or
+  for an entry whose implementation is a numpy ufunc, the same ufunc under Numba.
+- A `vjp_call` node (a gradient inside the traced function, e.g. `cg.jit(cg.grad(f))`)
+  compiles to one function that runs the sub-program forward, taped, then its adjoint:
+  the control log is a stack array per `if` region (decisions) and per loop (trip
+  counts), the tape of each loop under `StoreAll` a stack array per saved value, pushed
+  at the back edge and popped by the adjoint's `LoopState`, exactly where the
+  interpreter's strategy pushes and pops. Stacks start small and double when full.
+- `call` nodes compile their sub-program as a function of its own.
+
+What cannot be compiled raises `Unsupported` with a one-line reason (a primitive without
+a kernel, a custom rule's Python, a debug callback, anomaly detection, a checkpoint
+strategy that recomputes); `cfgrad.jit` then runs the interpreter and says why.
+
+The generated source is written once per program to a cache directory (`CFGRAD_CACHE_DIR`,
+else `~/.cache/cfgrad/native`), named by its hash, and compiled with Numba's on-disk
+cache, so a second process compiling the same program loads the machine code instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .checkpoint import StoreAll, resolve
+from .interpret import DECIDE, LOOP_ENTER, LOOP_LATCH, Compiled, GradPlan
+from .ir import Block, Cond, Jmp, Node, Program, TensorType, Value
+from .kernel_sources import Unsupported
+from .primitives import PRIMITIVES
+
+# numpy ufuncs that Numba compiles with numpy's semantics (Numba's documentation,
+# "Supported NumPy features", ufuncs): an entry with no parameters whose implementation is
+# one of these needs no kernel of its own.
+_NUMBA_UFUNCS = frozenset("""
+    add subtract multiply true_divide divide negative power exp log log1p expm1 sin cos tan tanh
+    sinh cosh arctan arcsin arccos arcsinh arccosh arctanh sqrt cbrt absolute sign floor
+    ceil trunc rint exp2 log2 log10 isfinite signbit logical_not invert arctan2 hypot
+    logaddexp logaddexp2 fmod maximum minimum less less_equal greater greater_equal equal
+    not_equal logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor
+    floor_divide remainder""".split())
+
+# Python operators that are exactly the ufunc on Numba's scalars and arrays (the
+# interpreter emits the same operators; see interpret._OPERATOR_FORMS)
+_OPERATORS = {
+    "add": "({0} + {1})", "subtract": "({0} - {1})", "multiply": "({0} * {1})",
+    "true_divide": "({0} / {1})", "divide": "({0} / {1})", "negative": "(-{0})",
+    "less": "({0} < {1})",
+    "less_equal": "({0} <= {1})", "greater": "({0} > {1})", "greater_equal": "({0} >= {1})",
+    "equal": "({0} == {1})", "not_equal": "({0} != {1})",
+}
+
+
+def dtype_source(dtype: np.dtype) -> str:
+    """The numpy scalar type naming `dtype` in generated source (`np.float64`)."""
+    return f"np.{np.dtype(dtype).name}"
+
+
+def literal(value: Any, t: TensorType) -> str:
+    """Source for a scalar constant of type `t`, exact (repr round-trips floats)."""
+    v = np.asarray(value, t.dtype)[()]
+    if t.dtype.kind == "b":
+        return "True" if v else "False"
+    if t.dtype.kind == "c":
+        return f"{dtype_source(t.dtype)}(complex({v.real!r}, {v.imag!r}))"
+    if t.dtype.kind == "f" and not np.isfinite(v):
+        inner = "np.nan" if np.isnan(v) else ("np.inf" if v > 0 else "-np.inf")
+        return f"{dtype_source(t.dtype)}({inner})"
+    return f"{dtype_source(t.dtype)}({v.item()!r})"
+
+
+def kernel_source(n: Node, args: list[str], consts: _Constants) -> str:
+    """The Numba expression computing node `n` from the operand expressions `args`."""
+    prim = PRIMITIVES.get(n.op)
+    if prim is None:
+        raise Unsupported(f"node `{n.op}` has no compiled form")
+    if prim.effect:
+        raise Unsupported(f"`{n.op}` calls Python at run time (at {n.loc})")
+    types = [v.type for v in n.inputs]
+    out = [o.type for o in n.outputs] if prim.multi_output else n.outputs[0].type
+    if prim.kernel is not None:
+        return prim.kernel(args, types, out, consts=consts, **n.params)
+    name = getattr(prim.impl, "__name__", None)
+    if isinstance(prim.impl, np.ufunc) and not n.params and name in _NUMBA_UFUNCS:
+        form = _OPERATORS.get(name)
+        return form.format(*args) if form else f"np.{name}({', '.join(args)})"
+    raise Unsupported(f"primitive `{n.op}` has no compiled implementation (at {n.loc})")
+
+
+class _Constants:
+    """The array constants of one generated module, passed to every function as the
+    tuple `C` (Numba freezes global arrays into the machine code, which its disk cache
+    cannot key by value; an argument it can)."""
+
+    def __init__(self) -> None:
+        self.arrays: list[np.ndarray] = []
+        self._index: dict[int, int] = {}
+
+    def __call__(self, array: np.ndarray) -> str:
+        """The expression reading `array` inside generated code."""
+        key = id(array)
+        if key not in self._index:
+            self._index[key] = len(self.arrays)
+            self.arrays.append(np.ascontiguousarray(array))
+        return f"C[{self._index[key]}]"
+
+
+@dataclass
+class _Stack:
+    """A stack array in generated code: its name, its counter and the shape of one entry."""
+
+    name: str
+    count: str
+    entry: tuple[int, ...]
+    dtype: np.dtype
+
+    def init(self) -> str:
+        return (f"{self.name} = np.empty({(16,) + self.entry}, {dtype_source(self.dtype)}); "
+                f"{self.count} = 0")
+
+    def push(self, value: str) -> list[str]:
+        return [f"if {self.count} == {self.name}.shape[0]: {self.name} = K.grow({self.name})",
+                f"{self.name}[{self.count}] = {value}", f"{self.count} += 1"]
+
+
+class _Writer:
+    """Writes one program's blocks as a state machine (see the module docstring)."""
+
+    def __init__(self, module: _Module, compiled: Compiled, prefix: str, taped: Any = None,
+                 forward: _Writer | None = None):
+        self.module = module
+        self.c = compiled
+        self.p = prefix
+        self.taped = taped  # the vjp function's stacks while writing its forward sweep
+        self.forward = forward  # the forward program's writer, for an adjoint
+        self.block = {b: i for i, b in enumerate(compiled.program.blocks)}
+
+    def name(self, v: Value) -> str:
+        return f"{self.p}{self.c.slot[v]}"
+
+    def constants(self) -> list[str]:
+        """Assignments of every constant, at the function's start (the interpreter's
+        template of constants, as locals)."""
+        lines = []
+        for b in self.c.program.blocks:
+            for n in b.nodes:
+                if n.op == "const":
+                    t = n.outputs[0].type
+                    value = n.params["value"]
+                    src = (literal(value, t) if t.shape == () else
+                           self.module.constants(np.asarray(value, t.dtype)))
+                    lines.append(f"{self.name(n.outputs[0])} = {src}")
+        return lines
+
+    def machine(self, on_return: Any) -> list[str]:
+        """The `while True` over blocks; `on_return(values)` gives the Return's lines."""
+        lines = ["b = 0", "while True:"]
+        for i, blk in enumerate(self.c.program.blocks):
+            lines.append(f"    {'if' if i == 0 else 'elif'} b == {i}:")
+            body = [line for n in blk.nodes for line in self.node(n)]
+            body += self.terminator(blk, on_return)
+            lines += ["        " + line for line in body]
+        return lines
+
+    # -- nodes ---------------------------------------------------------------------------
+    def node(self, n: Node) -> list[str]:
+        outs = [self.name(o) for o in n.outputs]
+        if n.op == "const":
+            return []
+        if n.op == "Primal":
+            return [f"{outs[0]} = {self.forward.name(n.params['of'])}"]
+        if n.op == "LogPop":
+            s = self.module.stacks[("decide", self.forward.c.if_index[n.params["region"]])]
+            return [f"{s.count} -= 1", f"{outs[0]} = {s.name}[{s.count}]"]
+        if n.op == "TripPop":
+            s = self.module.stacks[("trips", self.forward.c.loop_index[n.params["loop"]])]
+            return [f"{s.count} -= 1", f"{outs[0]} = np.int64({s.name}[{s.count}])"]
+        if n.op == "LoopState":
+            loop = self.forward.c.loop_index[n.params["loop"]]
+            tape = self.module.tapes[loop]
+            lines = [f"{tape[0][1].count} -= 1"] if tape else []
+            lines += [f"{v} = {s.name}[{s.count}]" for v, s in tape]
+            return lines
+        if n.op in ("call", "vjp_call"):
+            fn = self.module.sub_function(n)
+            args = ", ".join(self.name(v) for v in n.inputs)
+            results = ", ".join(outs) + ("," if len(outs) == 1 else "")
+            return [f"{results} = {fn}(C, {args})"] if outs else [f"{fn}(C, {args})"]
+        src = kernel_source(n, [self.name(v) for v in n.inputs], self.module.constants)
+        if len(outs) == 1 and not PRIMITIVES[n.op].multi_output:
+            return [f"{outs[0]} = {src}"]
+        return [f"{', '.join(outs)}, = {src}"]
+
+    # -- edges ---------------------------------------------------------------------------
+    def terminator(self, blk: Block, on_return: Any) -> list[str]:
+        t = blk.term
+        if isinstance(t, Jmp):
+            return self.edge(blk, None)
+        if isinstance(t, Cond):
+            sel = self.name(t.selector)
+            keys = [k for k, _ in t.cases]
+            if keys == [True, False]:
+                return ([f"if {sel}:"] + ["    " + x for x in self.edge(blk, True)] +
+                        ["else:"] + ["    " + x for x in self.edge(blk, False)])
+            # a switch index outside 0..n-1 takes the nearest case, as cg.switch does
+            lines = [f"k = min(max({sel}, 0), {len(keys) - 1})"]
+            for j, key in enumerate(keys):
+                lines.append(("if" if j == 0 else "elif" if j < len(keys) - 1 else "else") +
+                             (f" k == {j}:" if j < len(keys) - 1 else ":"))
+                lines += ["    " + x for x in self.edge(blk, key)]
+            return lines
+        return on_return([self.name(v) for v in t.values])
+
+    def edge(self, src: Block, key: Any) -> list[str]:
+        c = self.c
+        e = c.edge_id[(src, key)]
+        target_index, _, action, arg = c.edges[e]
+        target = c.program.blocks[target_index]
+        lines = self.action(action, arg)
+        if target.phis:
+            i = next(j for j, ed in enumerate(target.preds) if ed.src is src and ed.key == key
+                     and type(ed.key) is type(key))
+            dst = ", ".join(self.name(phi.out) for phi in target.phis)
+            vals = ", ".join(self.name(phi.inputs[i]) for phi in target.phis)
+            lines.append(f"{dst}, = {vals},")
+        lines.append(f"b = {target_index}")
+        return lines
+
+    def action(self, action: int, arg: Any) -> list[str]:
+        """What the interpreter's `Machine.act` does on this edge, as code: trip counting
+        and `max_iters` always, logging and taping when the sweep is taped."""
+        if not action:
+            return []
+        if action == DECIDE:
+            if self.taped is None:
+                return []
+            s = self.module.stacks[("decide", arg[0])]
+            value = "True" if arg[1] is True else "False" if arg[1] is False else str(arg[1])
+            return s.push(value)
+        loop = self.c.loops[arg]
+        count = f"n{self.p}{arg}"
+        if action == LOOP_ENTER:
+            return [f"{count} = 0"]
+        if action == LOOP_LATCH:
+            lines = []
+            if self.taped is not None and self.module.tapes[arg]:
+                lines = _tape_push(self.module.tapes[arg])
+            lines.append(f"{count} += 1")
+            limit = loop.region.max_iters
+            if limit is not None:
+                message = (f"while_loop {loop.region.id} at {loop.region.loc} exceeded "
+                           f"max_iters={limit}; raise max_iters or check that the loop "
+                           "condition can become false")
+                lines.append(f"if {count} > {limit}: raise LoopLimitError({message!r})")
+            return lines
+        # LOOP_EXIT
+        if self.taped is None:
+            return []
+        return self.module.stacks[("trips", arg)].push(count)
+
+
+def _tape_push(tape: list[tuple[str, _Stack]]) -> list[str]:
+    """Push one iteration's saved values onto a loop's tape: its arrays share one counter,
+    so they grow together and the counter advances once."""
+    first = tape[0][1]
+    lines = [f"if {first.count} == {first.name}.shape[0]:"]
+    lines += [f"    {s.name} = K.grow({s.name})" for _, s in tape]
+    lines += [f"{s.name}[{first.count}] = {v}" for v, s in tape]
+    lines.append(f"{first.count} += 1")
+    return lines
+
+
+class _Module:
+    """One generated module: the function of a top-level program and the functions of
+    the sub-programs its `call` and `vjp_call` nodes stand for."""
+
+    def __init__(self) -> None:
+        self.constants = _Constants()
+        self.functions: list[str] = []
+        self._names: dict[Any, str] = {}
+        self.stacks: dict[tuple[str, int], _Stack] = {}
+        self.tapes: dict[int, list[tuple[str, _Stack]]] = {}
+
+    def forward_function(self, program: Program, name: str | None = None) -> str:
+        """A function running `program` untaped: (C, *params) -> tuple of outputs."""
+        key = ("call", id(program))
+        if key in self._names:
+            return self._names[key]
+        fname = name or f"call_{len(self._names)}"
+        self._names[key] = fname
+        w = _Writer(self, Compiled(program), "f")
+        params = ", ".join(w.name(p) for p in program.params)
+        body = w.constants() + w.machine(lambda vals: [f"return ({', '.join(vals)},)"])
+        self.functions.append(_function(fname, params, body))
+        return fname
+
+    def sub_function(self, n: Node) -> str:
+        of = n.params["of"]
+        if n.op == "call":
+            return self.forward_function(of.program)
+        return self.pullback_function(of)
+
+    def pullback_function(self, of: Any) -> str:
+        """A `vjp_call` node's function: the taped forward sweep of its sub-program, then
+        the adjoint; (C, *params, *output cotangents) -> tuple of parameter cotangents."""
+        key = ("vjp", id(of))
+        if key in self._names:
+            return self._names[key]
+        if getattr(of, "check", False):
+            raise Unsupported("anomaly detection (detect_anomaly=True) runs in the "
+                              "interpreter")
+        program: Program = of.program
+        for r in program.loops():
+            strategy = resolve(r.checkpoint, of.checkpoint)
+            if type(strategy) is not StoreAll:
+                raise Unsupported(f"{r.id} (at {r.loc}) is checkpointed with {strategy!r}; "
+                                  "compiled gradients keep every iteration (StoreAll) so far")
+        fname = f"vjp_{len(self._names)}"
+        self._names[key] = fname
+        plan: GradPlan = of.plan
+        fwd = _Writer(self, plan.forward, "f", taped=True)
+        adj = _Writer(self, plan.compiled, "a", forward=fwd)
+        outer_stacks, outer_tapes = self.stacks, self.tapes
+        self.stacks, self.tapes = {}, {}
+        try:
+            inits = self._log_and_tapes(plan, fwd)
+            params = [fwd.name(p) for p in program.params] + [
+                adj.name(p) for p in plan.adjoint.params]
+            body = fwd.constants() + adj.constants() + inits
+            body += fwd.machine(lambda vals: ["break"])
+            body += adj.machine(lambda vals: [f"return ({', '.join(vals)},)"])
+        finally:
+            self.stacks, self.tapes = outer_stacks, outer_tapes
+        self.functions.append(_function(fname, ", ".join(params), body))
+        return fname
+
+    def _log_and_tapes(self, plan: GradPlan, fwd: _Writer) -> list[str]:
+        """Declare the control log's stacks and each loop's tape (the values `plan` saves
+        per iteration); their initialising lines."""
+        c = plan.forward
+        for region, i in c.if_index.items():
+            kind = np.dtype(np.bool_) if region.kind == "cond" else np.dtype(np.int64)
+            self.stacks[("decide", i)] = _Stack(f"dec{i}", f"ndec{i}", (), kind)
+        by_slot = {s: v for v, s in c.slot.items()}
+        for li, saves in zip(c.loops, plan.saves):
+            self.stacks[("trips", li.index)] = _Stack(f"trips{li.index}", f"ntrips{li.index}",
+                                                      (), np.dtype(np.int64))
+            records = {pos for pos, _ in saves.nested_records}
+            tape = []
+            for pos, slot in enumerate(saves.slots):
+                if pos in records:  # a nested loop's record: its own stacks hold its tapes
+                    continue
+                t = by_slot[slot].type
+                tape.append((f"f{slot}", _Stack(f"tape{li.index}_{slot}", f"ntape{li.index}",
+                                                t.shape, t.dtype)))
+            self.tapes[li.index] = tape
+        lines = [s.init() for s in self.stacks.values()]
+        for tape in self.tapes.values():
+            for j, (_, s) in enumerate(tape):
+                lines.append(s.init() if j == 0 else s.init().split(";")[0])
+        return lines
+
+    def source(self) -> str:
+        header = ["import numpy as np", "import numba", "from cfgrad import kernels as K",
+                  "from cfgrad.errors import LoopLimitError", ""]
+        return "\n".join(header + self.functions) + "\n"
+
+
+def _function(name: str, params: str, body: list[str]) -> str:
+    lines = ["@numba.njit(cache=True, boundscheck=True, error_model=\"numpy\")",
+             f"def {name}(C{', ' if params else ''}{params}):"]
+    lines += ["    " + line for line in body]
+    return "\n".join(lines) + "\n"
+
+
+def cache_dir() -> Path:
+    """Where generated modules (and Numba's cache of their machine code) are kept."""
+    root = os.environ.get("CFGRAD_CACHE_DIR")
+    if root:
+        return Path(root)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cfgrad" / "native"
+
+
+def _load(source: str) -> Any:
+    """Write `source` as a module named by its hash (once) and import it."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    name = f"cfgrad_native_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    directory = cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.py"
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class NativeProgram:
+    """A Program compiled to one native function: call it with the flat argument leaves,
+    get the flat outputs (numpy scalars and arrays of the Program's output types).
+
+    `compile_seconds` is the time the last compilation took (Numba's type inference and
+    LLVM, or loading machine code from its disk cache: `from_disk_cache`)."""
+
+    def __init__(self, program: Program):
+        module = _Module()
+        module.forward_function(program, name="main")
+        self.program = program
+        self.source = module.source()
+        self._constants = tuple(module.constants.arrays)
+        self._fn = _load(self.source).main
+        self._out_types = [v.type for v in program.outputs]
+        self._param_types = [p.type for p in program.params]
+        self.compile_seconds: float | None = None
+        self.from_disk_cache = False
+
+    def arguments(self, leaves: list[Any]) -> list[Any]:
+        """Leaves as Numba takes them: scalars as numpy scalars of the parameter's dtype,
+        arrays of its dtype."""
+        out = []
+        for x, t in zip(leaves, self._param_types):
+            a = np.asarray(x)
+            if a.dtype != t.dtype:
+                a = a.astype(t.dtype)
+            out.append(a[()] if t.shape == () else a)
+        return out
+
+    def __call__(self, leaves: list[Any]) -> list[Any]:
+        args = self.arguments(leaves)
+        if self.compile_seconds is None:
+            self.compile(args)
+        results = self._fn(self._constants, *args)
+        return [t.dtype.type(r) if t.shape == () else r
+                for r, t in zip(results, self._out_types)]
+
+    def compile(self, args: list[Any]) -> None:
+        """Compile for the types of `args` (once; timed into `compile_seconds`)."""
+        if self.compile_seconds is not None:
+            return
+        import numba
+
+        signature = tuple(numba.typeof(a) for a in (self._constants, *args))
+        hits = sum(self._fn.stats.cache_hits.values())
+        start = time.perf_counter()
+        self._fn.compile(signature)
+        self.compile_seconds = time.perf_counter() - start
+        self.from_disk_cache = sum(self._fn.stats.cache_hits.values()) > hits
