@@ -123,7 +123,7 @@ class Lowering:
 _CACHE: weakref.WeakKeyDictionary[Callable, dict[Any, Lowering]] = weakref.WeakKeyDictionary()
 
 
-def _leaf_key(x: Any) -> Any:
+def leaf_key(x: Any) -> Any:
     """The part of the cache key one argument leaf contributes; None for a leaf that cannot
     be traced (checked on every call, so a bad leaf never reuses a good leaf's Program)."""
     kind = _SCALAR_KINDS.get(type(x))
@@ -145,7 +145,7 @@ def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
     if kwargs:
         dynamic += tuple(kwargs[k] for k in sorted(kwargs))
     leaves, in_tree = treelib.flatten(dynamic)
-    leaf_keys = tuple(map(_leaf_key, leaves))
+    leaf_keys = tuple(map(leaf_key, leaves))
     if None in leaf_keys:
         check_arguments(fun, args, static_argnums, kwargs)  # raises, naming the argument
     # a static value's type is part of its key: 2 and 2.0 are equal but trace differently

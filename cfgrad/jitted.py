@@ -25,12 +25,13 @@ import numpy as np
 
 from . import nested
 from . import tree as treelib
-from .api import argnums_tuple, lowered, static_positions
+from .api import argnums_tuple, leaf_key, lowered, static_positions
 from .convert import converted
 from .errors import CompileError
 from .interpret import Machine, as_runtime_value
 from .ir import Program
 from .kernel_sources import Unsupported
+from .trace import lowering_epoch
 from .native import NativeProgram
 
 
@@ -77,13 +78,27 @@ class Jitted:
         self._statics = static_argnums
         self.fallback = fallback
         self._runners: dict[int, tuple[Any, Any]] = {}  # id(Lowering) -> (Lowering, runner)
+        # calls whose arguments are all leaves, by their leaf keys (api's cache key without
+        # flattening): (Lowering, runner)
+        self._by_leaves: dict[tuple, tuple[Any, Any]] = {}
         self.__name__ = f"jit({getattr(fun, '__name__', 'f')})"
         self.__doc__ = getattr(fun, "__doc__", None)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if nested.is_tracing():  # inside another trace: traced inline
             return self._traced(*args, **kwargs)
+        if not kwargs and not self._statics:  # the common call: numbers and arrays
+            try:
+                entry, runner = self._by_leaves[tuple(map(_typed_key, args))]
+            except (KeyError, TypeError):
+                pass
+            else:
+                if entry.epoch == lowering_epoch():
+                    return treelib.unflatten(entry.program.out_tree, runner(list(args)))
         entry, runner, leaves = self._prepare(args, kwargs)
+        if not kwargs and not self._statics and len(leaves) == len(args) and all(
+                x is y for x, y in zip(leaves, args)):  # every argument is a leaf
+            self._by_leaves[tuple(map(_typed_key, args))] = (entry, runner)
         return treelib.unflatten(entry.program.out_tree, runner(leaves))
 
     def lower(self, *args: Any, **kwargs: Any) -> Program:
@@ -123,6 +138,12 @@ class Jitted:
         warnings.warn(f"cfgrad.jit of {name} runs in the interpreter: {reason}",
                       CompileWarning, stacklevel=4)
         return _Interpreted(entry, reason)
+
+
+def _typed_key(x: Any) -> tuple:
+    """An argument's part of the fast path's key: its Python type beside api's leaf key
+    (a list has an array's leaf key, but is a pytree of several leaves)."""
+    return type(x), leaf_key(x)
 
 
 def _first_cause(message: str) -> str:

@@ -153,6 +153,7 @@ class _Writer:
         self.taped = taped  # the vjp function's stacks while writing its forward sweep
         self.forward = forward  # the forward program's writer, for an adjoint
         self.block = {b: i for i, b in enumerate(compiled.program.blocks)}
+        self.fused = _fused_calls(compiled.program)
 
     def name(self, v: Value) -> str:
         return f"{self.p}{self.c.slot[v]}"
@@ -200,11 +201,24 @@ class _Writer:
             lines = [f"{tape[0][1].count} -= 1"] if tape else []
             lines += [f"{v} = {s.name}[{s.count}]" for v, s in tape]
             return lines
+        if n.op == "vjp_call" and n in self.fused:  # its outputs came with the call's
+            return []
+        if n.op == "call" and self.fused.get(n) is not None:
+            pullback = self.fused[n]
+            fn = self.module.pullback_function(pullback.params["of"])
+            args = ", ".join(self.name(v) for v in pullback.inputs)
+            results = ", ".join(outs + [self.name(o) for o in pullback.outputs])
+            return [f"{results}, = {fn}(C, {args})"]
         if n.op in ("call", "vjp_call"):
-            fn = self.module.sub_function(n)
             args = ", ".join(self.name(v) for v in n.inputs)
-            results = ", ".join(outs) + ("," if len(outs) == 1 else "")
-            return [f"{results} = {fn}(C, {args})"] if outs else [f"{fn}(C, {args})"]
+            if n.op == "call":
+                fn = self.module.forward_function(n.params["of"].program)
+                got = ", ".join(outs) + ("," if len(outs) == 1 else "")
+            else:  # the function returns the sub-program's outputs, then the cotangents
+                fn = self.module.pullback_function(n.params["of"])
+                skip = len(n.params["of"].program.outputs)
+                got = ", ".join(["_"] * skip + outs) + ","
+            return [f"{got} = {fn}(C, {args})"]
         src = kernel_source(n, [self.name(v) for v in n.inputs], self.module.constants)
         if len(outs) == 1 and not PRIMITIVES[n.op].multi_output:
             return [f"{outs[0]} = {src}"]
@@ -278,6 +292,28 @@ class _Writer:
         return self.module.stacks[("trips", arg)].push(count)
 
 
+def _fused_calls(program: Program) -> dict[Node, Node | None]:
+    """The `call` nodes whose outputs a later `vjp_call` of the same sub-program at the
+    same inputs computes anyway (value_and_grad traces as both), each mapped to that
+    `vjp_call`, and the `vjp_call` to None: one taped sweep then gives both. The
+    cotangents must be known at the call (made before it in its block, or outside it)."""
+    fused: dict[Node, Node | None] = {}
+    for blk in program.blocks:
+        for i, n in enumerate(blk.nodes):
+            if n.op != "call":
+                continue
+            later = {o for m in blk.nodes[i:] for o in m.outputs}
+            k = len(n.inputs)
+            for m in blk.nodes[i + 1:]:
+                if (m.op == "vjp_call" and m not in fused
+                        and m.params["of"].program is n.params["of"].program
+                        and m.inputs[:k] == n.inputs
+                        and not any(v in later for v in m.inputs[k:])):
+                    fused[n], fused[m] = m, None
+                    break
+    return fused
+
+
 def _tape_push(tape: list[tuple[str, _Stack]]) -> list[str]:
     """Push one iteration's saved values onto a loop's tape: its arrays share one counter,
     so they grow together and the counter advances once."""
@@ -313,15 +349,10 @@ class _Module:
         self.functions.append(_function(fname, params, body))
         return fname
 
-    def sub_function(self, n: Node) -> str:
-        of = n.params["of"]
-        if n.op == "call":
-            return self.forward_function(of.program)
-        return self.pullback_function(of)
-
     def pullback_function(self, of: Any) -> str:
         """A `vjp_call` node's function: the taped forward sweep of its sub-program, then
-        the adjoint; (C, *params, *output cotangents) -> tuple of parameter cotangents."""
+        the adjoint; (C, *params, *output cotangents) -> the sub-program's outputs, then
+        its parameters' cotangents (the outputs serve a `call` fused with it)."""
         key = ("vjp", id(of))
         if key in self._names:
             return self._names[key]
@@ -346,8 +377,10 @@ class _Module:
             params = [fwd.name(p) for p in program.params] + [
                 adj.name(p) for p in plan.adjoint.params]
             body = fwd.constants() + adj.constants() + inits
-            body += fwd.machine(lambda vals: ["break"])
-            body += adj.machine(lambda vals: [f"return ({', '.join(vals)},)"])
+            outputs = [f"out{i}" for i in range(len(program.outputs))]
+            body += fwd.machine(lambda vals: [f"{', '.join(outputs)}, = {', '.join(vals)},",
+                                              "break"])
+            body += adj.machine(lambda vals: [f"return ({', '.join(outputs + vals)},)"])
         finally:
             self.stacks, self.tapes = outer_stacks, outer_tapes
         self.functions.append(_function(fname, ", ".join(params), body))
@@ -421,6 +454,9 @@ def _load(source: str) -> Any:
     return module
 
 
+_NATIVE_SCALARS = {"float64": float, "int64": int, "bool": bool, "complex128": complex}
+
+
 class NativeProgram:
     """A Program compiled to one native function: call it with the flat argument leaves,
     get the flat outputs (numpy scalars and arrays of the Program's output types).
@@ -437,17 +473,22 @@ class NativeProgram:
         self._fn = _load(self.source).main
         self._out_types = [v.type for v in program.outputs]
         self._param_types = [p.type for p in program.params]
+        # the Python type Numba reads as each scalar parameter's dtype (none for arrays)
+        self._native_kinds = [_NATIVE_SCALARS.get(t.dtype.name) if t.shape == () else None
+                              for t in self._param_types]
         self.compile_seconds: float | None = None
         self.from_disk_cache = False
 
     def arguments(self, leaves: list[Any]) -> list[Any]:
-        """Leaves as Numba takes them: scalars as numpy scalars of the parameter's dtype,
-        arrays of its dtype."""
+        """Leaves as Numba takes them: a scalar parameter's Python number of the matching
+        kind as it is (Numba reads a float as float64, an int as int64), other scalars as
+        numpy scalars of the parameter's dtype, arrays of its dtype."""
         out = []
-        for x, t in zip(leaves, self._param_types):
-            a = np.asarray(x)
-            if a.dtype != t.dtype:
-                a = a.astype(t.dtype)
+        for x, t, native in zip(leaves, self._param_types, self._native_kinds):
+            if type(x) is native or (type(x) is np.ndarray and x.dtype == t.dtype):
+                out.append(x)
+                continue
+            a = np.asarray(x, t.dtype)
             out.append(a[()] if t.shape == () else a)
         return out
 
