@@ -31,8 +31,8 @@ from .errors import CompileError
 from .interpret import Machine, as_runtime_value
 from .ir import Program
 from .kernel_sources import Unsupported
-from .trace import lowering_epoch
 from .native import NativeProgram
+from .trace import lowering_epoch
 
 
 class CompileWarning(UserWarning):

@@ -42,11 +42,12 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint import StoreAll, resolve
-from .interpret import DECIDE, LOOP_ENTER, LOOP_LATCH, Compiled, GradPlan
-from .ir import Block, Cond, Jmp, Node, Program, TensorType, Value
+from .checkpoint import Binomial, EveryK, Online, Recompute, StoreAll, resolve
+from .interpret import DECIDE, LOOP_ENTER, LOOP_EXIT, LOOP_LATCH, Compiled, GradPlan
+from .ir import Block, Cond, Jmp, Node, Program, RegionIndex, TensorType, Value
 from .kernel_sources import Unsupported
 from .primitives import PRIMITIVES
+from .schedule import ADVANCE, LOAD, SET, STORE_ROW, TAPE, Schedule
 
 # numpy ufuncs that Numba compiles with numpy's semantics (Numba's documentation,
 # "Supported NumPy features", ufuncs): an entry with no parameters whose implementation is
@@ -154,6 +155,7 @@ class _Writer:
         self.forward = forward  # the forward program's writer, for an adjoint
         self.block = {b: i for i, b in enumerate(compiled.program.blocks)}
         self.fused = _fused_calls(compiled.program)
+        self.replaying: _Recomputed | None = None  # writing a loop's re-run (see `replay`)
 
     def name(self, v: Value) -> str:
         return f"{self.p}{self.c.slot[v]}"
@@ -174,13 +176,30 @@ class _Writer:
 
     def machine(self, on_return: Any) -> list[str]:
         """The `while True` over blocks; `on_return(values)` gives the Return's lines."""
-        lines = ["b = 0", "while True:"]
-        for i, blk in enumerate(self.c.program.blocks):
-            lines.append(f"    {'if' if i == 0 else 'elif'} b == {i}:")
+        return ["b = 0", "while True:"] + self._arms(
+            "b", list(enumerate(self.c.program.blocks)), on_return)
+
+    def _arms(self, var: str, blocks: list[tuple[int, Block]], on_return: Any) -> list[str]:
+        lines = []
+        for j, (i, blk) in enumerate(blocks):
+            lines.append(f"    {'if' if j == 0 else 'elif'} {var} == {i}:")
             body = [line for n in blk.nodes for line in self.node(n)]
             body += self.terminator(blk, on_return)
             lines += ["        " + line for line in body]
         return lines
+
+    def replay(self, loop: _Recomputed) -> list[str]:
+        """Code re-running iterations of `loop` from the carry in its header's variables:
+        `rem` of them, keeping each one's tape and control decisions when `tp` (the
+        strategy's `TAPE`), else only advancing (`ADVANCE`). A re-run that leaves the loop
+        early cannot match the forward run: ReplayMismatchError, as the interpreter's."""
+        self.replaying = loop
+        try:
+            blocks = [(i, self.c.program.blocks[i]) for i in loop.blocks]
+            return [f"rb = {loop.header}", "while rem > 0:"] + self._arms(
+                "rb", blocks, lambda vals: ["raise AssertionError('a loop re-run returned')"])
+        finally:
+            self.replaying = None
 
     # -- nodes ---------------------------------------------------------------------------
     def node(self, n: Node) -> list[str]:
@@ -198,9 +217,10 @@ class _Writer:
         if n.op == "LoopState":
             loop = self.forward.c.loop_index[n.params["loop"]]
             tape = self.module.tapes[loop]
-            lines = [f"{tape[0][1].count} -= 1"] if tape else []
-            lines += [f"{v} = {s.name}[{s.count}]" for v, s in tape]
-            return lines
+            load = [f"{tape[0][1].count} -= 1"] if tape else []
+            load += [f"{v} = {s.name}[{s.count}]" for v, s in tape]
+            recomputed = self.module.recomputed.get(loop)
+            return load if recomputed is None else self._restore(recomputed, load)
         if n.op == "vjp_call" and n in self.fused:  # its outputs came with the call's
             return []
         if n.op == "call" and self.fused.get(n) is not None:
@@ -223,6 +243,23 @@ class _Writer:
         if len(outs) == 1 and not PRIMITIVES[n.op].multi_output:
             return [f"{outs[0]} = {src}"]
         return [f"{', '.join(outs)}, = {src}"]
+
+    def _restore(self, loop: _Recomputed, load: list[str]) -> list[str]:
+        """`LoopState` of a loop under a recomputing strategy: run the reverse table's
+        operations up to the `LOAD` of this iteration's tape (schedule.py)."""
+        j = loop.index
+        restore = [f"{v} = {snap}[arg]" for v, snap in loop.snapshots]
+        store = [line for v, snap in loop.snapshots for line in (
+            f"while arg >= {snap}.shape[0]: {snap} = K.grow({snap})", f"{snap}[arg] = {v}")]
+        rerun = ["rem = arg", f"tp = op == {TAPE}"] + self.forward.replay(loop)
+        lines = ["while True:", f"    op = rv{j}[rp{j}, 0]", f"    arg = rv{j}[rp{j}, 1]",
+                 f"    rp{j} += 1", f"    if op == {LOAD}:"]
+        lines += ["        " + x for x in load + ["break"]]
+        for code, body in ((SET, restore), (STORE_ROW, store), (ADVANCE, rerun)):
+            lines.append(f"    elif op == {code}:" if code != ADVANCE else
+                         f"    elif op == {ADVANCE} or op == {TAPE}:")
+            lines += ["        " + x for x in body or ["pass"]]
+        return lines
 
     # -- edges ---------------------------------------------------------------------------
     def terminator(self, blk: Block, on_return: Any) -> list[str]:
@@ -249,15 +286,57 @@ class _Writer:
         e = c.edge_id[(src, key)]
         target_index, _, action, arg = c.edges[e]
         target = c.program.blocks[target_index]
+        loop = self.replaying
+        if loop is not None:
+            return self._replay_edge(loop, src, key, target_index, action, arg)
         lines = self.action(action, arg)
-        if target.phis:
-            i = next(j for j, ed in enumerate(target.preds) if ed.src is src and ed.key == key
-                     and type(ed.key) is type(key))
-            dst = ", ".join(self.name(phi.out) for phi in target.phis)
-            vals = ", ".join(self.name(phi.inputs[i]) for phi in target.phis)
-            lines.append(f"{dst}, = {vals},")
+        entered = self.module.recomputed.get(self._entered_loop(src, key))
+        if entered is not None and self.taped is not None:
+            # a new iteration of a recomputing sweep: the previous one's decisions come off
+            # the log (the interpreter's Sweep keeps only the last iteration's entries)
+            resets = [f"    {s.count} = mk{entered.index}_{i}" for i, s in entered.inner]
+            if resets:
+                lines += [f"if nf{entered.index} > 0:"] + resets
+        lines += self._phi_copy(src, key, target)
         lines.append(f"b = {target_index}")
         return lines
+
+    def _entered_loop(self, src: Block, key: Any) -> int | None:
+        """The loop whose body the edge (src, key) enters from its header, if it does."""
+        for li in self.c.loops:
+            if li.region.header is src and key is True:
+                return li.index
+        return None
+
+    def _phi_copy(self, src: Block, key: Any, target: Block) -> list[str]:
+        if not target.phis:
+            return []
+        i = next(j for j, ed in enumerate(target.preds) if ed.src is src and ed.key == key
+                 and type(ed.key) is type(key))
+        dst = ", ".join(self.name(phi.out) for phi in target.phis)
+        vals = ", ".join(self.name(phi.inputs[i]) for phi in target.phis)
+        return [f"{dst}, = {vals},"]
+
+    def _replay_edge(self, loop: _Recomputed, src: Block, key: Any, target_index: int,
+                     action: int, arg: Any) -> list[str]:
+        target = self.c.program.blocks[target_index]
+        if action == LOOP_EXIT:
+            region = loop.info.region
+            message = (f"recomputing an iteration of {region.id} (at {region.loc}) left the "
+                       "loop early: the recomputed loop condition differs from the forward "
+                       "run's (the body must be deterministic; checkpoint=StoreAll() never "
+                       "recomputes)")
+            return [f"raise ReplayMismatchError({message!r})"]
+        lines = []
+        if action == DECIDE:
+            lines = ["if tp:"] + ["    " + x for x in self.action(action, arg)]
+        elif action == LOOP_LATCH:
+            tape = self.module.tapes[loop.index]
+            if tape:
+                lines = ["if tp:"] + ["    " + x for x in _tape_push(tape)]
+            lines += self._phi_copy(src, key, target) + ["rem -= 1"]
+            return lines + [f"rb = {target_index}"]
+        return lines + self._phi_copy(src, key, target) + [f"rb = {target_index}"]
 
     def action(self, action: int, arg: Any) -> list[str]:
         """What the interpreter's `Machine.act` does on this edge, as code: trip counting
@@ -272,12 +351,17 @@ class _Writer:
             return s.push(value)
         loop = self.c.loops[arg]
         count = f"n{self.p}{arg}"
+        recomputed = self.module.recomputed.get(arg) if self.taped is not None else None
         if action == LOOP_ENTER:
-            return [f"{count} = 0"]
+            return [f"{count} = 0"] + (recomputed.enter() if recomputed else [])
         if action == LOOP_LATCH:
             lines = []
             if self.taped is not None and self.module.tapes[arg]:
-                lines = _tape_push(self.module.tapes[arg])
+                if recomputed is not None:  # the sweep keeps only the latest tape
+                    lines.append(f"{self.module.tapes[arg][0][1].count} = tb{arg}")
+                lines += _tape_push(self.module.tapes[arg])
+            if recomputed is not None:
+                lines += recomputed.back_edge()
             lines.append(f"{count} += 1")
             limit = loop.region.max_iters
             if limit is not None:
@@ -289,7 +373,79 @@ class _Writer:
         # LOOP_EXIT
         if self.taped is None:
             return []
-        return self.module.stacks[("trips", arg)].push(count)
+        lines = self.module.stacks[("trips", arg)].push(count)
+        return lines + (recomputed.exit() if recomputed else [])
+
+
+class _Recomputed:
+    """A loop of a `vjp_call`'s sub-program under a recomputing strategy (Recompute,
+    EveryK, Binomial, Online): the sweep stores the carries the strategy's forward table
+    names in snapshot rows and keeps only the latest tape; at exit the reverse table
+    (schedule.py, the strategy run symbolically) says what each `LoopState` re-runs."""
+
+    def __init__(self, writer: _Writer, info: Any, strategy: Any, inner: list):
+        self.index = j = info.index
+        self.info = info
+        self.key = repr(strategy)
+        SCHEDULES.setdefault(self.key, Schedule(strategy))
+        c = writer.c
+        region = info.region
+        self.header = c.block_index[region.header]
+        nest = RegionIndex.of(c.program).nest
+        self.blocks = [i for i, b in enumerate(c.program.blocks)
+                       if b.region is not None and nest.encloses(region, b.region)]
+        self.snapshots = [(writer.name(phi.out), f"snap{j}_{k}")
+                          for k, phi in enumerate(region.header.phis)]
+        self.types = [phi.out.type for phi in region.header.phis]
+        self.inner = inner  # (if index, its decision stack) of the ifs inside the loop
+        lo_hi = info.trip_bound_slots
+        self.bound = "-1" if lo_hi is None else f"max(0, f{lo_hi[1]} - f{lo_hi[0]})"
+
+    def declare(self) -> list[str]:
+        j = self.index
+        lines = [f"{snap} = np.empty({(4,) + t.shape}, {dtype_source(t.dtype)})"
+                 for (_, snap), t in zip(self.snapshots, self.types)]
+        lines += [f"pd{j}_{k} = {snap}[0]" for k, (_, snap) in enumerate(self.snapshots)]
+        return lines + [f"fw{j} = np.empty((0, 3), np.int64)",
+                        f"rv{j} = np.empty((0, 2), np.int64)", f"rp{j} = 0", f"tb{j} = 0"]
+
+    def enter(self) -> list[str]:
+        j = self.index
+        return [f"bd{j} = {self.bound}",
+                f'with numba.objmode(fw{j}="int64[:,::1]"):',
+                f"    fw{j} = forward_table({self.key!r}, bd{j}, 64)",
+                f"tb{j} = ntape{j}"] + [f"mk{j}_{i} = {s.count}" for i, s in self.inner]
+
+    def back_edge(self) -> list[str]:
+        """At back edge t (`nf{j}`): store the carry the forward table names (x_t, or
+        x_{t-1} kept as pending), then make x_t the pending one."""
+        j = self.index
+        lines = [f"if nf{j} >= fw{j}.shape[0]:",
+                 f'    with numba.objmode(fw{j}="int64[:,::1]"):',
+                 f"        fw{j} = forward_table({self.key!r}, bd{j}, 2 * nf{j})",
+                 f"row = fw{j}[nf{j}, 1]", "if row >= 0:"]
+        for k, (v, snap) in enumerate(self.snapshots):
+            lines += [f"    while row >= {snap}.shape[0]: {snap} = K.grow({snap})",
+                      f"    {snap}[row] = pd{j}_{k} if fw{j}[nf{j}, 2] == 1 else {v}"]
+        return lines + [f"pd{j}_{k} = {v}" for k, (v, _) in enumerate(self.snapshots)]
+
+    def exit(self) -> list[str]:
+        j = self.index
+        return [f'with numba.objmode(rv{j}="int64[:,::1]"):',
+                f"    rv{j} = reverse_table({self.key!r}, nf{j}, bd{j})", f"rp{j} = 0"]
+
+
+# The schedules of the recomputing strategies compiled code runs, by the strategy's repr
+# (which names its parameters): generated code asks for their tables from object mode.
+SCHEDULES: dict[str, Schedule] = {}
+
+
+def forward_table(key: str, bound: int, horizon: int) -> np.ndarray:
+    return SCHEDULES[key].forward(int(bound), int(horizon))
+
+
+def reverse_table(key: str, trips: int, bound: int) -> np.ndarray:
+    return SCHEDULES[key].reverse(int(trips), int(bound))
 
 
 def _fused_calls(program: Program) -> dict[Node, Node | None]:
@@ -335,6 +491,7 @@ class _Module:
         self._names: dict[Any, str] = {}
         self.stacks: dict[tuple[str, int], _Stack] = {}
         self.tapes: dict[int, list[tuple[str, _Stack]]] = {}
+        self.recomputed: dict[int, _Recomputed] = {}  # of the vjp function being written
 
     def forward_function(self, program: Program, name: str | None = None) -> str:
         """A function running `program` untaped: (C, *params) -> tuple of outputs."""
@@ -360,20 +517,15 @@ class _Module:
             raise Unsupported("anomaly detection (detect_anomaly=True) runs in the "
                               "interpreter")
         program: Program = of.program
-        for r in program.loops():
-            strategy = resolve(r.checkpoint, of.checkpoint)
-            if type(strategy) is not StoreAll:
-                raise Unsupported(f"{r.id} (at {r.loc}) is checkpointed with {strategy!r}; "
-                                  "compiled gradients keep every iteration (StoreAll) so far")
-        fname = f"vjp_{len(self._names)}"
-        self._names[key] = fname
         plan: GradPlan = of.plan
+        fname = f"vjp_{len(self._names)}"
         fwd = _Writer(self, plan.forward, "f", taped=True)
         adj = _Writer(self, plan.compiled, "a", forward=fwd)
-        outer_stacks, outer_tapes = self.stacks, self.tapes
-        self.stacks, self.tapes = {}, {}
+        outer = self.stacks, self.tapes, self.recomputed
+        self.stacks, self.tapes, self.recomputed = {}, {}, {}
         try:
             inits = self._log_and_tapes(plan, fwd)
+            inits += self._strategies(of, fwd)
             params = [fwd.name(p) for p in program.params] + [
                 adj.name(p) for p in plan.adjoint.params]
             body = fwd.constants() + adj.constants() + inits
@@ -382,9 +534,32 @@ class _Module:
                                               "break"])
             body += adj.machine(lambda vals: [f"return ({', '.join(outputs + vals)},)"])
         finally:
-            self.stacks, self.tapes = outer_stacks, outer_tapes
+            self.stacks, self.tapes, self.recomputed = outer
+        self._names[key] = fname
         self.functions.append(_function(fname, ", ".join(params), body))
         return fname
+
+    def _strategies(self, of: Any, fwd: _Writer) -> list[str]:
+        """Each loop's strategy: StoreAll needs nothing more; a recomputing one a
+        `_Recomputed` (its declarations returned), for the loops it covers so far."""
+        c = fwd.c
+        nest = RegionIndex.of(c.program).nest
+        lines = []
+        for li in c.loops:
+            r = li.region
+            strategy = resolve(r.checkpoint, of.checkpoint)
+            if type(strategy) is StoreAll:
+                continue
+            where = f"{r.id} (at {r.loc}) under checkpoint={strategy!r}"
+            if type(strategy) not in (Recompute, EveryK, Binomial, Online):
+                raise Unsupported(f"{where}: a strategy of your own runs in the interpreter")
+            if li.inner_loops or nest.loop_of[r.parent] is not None:
+                raise Unsupported(f"{where}: compiled recomputation covers loops that "
+                                  "neither contain nor sit inside another loop, so far")
+            inner = [(i, self.stacks[("decide", i)]) for i in li.inner_ifs]
+            self.recomputed[li.index] = rec = _Recomputed(fwd, li, strategy, inner)
+            lines += rec.declare()
+        return lines
 
     def _log_and_tapes(self, plan: GradPlan, fwd: _Writer) -> list[str]:
         """Declare the control log's stacks and each loop's tape (the values `plan` saves
@@ -414,7 +589,8 @@ class _Module:
 
     def source(self) -> str:
         header = ["import numpy as np", "import numba", "from cfgrad import kernels as K",
-                  "from cfgrad.errors import LoopLimitError", ""]
+                  "from cfgrad.errors import LoopLimitError, ReplayMismatchError",
+                  "from cfgrad.native import forward_table, reverse_table", ""]
         return "\n".join(header + self.functions) + "\n"
 
 
