@@ -248,17 +248,18 @@ class _Writer:
         """`LoopState` of a loop under a recomputing strategy: run the reverse table's
         operations up to the `LOAD` of this iteration's tape (schedule.py)."""
         j = loop.index
-        restore = [f"{v} = {snap}[arg]" for v, snap in loop.snapshots]
-        store = [line for v, snap in loop.snapshots for line in (
+        restore = [f"{v} = {snap}[rs{j} + arg]" for v, snap in loop.snapshots]
+        store = [f"arg += rs{j}"] + [line for v, snap in loop.snapshots for line in (
             f"while arg >= {snap}.shape[0]: {snap} = K.grow({snap})", f"{snap}[arg] = {v}")]
         rerun = ["rem = arg", f"tp = op == {TAPE}"] + self.forward.replay(loop)
-        lines = ["while True:", f"    op = rv{j}[rp{j}, 0]", f"    arg = rv{j}[rp{j}, 1]",
-                 f"    rp{j} += 1", f"    if op == {LOAD}:"]
+        lines = loop.begin_reverse() + [
+            "while True:", f"    op = ops{j}[rp{j}, 0]", f"    arg = ops{j}[rp{j}, 1]",
+            f"    rp{j} += 1", f"    if op == {LOAD}:"]
         lines += ["        " + x for x in load + ["break"]]
         for code, body in ((SET, restore), (STORE_ROW, store), (ADVANCE, rerun)):
             lines.append(f"    elif op == {code}:" if code != ADVANCE else
                          f"    elif op == {ADVANCE} or op == {TAPE}:")
-            lines += ["        " + x for x in body or ["pass"]]
+            lines += ["        " + x for x in body]
         return lines
 
     # -- edges ---------------------------------------------------------------------------
@@ -289,17 +290,21 @@ class _Writer:
         loop = self.replaying
         if loop is not None:
             return self._replay_edge(loop, src, key, target_index, action, arg)
-        lines = self.action(action, arg)
-        entered = self.module.recomputed.get(self._entered_loop(src, key))
-        if entered is not None and self.taped is not None:
-            # a new iteration of a recomputing sweep: the previous one's decisions come off
-            # the log (the interpreter's Sweep keeps only the last iteration's entries)
-            resets = [f"    {s.count} = mk{entered.index}_{i}" for i, s in entered.inner]
-            if resets:
-                lines += [f"if nf{entered.index} > 0:"] + resets
+        lines = self.action(action, arg) + self._new_iteration(src, key)
         lines += self._phi_copy(src, key, target)
         lines.append(f"b = {target_index}")
         return lines
+
+    def _new_iteration(self, src: Block, key: Any) -> list[str]:
+        """On the edge into a recomputing loop's body in a taped sweep: the previous
+        iteration's log entries, tapes and records come off their stacks (the
+        interpreter's Sweep keeps only the last iteration's)."""
+        entered = self.module.recomputed.get(self._entered_loop(src, key))
+        if entered is None or self.taped is None or not entered.inner:
+            return []
+        j = entered.index
+        return [f"if nf{j} > 0:"] + [f"    {count} = mk{j}_{k}"
+                                      for k, count in enumerate(entered.inner)]
 
     def _entered_loop(self, src: Block, key: Any) -> int | None:
         """The loop whose body the edge (src, key) enters from its header, if it does."""
@@ -320,22 +325,33 @@ class _Writer:
     def _replay_edge(self, loop: _Recomputed, src: Block, key: Any, target_index: int,
                      action: int, arg: Any) -> list[str]:
         target = self.c.program.blocks[target_index]
-        if action == LOOP_EXIT:
+        if action == LOOP_EXIT and arg == loop.index:
             region = loop.info.region
             message = (f"recomputing an iteration of {region.id} (at {region.loc}) left the "
                        "loop early: the recomputed loop condition differs from the forward "
                        "run's (the body must be deterministic; checkpoint=StoreAll() never "
                        "recomputes)")
             return [f"raise ReplayMismatchError({message!r})"]
-        lines = []
-        if action == DECIDE:
-            lines = ["if tp:"] + ["    " + x for x in self.action(action, arg)]
-        elif action == LOOP_LATCH:
+        if action == LOOP_LATCH and arg == loop.index:
             tape = self.module.tapes[loop.index]
-            if tape:
-                lines = ["if tp:"] + ["    " + x for x in _tape_push(tape)]
+            lines = ["if tp:"] + ["    " + x for x in _tape_push(tape)] if tape else []
             lines += self._phi_copy(src, key, target) + ["rem -= 1"]
             return lines + [f"rb = {target_index}"]
+        # a decision, or a nested loop's events: logged and taped as in the sweep when the
+        # re-run is taped, only counted (trips, max_iters) when it is not
+        taped = self.action(action, arg)
+        if self._entered_loop(src, key) != loop.index:  # (a loop inside the one re-run)
+            taped += self._new_iteration(src, key)
+        self.taped, saved = None, self.taped
+        try:
+            untaped = self.action(action, arg)
+        finally:
+            self.taped = saved
+        if taped == untaped:
+            lines = taped
+        else:
+            lines = (["if tp:"] + ["    " + x for x in taped] +
+                     ["else:"] + ["    " + x for x in untaped or ["pass"]])
         return lines + self._phi_copy(src, key, target) + [f"rb = {target_index}"]
 
     def action(self, action: int, arg: Any) -> list[str]:
@@ -379,11 +395,17 @@ class _Writer:
 
 class _Recomputed:
     """A loop of a `vjp_call`'s sub-program under a recomputing strategy (Recompute,
-    EveryK, Binomial, Online): the sweep stores the carries the strategy's forward table
-    names in snapshot rows and keeps only the latest tape; at exit the reverse table
-    (schedule.py, the strategy run symbolically) says what each `LoopState` re-runs."""
+    EveryK, Binomial, Online). Its sweep stores the carries the strategy's forward table
+    names and keeps only the latest tape; at exit the reverse table (schedule.py, the
+    strategy run symbolically) says what each `LoopState` re-runs.
 
-    def __init__(self, writer: _Writer, info: Any, strategy: Any, inner: list):
+    A loop inside another runs once per outer iteration, and its executions are reversed
+    last first, as the interpreter's records are: each execution's snapshots take rows
+    above the previous one's (`st{j}`, the top), its reverse operations go on a stack
+    (`ops{j}`), and a record (snapshot base, offset, length) on another (`ex{j}`); its
+    first `LoopState` pops the record. An execution of no iteration records nothing."""
+
+    def __init__(self, writer: _Writer, info: Any, strategy: Any, inner: list[str]):
         self.index = j = info.index
         self.info = info
         self.key = repr(strategy)
@@ -397,7 +419,8 @@ class _Recomputed:
         self.snapshots = [(writer.name(phi.out), f"snap{j}_{k}")
                           for k, phi in enumerate(region.header.phis)]
         self.types = [phi.out.type for phi in region.header.phis]
-        self.inner = inner  # (if index, its decision stack) of the ifs inside the loop
+        # the counters of the log stacks, tapes and records the regions inside push to
+        self.inner = inner
         lo_hi = info.trip_bound_slots
         self.bound = "-1" if lo_hi is None else f"max(0, f{lo_hi[1]} - f{lo_hi[0]})"
 
@@ -407,14 +430,17 @@ class _Recomputed:
                  for (_, snap), t in zip(self.snapshots, self.types)]
         lines += [f"pd{j}_{k} = {snap}[0]" for k, (_, snap) in enumerate(self.snapshots)]
         return lines + [f"fw{j} = np.empty((0, 3), np.int64)",
-                        f"rv{j} = np.empty((0, 2), np.int64)", f"rp{j} = 0", f"tb{j} = 0"]
+                        f"ops{j} = np.empty((16, 2), np.int64); nops{j} = 0",
+                        f"ex{j} = np.empty((4, 3), np.int64); nex{j} = 0",
+                        f"st{j} = 0; sb{j} = 0; tb{j} = 0; rp{j} = 0; re{j} = 0; rs{j} = 0"]
 
     def enter(self) -> list[str]:
         j = self.index
         return [f"bd{j} = {self.bound}",
                 f'with numba.objmode(fw{j}="int64[:,::1]"):',
                 f"    fw{j} = forward_table({self.key!r}, bd{j}, 64)",
-                f"tb{j} = ntape{j}"] + [f"mk{j}_{i} = {s.count}" for i, s in self.inner]
+                f"tb{j} = ntape{j}", f"sb{j} = st{j}"] + [
+                    f"mk{j}_{k} = {count}" for k, count in enumerate(self.inner)]
 
     def back_edge(self) -> list[str]:
         """At back edge t (`nf{j}`): store the carry the forward table names (x_t, or
@@ -423,16 +449,36 @@ class _Recomputed:
         lines = [f"if nf{j} >= fw{j}.shape[0]:",
                  f'    with numba.objmode(fw{j}="int64[:,::1]"):',
                  f"        fw{j} = forward_table({self.key!r}, bd{j}, 2 * nf{j})",
-                 f"row = fw{j}[nf{j}, 1]", "if row >= 0:"]
+                 f"row = fw{j}[nf{j}, 1]", "if row >= 0:", f"    row += sb{j}"]
         for k, (v, snap) in enumerate(self.snapshots):
             lines += [f"    while row >= {snap}.shape[0]: {snap} = K.grow({snap})",
                       f"    {snap}[row] = pd{j}_{k} if fw{j}[nf{j}, 2] == 1 else {v}"]
         return lines + [f"pd{j}_{k} = {v}" for k, (v, _) in enumerate(self.snapshots)]
 
     def exit(self) -> list[str]:
+        """Record the execution: its reverse operations and where its snapshots are."""
         j = self.index
-        return [f'with numba.objmode(rv{j}="int64[:,::1]"):',
-                f"    rv{j} = reverse_table({self.key!r}, nf{j}, bd{j})", f"rp{j} = 0"]
+        return [f"if nf{j} > 0:",
+                '    with numba.objmode(rv="int64[:,::1]"):',
+                f"        rv = reverse_table({self.key!r}, nf{j}, bd{j})",
+                "    n = rv.shape[0] - 1",
+                f"    while nops{j} + n > ops{j}.shape[0]: ops{j} = K.grow(ops{j})",
+                f"    ops{j}[nops{j}:nops{j} + n] = rv[1:]",
+                f"    if nex{j} == ex{j}.shape[0]: ex{j} = K.grow(ex{j})",
+                f"    ex{j}[nex{j}, 0] = sb{j}",
+                f"    ex{j}[nex{j}, 1] = nops{j}",
+                f"    ex{j}[nex{j}, 2] = n",
+                f"    nex{j} += 1",
+                f"    nops{j} += n",
+                f"    st{j} = sb{j} + rv[0, 0]"]
+
+    def begin_reverse(self) -> list[str]:
+        """At a `LoopState` with the current execution's operations used up: pop the
+        next execution's record (its operations and snapshot rows are the stacks' top)."""
+        j = self.index
+        return [f"if rp{j} == re{j}:", f"    nex{j} -= 1", f"    rs{j} = ex{j}[nex{j}, 0]",
+                f"    rp{j} = ex{j}[nex{j}, 1]", f"    re{j} = rp{j} + ex{j}[nex{j}, 2]",
+                f"    nops{j} = rp{j}", f"    st{j} = rs{j}"]
 
 
 # The schedules of the recomputing strategies compiled code runs, by the strategy's repr
@@ -541,9 +587,8 @@ class _Module:
 
     def _strategies(self, of: Any, fwd: _Writer) -> list[str]:
         """Each loop's strategy: StoreAll needs nothing more; a recomputing one a
-        `_Recomputed` (its declarations returned), for the loops it covers so far."""
+        `_Recomputed` (its declarations returned)."""
         c = fwd.c
-        nest = RegionIndex.of(c.program).nest
         lines = []
         for li in c.loops:
             r = li.region
@@ -553,10 +598,13 @@ class _Module:
             where = f"{r.id} (at {r.loc}) under checkpoint={strategy!r}"
             if type(strategy) not in (Recompute, EveryK, Binomial, Online):
                 raise Unsupported(f"{where}: a strategy of your own runs in the interpreter")
-            if li.inner_loops or nest.loop_of[r.parent] is not None:
-                raise Unsupported(f"{where}: compiled recomputation covers loops that "
-                                  "neither contain nor sit inside another loop, so far")
-            inner = [(i, self.stacks[("decide", i)]) for i in li.inner_ifs]
+            inner = [self.stacks[("decide", i)].count for i in li.inner_ifs]
+            for k in li.inner_loops:
+                inner.append(self.stacks[("trips", k)].count)
+                if self.tapes[k]:
+                    inner.append(self.tapes[k][0][1].count)
+                if type(resolve(c.loops[k].region.checkpoint, of.checkpoint)) is not StoreAll:
+                    inner += [f"nex{k}", f"nops{k}", f"st{k}"]
             self.recomputed[li.index] = rec = _Recomputed(fwd, li, strategy, inner)
             lines += rec.declare()
         return lines

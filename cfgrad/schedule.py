@@ -18,7 +18,8 @@ Two tables come out, both int64 arrays:
   iterations, untaped / pushing their tapes), `STORE row`, and `LOAD t` (pop the tape of
   iteration t to where the adjoint reads it; the adjoint's `LoopState` runs operations
   up to and including it). Where the strategy leaves a re-run's last tape in place
-  instead of loading one (the revolve recursion), `LOAD t` pops that tape.
+  instead of loading one (the revolve recursion), `LOAD t` pops that tape. A first row
+  (rows, 0) says how many snapshot rows the execution uses.
 
 Snapshots live in rows of a buffer; rows are handed out lowest free first, the same way
 in both tables (the reverse table replays the sweep to know them).
@@ -161,4 +162,4 @@ class Schedule:
                 if ops[-1][0] != TAPE:
                     raise AssertionError(f"{self.strategy!r}: restore({t}) left no tape {t}")
                 ops.append((LOAD, t))
-        return np.array(ops, np.int64).reshape(len(ops), 2)
+        return np.array([(run.used, 0), *ops], np.int64).reshape(len(ops) + 1, 2)
