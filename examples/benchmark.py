@@ -1,7 +1,9 @@
 """Forward and gradient time of cfgrad against hand-written numpy, in one run.
 
-Run `python examples/benchmark.py` (about a minute; more when PyTorch, autograd and JAX
-are installed). `--quick` runs tiny sizes, which is what the tests do; `--heat-only`
+Run `python examples/benchmark.py` (a few minutes; more when PyTorch, autograd and JAX
+are installed, and about a minute more the first time, while Numba compiles the `cg.jit`
+column's programs into its disk cache). `--quick` runs tiny sizes and no `cg.jit` column,
+which is what the tests do; `--heat-only`
 runs only the heat workload, `--heat-n` and `--heat-steps` set its size (the heat.py
 example's full size is `--heat-steps 2000`). Figures are for one thread: BLAS and the
 other libraries are pinned to one thread below, before numpy is imported.
@@ -17,6 +19,10 @@ Cases (the functions are the ones in newton.py and rnn.py):
   heat    the reaction-diffusion stepping of heat.py (100 000 points, 500 steps): gradient
           of the final energy w.r.t. the initial state under each checkpointing strategy,
           wall time and peak resident memory, each implementation in a subprocess of its own
+
+Each case also runs under `cg.jit` (of the function, and of its `cg.grad`), beside the
+interpreter, with Numba's compile time of each; a program the backend cannot compile yet
+runs in the interpreter, and its row says so with the `CompileWarning`'s reason.
 
 The baseline is a forward function written once and run on numpy, and a reverse pass
 derived by hand. Every implementation's values and gradients are asserted to agree with
@@ -50,6 +56,7 @@ import tempfile  # noqa: E402
 import textwrap  # noqa: E402
 import time  # noqa: E402
 import timeit  # noqa: E402
+import warnings  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -64,6 +71,7 @@ import cfgrad.numpy as cnp  # noqa: E402
 from cfgrad.api import evaluate, lowered  # noqa: E402
 from cfgrad.checkpoint import Binomial, EveryK, Online, StoreAll  # noqa: E402
 from cfgrad.interpret import Machine  # noqa: E402
+from cfgrad.jitted import Jitted  # noqa: E402
 
 # The example functions live next to this file; make them importable however it is loaded.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -331,9 +339,39 @@ class Case:
     label: str
     impls: dict[str, tuple[Callable, Callable]]  # name -> (forward thunk, gradient thunk)
     times: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # the compiled column: per pass, how it runs and what compiling it took
+    compiled: tuple[Compiled, Compiled] | None = None
 
 
-def make_cases(sizes: Sizes, libs: dict[str, Any]) -> list[Case]:
+@dataclass
+class Compiled:
+    """One pass of a case under `cg.jit`: the backend it runs on, and the compile time
+    (Numba's, or loading the machine code from the disk cache) or the fallback's reason."""
+
+    backend: str
+    detail: str
+
+
+def jitted_pass(jitted: Jitted, args: tuple, shared: dict[int, str]) -> Compiled:
+    """How `jitted` runs at `args`, compiling it now (so no timing includes it). A
+    Program another case already compiled in this process is marked as shared rather than
+    shown with the near-zero time of its second lookup; a fallback's CompileWarning is
+    caught and its reason shown instead of a time."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cg.CompileWarning)
+        info = jitted.info(*args)
+        program = jitted.lower(*args)
+    if info.backend != "numba":
+        return Compiled(info.backend, info.reason or "")
+    if id(program) in shared:
+        return Compiled(info.backend, f"as {shared[id(program)]}")
+    detail = (f"{fmt_time(info.compile_seconds)} "
+              f"{'from the disk cache' if info.from_disk_cache else 'cold'}")
+    shared[id(program)] = "the row above"
+    return Compiled(info.backend, detail)
+
+
+def make_cases(sizes: Sizes, libs: dict[str, Any], compiled: bool) -> list[Case]:
     points = [float(a) for a in np.linspace(0.5, 100.0, sizes.newton_calls)]
     # threshold sqrt(hidden) is out of reach (|h| < sqrt(hidden) for tanh entries), so the
     # RNN runs the whole sequence: the worst case for interpreter overhead.
@@ -348,6 +386,11 @@ def make_cases(sizes: Sizes, libs: dict[str, Any]) -> list[Case]:
     newton_grad = cg.grad(cube_root)
     rnn_grad = cg.grad(rnn_loss, (0, 1, 2))
     cond_grad = cg.grad(cond_matmul, (0, 1))
+    # the same functions compiled: cg.jit of the function and of its gradient
+    jit_fwd = {"newton": cg.jit(cube_root), "rnn": cg.jit(rnn_loss),
+               "cond": cg.jit(cond_matmul)}
+    jit_grad = {"newton": cg.jit(newton_grad), "rnn": cg.jit(rnn_grad),
+                "cond": cg.jit(cond_grad)}
     _, pullback = cg.vjp(rnn_loss, *problem)
     pullback(1.0)
     rnn_steps = pullback.stats.loops[0].trip_counts[0]
@@ -356,12 +399,16 @@ def make_cases(sizes: Sizes, libs: dict[str, Any]) -> list[Case]:
             "numpy": (lambda: [newton_forward(a) for a in points],
                       lambda: [newton_grad_by_hand(a) for a in points]),
             "cfgrad": (lambda: [evaluate(cube_root, a)[0] for a in points],
-                       lambda: [newton_grad(a) for a in points])}),
+                       lambda: [newton_grad(a) for a in points]),
+            "cfgrad jit": (lambda: [jit_fwd["newton"](a) for a in points],
+                           lambda: [jit_grad["newton"](a) for a in points])}),
         "rnn": (f"tanh RNN, hidden {sizes.hidden}, {rnn_steps} of {sizes.steps} steps", problem, {
             "numpy": (lambda: rnn_forward(*problem, np),
                       lambda: rnn_grad_by_hand(*problem)),
             "cfgrad": (lambda: evaluate(rnn_loss, *problem)[0],
-                       lambda: rnn_grad(*problem))}),
+                       lambda: rnn_grad(*problem)),
+            "cfgrad jit": (lambda: jit_fwd["rnn"](*problem),
+                           lambda: jit_grad["rnn"](*problem))}),
     }
     for key, branch, M in (("cond", "tanh(A @ B)", A), ("cond", "A @ B.T", -A)):
         specs[f"{key}: {branch}"] = (
@@ -369,10 +416,20 @@ def make_cases(sizes: Sizes, libs: dict[str, Any]) -> list[Case]:
                 "numpy": (lambda M=M: cond_forward(M, B, np),
                           lambda M=M: cond_grad_by_hand(M, B)),
                 "cfgrad": (lambda M=M: evaluate(cond_matmul, M, B)[0],
-                           lambda M=M: cond_grad(M, B))})
+                           lambda M=M: cond_grad(M, B)),
+                "cfgrad jit": (lambda M=M: jit_fwd["cond"](M, B),
+                               lambda M=M: jit_grad["cond"](M, B))})
     cases = []
+    shared: dict[int, str] = {}
     for name, (label, data, impls) in specs.items():
         key = name.split(":")[0]
+        if compiled:
+            args = (points[0],) if key == "newton" else data
+            case_compiled = (jitted_pass(jit_fwd[key], args, shared),
+                             jitted_pass(jit_grad[key], args, shared))
+        else:
+            del impls["cfgrad jit"]
+            case_compiled = None
         if "torch" in libs:
             impls["torch"] = torch_impls(key, libs["torch"], data)
         if "autograd" in libs:
@@ -380,7 +437,7 @@ def make_cases(sizes: Sizes, libs: dict[str, Any]) -> list[Case]:
                                                data)
         if "jax" in libs:
             impls["jax"] = jax_impls(key, libs["jax"], libs["jax.numpy"], data)
-        cases.append(Case(label, impls))
+        cases.append(Case(label, impls, compiled=case_compiled))
     return cases
 
 
@@ -471,6 +528,9 @@ HEAT_CFGRAD = {  # implementation -> (loop kind, strategy)
     f"cfgrad EveryK({HEAT_K})": ("fori_loop", EveryK(HEAT_K)),
     f"cfgrad Online({HEAT_SNAPSHOTS})": ("while_loop", Online(HEAT_SNAPSHOTS)),
 }
+# the same gradients under cg.jit(cg.grad(...)): a strategy the backend does not compile
+# falls back to the interpreter, which its row says instead of timing the interpreter again
+HEAT_JIT = {name.replace("cfgrad", "cfgrad jit"): how for name, how in HEAT_CFGRAD.items()}
 HEAT_NUMPY = ("numpy by hand, all states", f"numpy by hand, every {HEAT_K}")
 HEAT_OTHERS = {"torch": "torch eager", "jax": "jax lax.scan + jax.checkpoint"}
 
@@ -550,7 +610,23 @@ def heat_worker(name: str, n: int, steps: int, out: Path) -> dict:
     is saved to `out`."""
     u0 = heat.initial_state(n)
     stats = None
-    if name in HEAT_CFGRAD:
+    compiled = {}
+    if name in HEAT_JIT:
+        kind, strategy = HEAT_JIT[name]
+        fun, bound = ((heat.final_energy, steps) if kind == "fori_loop"
+                      else (heat.final_energy_until, heat.time_bound(steps)))
+        jitted = cg.jit(cg.grad(fun, checkpoint=strategy))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", cg.CompileWarning)
+            info = jitted.info(u0, bound)
+        if info.backend != "numba":
+            return {"fallback": str(caught[0].message)}
+        compiled = {"compile_seconds": info.compile_seconds,
+                    "from_disk_cache": info.from_disk_cache}
+
+        def gradient() -> np.ndarray:
+            return jitted(u0, bound)
+    elif name in HEAT_CFGRAD:
         kind, strategy = HEAT_CFGRAD[name]
         fun, bound = ((heat.final_energy, steps) if kind == "fori_loop"
                       else (heat.final_energy_until, heat.time_bound(steps)))
@@ -578,7 +654,7 @@ def heat_worker(name: str, n: int, steps: int, out: Path) -> dict:
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     np.save(out, g)
     result = {"seconds": seconds, "cpu": cpu, "rss_setup": rss_setup,
-              "rss_peak": heat.max_rss_bytes()}
+              "rss_peak": heat.max_rss_bytes(), **compiled}
     if stats is not None:
         result.update(forward=stats.forward_steps, recomputed=stats.recompute_steps,
                       peak_bytes=stats.peak_bytes, peak_snapshots=stats.peak_snapshots)
@@ -590,9 +666,11 @@ def heat_worker(name: str, n: int, steps: int, out: Path) -> dict:
 def heat_section(console: Console, n: int, steps: int, present: list[str],
                  quick: bool) -> None:
     """Run every heat implementation in its own subprocess, check the gradients, print.
-    With `quick`, no torch and jax rows: importing them in fresh processes takes seconds."""
+    With `quick`, no torch and jax rows (importing them in fresh processes takes seconds)
+    and no cg.jit rows (so does a first Numba compile)."""
     others = [] if quick else [lib for lib in HEAT_OTHERS if lib in present]
-    names = [*HEAT_CFGRAD, *HEAT_NUMPY] + [HEAT_OTHERS[lib] for lib in others]
+    jit_rows = [] if quick else list(HEAT_JIT)
+    names = [*HEAT_CFGRAD, *jit_rows, *HEAT_NUMPY] + [HEAT_OTHERS[lib] for lib in others]
     worker_of = {v: k for k, v in HEAT_OTHERS.items()}  # row name -> --heat-worker name
     results, grads = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -605,11 +683,12 @@ def heat_section(console: Console, n: int, steps: int, present: list[str],
             if proc.returncode != 0:
                 raise SystemExit(f"heat worker {name!r} failed:\n{proc.stderr}")
             results[name] = json.loads(proc.stdout.splitlines()[-1])
-            grads[name] = np.load(out)
+            if "fallback" not in results[name]:
+                grads[name] = np.load(out)
     reference = grads["cfgrad StoreAll"]
     for name in HEAT_CFGRAD:  # the same operations in the same order: the same bits
         assert np.array_equal(grads[name], reference), f"{name}'s gradient is not bitwise equal"
-    for name in names:
+    for name in grads:
         np.testing.assert_allclose(grads[name], reference, rtol=1e-9, atol=1e-12 / n,
                                    err_msg=f"heat: {name}'s gradient differs from cfgrad's")
 
@@ -618,18 +697,25 @@ def heat_section(console: Console, n: int, steps: int, present: list[str],
                   f"T = {steps} steps (one state {8 * n / 2 ** 20:.2f} MiB); one run each, "
                   "each in its own process")
     for column in ("implementation", "wall time", "CPU time", "CPU ÷ numpy", "body evaluations",
-                   "peak snapshots",
-                   "stats peak bytes", "peak RSS", "RSS growth"):
+                   "peak snapshots", "stats peak bytes", "peak RSS", "RSS growth",
+                   *(["jit compile"] if jit_rows else [])):
         table.add_column(column, justify="left" if column == "implementation" else "right")
+    section_ends = (*HEAT_CFGRAD, *jit_rows)[-1], HEAT_NUMPY[-1]
     for name in names:
         r = results[name]
+        if "fallback" in r:
+            table.add_row(name, "interpreter", "", "", "", "", "", "", "", "falls back",
+                          end_section=name in section_ends)
+            continue
         evals = f"{r['forward']} + {r['recomputed']}" if "forward" in r else ""
+        compile_time = ("" if "compile_seconds" not in r else fmt_time(r["compile_seconds"])
+                        + (" cached" if r["from_disk_cache"] else " cold"))
         table.add_row(name, fmt_time(r["seconds"]), fmt_time(r["cpu"]), f"{r['cpu'] / base:.2f}×",
                       evals,
                       str(r.get("peak_snapshots", "")),
                       fmt_mib(r["peak_bytes"]) if "peak_bytes" in r else "",
                       fmt_mib(r["rss_peak"]), fmt_mib(r["rss_peak"] - r["rss_setup"]),
-                      end_section=name in (names[len(HEAT_CFGRAD) - 1], HEAT_NUMPY[-1]))
+                      *([compile_time] if jit_rows else []), end_section=name in section_ends)
     console.print(table)
     notes = [
         "CPU time: user + system time of the worker process during the gradient "
@@ -650,6 +736,21 @@ def heat_section(console: Console, n: int, steps: int, present: list[str],
         "the Online row runs the stepping as a while_loop on a time bound (t < t_end), the "
         "others as a fori_loop",
     ]
+    if jit_rows:
+        compiled_rows = [name for name in jit_rows if name in grads]
+        bitwise = [name for name in compiled_rows if np.array_equal(grads[name], reference)]
+        notes.append(
+            "cfgrad jit rows: cg.jit(cg.grad(final_energy, checkpoint=...)), compiled before "
+            "the timed run (jit compile: Numba's time, cold or loaded from the disk cache; "
+            "their peak RSS includes Numba and LLVM, their RSS growth does not); "
+            f"bitwise equal to the interpreter's gradient: {', '.join(bitwise) or 'none'}"
+            + (f"; not bitwise: {', '.join(sorted(set(compiled_rows) - set(bitwise)))}"
+               if len(bitwise) < len(compiled_rows) else ""))
+        notes += [f"{name} runs in the interpreter (its CompileWarning: "
+                  f"{results[name]['fallback']})" for name in jit_rows
+                  if "fallback" in results[name]]
+    else:
+        notes.append("--quick: no cfgrad jit rows (a first Numba compile takes seconds)")
     if "jax" in others:
         notes.append("jax: jit-compiled (compilation not timed); jax.checkpoint around the "
                      "scanned step keeps each step's input state and recomputes the step "
@@ -682,10 +783,11 @@ def print_notes(console: Console, notes: list[str]) -> None:
 
 
 def library_tables(console: Console, sizes: Sizes, libs: dict[str, Any],
-                   missing: list[str]) -> None:
-    """The forward and gradient times of every case, and the per-node overhead."""
+                   missing: list[str], compiled: bool) -> None:
+    """The forward and gradient times of every case (with `compiled`, also under
+    `cg.jit`), and the per-node overhead."""
     present = [n for n in OTHERS if n in libs]
-    cases = make_cases(sizes, libs)
+    cases = make_cases(sizes, libs, compiled)
     for case in cases:
         check(case)
         for name, (forward, gradient) in case.impls.items():
@@ -698,6 +800,10 @@ def library_tables(console: Console, sizes: Sizes, libs: dict[str, Any],
     table.add_column("numpy by hand", justify="right")
     table.add_column("cfgrad", justify="right")
     table.add_column("cfgrad ÷ numpy", justify="right", style="bold")
+    if compiled:
+        table.add_column("cfgrad jit", justify="right")
+        table.add_column("jit ÷ numpy", justify="right", style="bold")
+        table.add_column("jit compile")
     for name in present:
         table.add_column(name, justify="right")
     for case in cases:
@@ -705,6 +811,12 @@ def library_tables(console: Console, sizes: Sizes, libs: dict[str, Any],
             base = case.times["numpy"][k]
             cells = [fmt_time(case.times[n][k]) + f" ({case.times[n][k] / base:.2f}×)"
                      for n in present]
+            if compiled:
+                how = case.compiled[k]
+                jit_time = case.times["cfgrad jit"][k]
+                cells[:0] = [fmt_time(jit_time) + ("" if how.backend == "numba"
+                                                   else f" ({how.backend})"),
+                             f"{jit_time / base:.2f}×", how.detail]
             table.add_row(case.label if k == 0 else "", what, fmt_time(base),
                           fmt_time(case.times["cfgrad"][k]),
                           f"{case.times['cfgrad'][k] / base:.2f}×", *cells,
@@ -716,6 +828,16 @@ def library_tables(console: Console, sizes: Sizes, libs: dict[str, Any],
              "cfgrad forward: the lowered Program run by the interpreter "
              "(cfgrad.api.evaluate); gradient: cg.grad, forward and adjoint runs",
              "the RNN's norm threshold is out of reach here, so it runs every step"]
+    if compiled:
+        notes.append("cfgrad jit: cg.jit of the function (forward) and of its cg.grad "
+                     "(gradient), called as the interpreter's column is; jit compile: "
+                     "Numba's compile time of each (compiled before timing), cold or "
+                     "loaded from the disk cache (CFGRAD_CACHE_DIR, else "
+                     "~/.cache/cfgrad/native) that an earlier run filled; a pass that "
+                     "falls back to the interpreter shows the CompileWarning's reason")
+    else:
+        notes.append("--quick: no cfgrad jit column (a first Numba compile takes seconds "
+                     "per program)")
     if "jax" in libs:
         notes.append("jax: jit-compiled; lax.while_loop cannot be reverse-differentiated, so "
                      "the Newton and RNN gradients go through a lax.scan over the maximum "
@@ -861,7 +983,7 @@ def main(argv: list[str] | None = None) -> None:
                   "machine makes the figures noisy)")
 
     if not opts.heat_only:
-        library_tables(console, sizes, libs, missing)
+        library_tables(console, sizes, libs, missing, compiled=not opts.quick)
         hvp_section(console, sizes)
         inspector_section(console)
     heat_section(console, heat_n, heat_steps, present, opts.quick)
