@@ -44,13 +44,16 @@ class CompileInfo:
     """How one signature of a jitted function runs: `backend` is "numba" or
     "interpreter" (then `reason` says why), `compile_seconds` the compilation's time
     (None for the interpreter), `from_disk_cache` whether Numba loaded the machine code
-    from its cache instead of compiling, `source` the generated Numba source."""
+    from its cache instead of compiling, `reused` whether this process had compiled the
+    same generated module already (another jitted function of the same program), `source`
+    the generated Numba source."""
 
     backend: str
     reason: str | None
     compile_seconds: float | None
     from_disk_cache: bool
     source: str | None
+    reused: bool = False
 
 
 class _Interpreted:
@@ -110,7 +113,7 @@ class Jitted:
             return CompileInfo("interpreter", runner.reason, None, False, None)
         runner.compile(runner.arguments(leaves))
         return CompileInfo("numba", None, runner.compile_seconds, runner.from_disk_cache,
-                           runner.source)
+                           runner.source, runner.reused)
 
     def _prepare(self, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
         name = getattr(self.fun, "__name__", "f")

@@ -685,8 +685,9 @@ class NativeProgram:
     """A Program compiled to one native function: call it with the flat argument leaves,
     get the flat outputs (numpy scalars and arrays of the Program's output types).
 
-    `compile_seconds` is the time the last compilation took (Numba's type inference and
-    LLVM, or loading machine code from its disk cache: `from_disk_cache`)."""
+    `compile_seconds` is the time the compilation took (Numba's type inference and LLVM,
+    or loading machine code from its disk cache: `from_disk_cache`, or nothing when this
+    process compiled the same generated module before: `reused`)."""
 
     def __init__(self, program: Program):
         module = _Module()
@@ -702,6 +703,7 @@ class NativeProgram:
                               for t in self._param_types]
         self.compile_seconds: float | None = None
         self.from_disk_cache = False
+        self.reused = False
 
     def arguments(self, leaves: list[Any]) -> list[Any]:
         """Leaves as Numba takes them: a scalar parameter's Python number of the matching
@@ -731,6 +733,7 @@ class NativeProgram:
         import numba
 
         signature = tuple(numba.typeof(a) for a in (self._constants, *args))
+        self.reused = signature in self._fn.overloads  # same module, compiled earlier
         hits = sum(self._fn.stats.cache_hits.values())
         start = time.perf_counter()
         self._fn.compile(signature)
