@@ -143,6 +143,46 @@ class _Stack:
                 f"{self.name}[{self.count}] = {value}", f"{self.count} += 1"]
 
 
+class _Tape:
+    """One loop's tape in generated code: per saved value, scalars in a stack array,
+    arrays in a typed list of references (no copy, as the interpreter's tapes hold the
+    arrays themselves), all with one counter (`ntape{j}`: iterations taped)."""
+
+    def __init__(self, module: _Module, index: int, entries: list[tuple[str, TensorType]]):
+        self.count = f"ntape{index}"
+        self.scalars = [(v, f"tape{index}_{v}", t) for v, t in entries if t.shape == ()]
+        self.arrays = [(v, f"tape{index}_{v}", module.list_type(t))
+                       for v, t in entries if t.shape != ()]
+
+    def __bool__(self) -> bool:
+        return bool(self.scalars or self.arrays)
+
+    def init(self) -> list[str]:
+        return ([f"{name} = np.empty(16, {dtype_source(t.dtype)})"
+                 for _, name, t in self.scalars] +
+                [f"{name} = List.empty_list({kind})" for _, name, kind in self.arrays] +
+                [f"{self.count} = 0"])
+
+    def push(self) -> list[str]:
+        lines = []
+        if self.scalars:
+            lines.append(f"if {self.count} == {self.scalars[0][1]}.shape[0]:")
+            lines += [f"    {name} = K.grow({name})" for _, name, _ in self.scalars]
+            lines += [f"{name}[{self.count}] = {v}" for v, name, _ in self.scalars]
+        lines += [f"{name}.append({v})" for v, name, _ in self.arrays]
+        return lines + [f"{self.count} += 1"]
+
+    def pop(self) -> list[str]:
+        return ([f"{self.count} -= 1"] +
+                [f"{v} = {name}[{self.count}]" for v, name, _ in self.scalars] +
+                [f"{v} = {name}.pop()" for v, name, _ in self.arrays])
+
+    def truncate(self, to: str) -> list[str]:
+        """Drop the entries above `to` (a count of iterations)."""
+        return [f"{self.count} = {to}"] + [f"while len({name}) > {to}: {name}.pop()"
+                                          for _, name, _ in self.arrays]
+
+
 class _Writer:
     """Writes one program's blocks as a state machine (see the module docstring)."""
 
@@ -216,9 +256,7 @@ class _Writer:
             return [f"{s.count} -= 1", f"{outs[0]} = np.int64({s.name}[{s.count}])"]
         if n.op == "LoopState":
             loop = self.forward.c.loop_index[n.params["loop"]]
-            tape = self.module.tapes[loop]
-            load = [f"{tape[0][1].count} -= 1"] if tape else []
-            load += [f"{v} = {s.name}[{s.count}]" for v, s in tape]
+            load = self.module.tapes[loop].pop()
             recomputed = self.module.recomputed.get(loop)
             return load if recomputed is None else self._restore(recomputed, load)
         if n.op == "vjp_call" and n in self.fused:  # its outputs came with the call's
@@ -303,8 +341,12 @@ class _Writer:
         if entered is None or self.taped is None or not entered.inner:
             return []
         j = entered.index
-        return [f"if nf{j} > 0:"] + [f"    {count} = mk{j}_{k}"
-                                      for k, count in enumerate(entered.inner)]
+        lines = [f"if nf{j} > 0:"]
+        for k, counter in enumerate(entered.inner):
+            resets = (counter.truncate(f"mk{j}_{k}") if isinstance(counter, _Tape)
+                      else [f"{counter} = mk{j}_{k}"])
+            lines += ["    " + x for x in resets]
+        return lines
 
     def _entered_loop(self, src: Block, key: Any) -> int | None:
         """The loop whose body the edge (src, key) enters from its header, if it does."""
@@ -334,7 +376,7 @@ class _Writer:
             return [f"raise ReplayMismatchError({message!r})"]
         if action == LOOP_LATCH and arg == loop.index:
             tape = self.module.tapes[loop.index]
-            lines = ["if tp:"] + ["    " + x for x in _tape_push(tape)] if tape else []
+            lines = ["if tp:"] + ["    " + x for x in tape.push()] if tape else []
             lines += self._phi_copy(src, key, target) + ["rem -= 1"]
             return lines + [f"rb = {target_index}"]
         # a decision, or a nested loop's events: logged and taped as in the sweep when the
@@ -372,10 +414,11 @@ class _Writer:
             return [f"{count} = 0"] + (recomputed.enter() if recomputed else [])
         if action == LOOP_LATCH:
             lines = []
-            if self.taped is not None and self.module.tapes[arg]:
+            tape = self.module.tapes[arg] if self.taped is not None else None
+            if tape:
                 if recomputed is not None:  # the sweep keeps only the latest tape
-                    lines.append(f"{self.module.tapes[arg][0][1].count} = tb{arg}")
-                lines += _tape_push(self.module.tapes[arg])
+                    lines += tape.truncate(f"tb{arg}")
+                lines += tape.push()
             if recomputed is not None:
                 lines += recomputed.back_edge()
             lines.append(f"{count} += 1")
@@ -405,7 +448,8 @@ class _Recomputed:
     (`ops{j}`), and a record (snapshot base, offset, length) on another (`ex{j}`); its
     first `LoopState` pops the record. An execution of no iteration records nothing."""
 
-    def __init__(self, writer: _Writer, info: Any, strategy: Any, inner: list[str]):
+    def __init__(self, writer: _Writer, info: Any, strategy: Any,
+                 inner: list[str | _Tape]):
         self.index = j = info.index
         self.info = info
         self.key = repr(strategy)
@@ -440,7 +484,8 @@ class _Recomputed:
                 f'with numba.objmode(fw{j}="int64[:,::1]"):',
                 f"    fw{j} = forward_table({self.key!r}, bd{j}, 64)",
                 f"tb{j} = ntape{j}", f"sb{j} = st{j}"] + [
-                    f"mk{j}_{k} = {count}" for k, count in enumerate(self.inner)]
+                    f"mk{j}_{k} = {counter.count if isinstance(counter, _Tape) else counter}"
+                    for k, counter in enumerate(self.inner)]
 
     def back_edge(self) -> list[str]:
         """At back edge t (`nf{j}`): store the carry the forward table names (x_t, or
@@ -516,17 +561,6 @@ def _fused_calls(program: Program) -> dict[Node, Node | None]:
     return fused
 
 
-def _tape_push(tape: list[tuple[str, _Stack]]) -> list[str]:
-    """Push one iteration's saved values onto a loop's tape: its arrays share one counter,
-    so they grow together and the counter advances once."""
-    first = tape[0][1]
-    lines = [f"if {first.count} == {first.name}.shape[0]:"]
-    lines += [f"    {s.name} = K.grow({s.name})" for _, s in tape]
-    lines += [f"{s.name}[{first.count}] = {v}" for v, s in tape]
-    lines.append(f"{first.count} += 1")
-    return lines
-
-
 class _Module:
     """One generated module: the function of a top-level program and the functions of
     the sub-programs its `call` and `vjp_call` nodes stand for."""
@@ -536,7 +570,8 @@ class _Module:
         self.functions: list[str] = []
         self._names: dict[Any, str] = {}
         self.stacks: dict[tuple[str, int], _Stack] = {}
-        self.tapes: dict[int, list[tuple[str, _Stack]]] = {}
+        self.tapes: dict[int, _Tape] = {}
+        self.list_types: dict[TensorType, str] = {}  # typed-list element types, by value type
         self.recomputed: dict[int, _Recomputed] = {}  # of the vjp function being written
 
     def forward_function(self, program: Program, name: str | None = None) -> str:
@@ -602,7 +637,7 @@ class _Module:
             for k in li.inner_loops:
                 inner.append(self.stacks[("trips", k)].count)
                 if self.tapes[k]:
-                    inner.append(self.tapes[k][0][1].count)
+                    inner.append(self.tapes[k])
                 if type(resolve(c.loops[k].region.checkpoint, of.checkpoint)) is not StoreAll:
                     inner += [f"nex{k}", f"nops{k}", f"st{k}"]
             self.recomputed[li.index] = rec = _Recomputed(fwd, li, strategy, inner)
@@ -621,25 +656,27 @@ class _Module:
             self.stacks[("trips", li.index)] = _Stack(f"trips{li.index}", f"ntrips{li.index}",
                                                       (), np.dtype(np.int64))
             records = {pos for pos, _ in saves.nested_records}
-            tape = []
-            for pos, slot in enumerate(saves.slots):
-                if pos in records:  # a nested loop's record: its own stacks hold its tapes
-                    continue
-                t = by_slot[slot].type
-                tape.append((f"f{slot}", _Stack(f"tape{li.index}_{slot}", f"ntape{li.index}",
-                                                t.shape, t.dtype)))
-            self.tapes[li.index] = tape
+            entries = [(f"f{slot}", by_slot[slot].type) for pos, slot in enumerate(saves.slots)
+                       if pos not in records]  # (a nested loop's record: it has stacks)
+            self.tapes[li.index] = _Tape(self, li.index, entries)
         lines = [s.init() for s in self.stacks.values()]
-        for tape in self.tapes.values():
-            for j, (_, s) in enumerate(tape):
-                lines.append(s.init() if j == 0 else s.init().split(";")[0])
-        return lines
+        return lines + [line for tape in self.tapes.values() for line in tape.init()]
+
+    def list_type(self, t: TensorType) -> str:
+        """The module-level name of Numba's type for an array of type `t` (any layout),
+        which typed lists of such arrays are declared with."""
+        if t not in self.list_types:
+            self.list_types[t] = f"A{len(self.list_types)}"
+        return self.list_types[t]
 
     def source(self) -> str:
-        header = ["import numpy as np", "import numba", "from cfgrad import kernels as K",
+        header = ["import numpy as np", "import numba", "from numba.typed import List",
+                  "from cfgrad import kernels as K",
                   "from cfgrad.errors import LoopLimitError, ReplayMismatchError",
                   "from cfgrad.native import forward_table, reverse_table", ""]
-        return "\n".join(header + self.functions) + "\n"
+        header += [f"{name} = numba.types.Array(numba.types.{t.dtype.name}, {t.ndim}, 'A')"
+                   for t, name in self.list_types.items()]
+        return "\n".join(header + ["", ""] + self.functions) + "\n"
 
 
 def _function(name: str, params: str, body: list[str]) -> str:
