@@ -45,8 +45,24 @@ def accumulate_outer(args, types, out, consts):
     return f"K.accumulate_outer({args[0]}, {args[1]}, {args[2]})"
 
 
+def maximum(args, types, out, consts):
+    """numpy's: the second operand on a tie (max(-0.0, 0.0) is 0.0), NaN from either."""
+    return f"K.maximum({args[0]}, {args[1]})"
+
+
+def minimum(args, types, out, consts):
+    return f"K.minimum({args[0]}, {args[1]})"
+
+
+def sign(args, types, out, consts):
+    """numpy's sign(-0.0) is 0.0 (Numba's -0.0): adding a zero makes it so."""
+    if out.dtype.kind != "f":
+        return f"np.sign({args[0]})"
+    return f"(np.sign({args[0]}) + {_zero(out)})"
+
+
 def relu(args, types, out, consts):
-    return f"np.maximum({args[0]}, {_zero(out)})"
+    return f"K.maximum({args[0]}, {_zero(out)})"
 
 
 def softplus(args, types, out, consts):
@@ -120,6 +136,8 @@ def matmul(args, types, out, consts):
 
 
 def reshape(args, types, out, consts, shape):
+    if types[0].shape == () and out.shape == ():
+        return args[0]
     if types[0].shape == ():
         return f"np.full({out.shape}, {args[0]})"
     if out.shape == ():

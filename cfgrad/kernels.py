@@ -178,6 +178,19 @@ def sigmoid(x):
     return 1 / (1 + e) if x >= 0 else e / (1 + e)
 
 
+@numba.vectorize(cache=True)
+def maximum(a, b):
+    """np.maximum entry by entry as numpy computes it: a if a > b or a is NaN, else b (so
+    the second operand on a tie: max(-0.0, 0.0) is 0.0; Numba's np.maximum gives -0.0)."""
+    return a if a > b or a != a else b
+
+
+@numba.vectorize(cache=True)
+def minimum(a, b):
+    """np.minimum entry by entry as numpy computes it (the second operand on a tie)."""
+    return a if a < b or a != a else b
+
+
 @numba.njit(cache=True)
 def clip_scalar(x, lo, hi):
     """np.clip of scalars: NaN stays NaN, as numpy's."""

@@ -311,6 +311,8 @@ class _Writer:
             if keys == [True, False]:
                 return ([f"if {sel}:"] + ["    " + x for x in self.edge(blk, True)] +
                         ["else:"] + ["    " + x for x in self.edge(blk, False)])
+            if len(keys) == 1:  # a switch of one branch: every index takes it
+                return self.edge(blk, keys[0])
             # a switch index outside 0..n-1 takes the nearest case, as cg.switch does
             lines = [f"k = min(max({sel}, 0), {len(keys) - 1})"]
             for j, key in enumerate(keys):
@@ -475,7 +477,7 @@ class _Recomputed:
         lines += [f"pd{j}_{k} = {snap}[0]" for k, (_, snap) in enumerate(self.snapshots)]
         return lines + [f"fw{j} = np.empty((0, 3), np.int64)",
                         f"ops{j} = np.empty((16, 2), np.int64); nops{j} = 0",
-                        f"ex{j} = np.empty((4, 3), np.int64); nex{j} = 0",
+                        f"ex{j} = np.empty((4, 3), np.int64); nex{j} = 0", f"hz{j} = 0",
                         f"st{j} = 0; sb{j} = 0; tb{j} = 0; rp{j} = 0; re{j} = 0; rs{j} = 0"]
 
     def enter(self) -> list[str]:
@@ -483,7 +485,7 @@ class _Recomputed:
         return [f"bd{j} = {self.bound}",
                 f'with numba.objmode(fw{j}="int64[:,::1]"):',
                 f"    fw{j} = forward_table({self.key!r}, bd{j}, 64)",
-                f"tb{j} = ntape{j}", f"sb{j} = st{j}"] + [
+                f"hz{j} = fw{j}.shape[0]", f"tb{j} = ntape{j}", f"sb{j} = st{j}"] + [
                     f"mk{j}_{k} = {counter.count if isinstance(counter, _Tape) else counter}"
                     for k, counter in enumerate(self.inner)]
 
@@ -491,9 +493,10 @@ class _Recomputed:
         """At back edge t (`nf{j}`): store the carry the forward table names (x_t, or
         x_{t-1} kept as pending), then make x_t the pending one."""
         j = self.index
-        lines = [f"if nf{j} >= fw{j}.shape[0]:",
+        lines = [f"if nf{j} >= hz{j}:",  # past the forward table's horizon: a longer one
                  f'    with numba.objmode(fw{j}="int64[:,::1]"):',
                  f"        fw{j} = forward_table({self.key!r}, bd{j}, 2 * nf{j})",
+                 f"    hz{j} = fw{j}.shape[0]",
                  f"row = fw{j}[nf{j}, 1]", "if row >= 0:", f"    row += sb{j}"]
         for k, (v, snap) in enumerate(self.snapshots):
             lines += [f"    while row >= {snap}.shape[0]: {snap} = K.grow({snap})",
@@ -711,7 +714,11 @@ def _load(source: str) -> Any:
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]  # so that a second attempt fails the same way
+        raise
     return module
 
 

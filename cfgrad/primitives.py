@@ -470,7 +470,7 @@ _register(Primitive(
     notes="abs'(0) = 0 (the minimum-norm subgradient); for complex z the result is real, "
           "d|z| = Re(conj(z)/|z| dz), 0 at z = 0 (as JAX)"))
 _unary("sign", np.sign, None, "derivative 0 everywhere (undefined at 0, taken as 0)",
-       promote="same")
+       promote="same", kernel=ks.sign)
 _unary("sigmoid", _sigmoid_impl, lambda x, y: y * (1.0 - y),
        "computed from exp(-|x|): finite for any input", real_only=True, kernel=ks.sigmoid)
 _unary("relu", _relu_impl, lambda x, y: _mask(x > 0, x), "relu'(0) = 0", promote="same",
@@ -498,7 +498,8 @@ _unary("invert", np.invert, None, promote="none")
 
 
 def _binary(name: str, impl: Callable, dx: Callable | None, dy: Callable | None,
-            notes: str = "", promote: str = "same", out_dtype: Any = None) -> None:
+            notes: str = "", promote: str = "same", out_dtype: Any = None,
+            kernel: Callable[..., str] | None = None) -> None:
     """dx(x, y, out) and dy(x, y, out) are the partial derivatives (full shape)."""
     if dx is None:
         vjp = jvp = None
@@ -515,7 +516,7 @@ def _binary(name: str, impl: Callable, dx: Callable | None, dy: Callable | None,
 
     _register(Primitive(name=name, impl=impl, abstract=_elementwise_type(name, out_dtype), vjp=vjp,
                         jvp=jvp, family="elementwise",
-                        promote=promote, nondiff=dx is None, notes=notes))
+                        promote=promote, nondiff=dx is None, notes=notes, kernel=kernel))
 
 
 def _add_vjp(ct, xs, out):
@@ -766,9 +767,11 @@ def _tie_mask(x, y, out, wins):
 
 
 _binary("maximum", np.maximum, lambda x, y, out: _tie_mask(x, y, out, x > y),
-        lambda x, y, out: _tie_mask(y, x, out, y > x), "ties split the gradient 1/2 : 1/2")
+        lambda x, y, out: _tie_mask(y, x, out, y > x), "ties split the gradient 1/2 : 1/2",
+        kernel=ks.maximum)
 _binary("minimum", np.minimum, lambda x, y, out: _tie_mask(x, y, out, x < y),
-        lambda x, y, out: _tie_mask(y, x, out, y < x), "ties split the gradient 1/2 : 1/2")
+        lambda x, y, out: _tie_mask(y, x, out, y < x), "ties split the gradient 1/2 : 1/2",
+        kernel=ks.minimum)
 for _name, _fn in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
                    ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
     _binary(_name, _fn, None, None, "comparison: no derivative", out_dtype=np.bool_)

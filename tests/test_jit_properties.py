@@ -18,19 +18,18 @@ default (three programs in all); `CFGRAD_HYPOTHESIS=long` runs twenty times as m
 
 from __future__ import annotations
 
-import re
 import sys
 import warnings
 from pathlib import Path
 
-from hypothesis import Phase, assume, example, given, settings
+from hypothesis import Phase, example, given, settings
 
 import cfgrad as cg
 
 sys.path.insert(0, str(Path(__file__).parent))
 import seed_programs as seeds  # noqa: E402
 from test_jit import assert_bitwise, assert_close, compiled  # noqa: E402
-from test_properties import Fori, If, Switch, While, cases, cfgrad_functions  # noqa: E402
+from test_properties import cases, cfgrad_functions  # noqa: E402
 
 TRANSCENDENTAL = {"sin", "cos", "tanh", "sigmoid"}
 # Shrinking recompiles every candidate program (seconds each): a failure is reported as
@@ -39,24 +38,10 @@ NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)
 SCALE = max(1, settings.default.max_examples // 25)
 
 
-def one_case_switch(stmts: tuple) -> bool:
-    """Whether a property-test program has a switch of one branch (a known bug:
-    test_jit.py::test_switch_of_one_branch_compiles)."""
-    for s in stmts:
-        if isinstance(s, Switch) and len(s.branches) == 1:
-            return True
-        inner = {If: lambda s: (s.then, s.orelse), Switch: lambda s: s.branches,
-                 Fori: lambda s: (s.body,), While: lambda s: (s.body,)}.get(type(s))
-        if inner is not None and any(one_case_switch(block) for block in inner(s)):
-            return True
-    return False
-
-
 @given(cases())
 @settings(max_examples=2 * SCALE, phases=NO_SHRINK)
 def test_random_programs_compiled_match_the_interpreter(case: tuple) -> None:
     prog, a, b, v = case
-    assume(not one_case_switch(prog.body))
     program, scalar = cfgrad_functions(prog)
     args = (a, b, v)
     assert_close(compiled(program, *args)(*args), program(*args))
@@ -77,12 +62,6 @@ def uses_transcendentals(expr: tuple) -> bool:
     return any(e[0] == "unary" and e[1] in TRANSCENDENTAL for e in subtrees(expr))
 
 
-# The fallback of a known bug: a () -> () reshape compiled as a 0-d array in the adjoint of
-# a scalar broadcast against a vector (test_jit.py::test_gradient_of_a_sum_added_to_a_
-# vector_compiles and ::test_gradient_of_a_scalar_scaling_a_vector_in_a_branch_compiles)
-KNOWN_0D_ARRAY = re.compile(r"function full|unify float64 and array\(float64, 0d")
-
-
 # An explicit example: the bitwise comparison runs, not only the tolerant one (a switch in
 # a cond, arithmetic only; the loops' bitwise comparisons are in test_jit.py).
 ARITHMETIC_ONLY = ("cond", ("binary", "sub", ("scale", ("leaf", 0)), ("leaf", 0)),
@@ -96,8 +75,6 @@ ARITHMETIC_ONLY = ("cond", ("binary", "sub", ("scale", ("leaf", 0)), ("leaf", 0)
 @settings(max_examples=SCALE, phases=NO_SHRINK)
 def test_random_expressions_compiled_match_the_interpreter(expr: tuple) -> None:
     """`build(expr)` and its value_and_grad, compiled, against the interpreter."""
-    # a known bug: test_jit.py::test_switch_of_one_branch_compiles
-    assume(not any(e[0] == "switch" and len(e[2]) == 1 for e in subtrees(expr)))
     f = seeds.build(expr)
     args = seeds.generated_args()
     same = assert_close if uses_transcendentals(expr) else assert_bitwise
@@ -107,6 +84,5 @@ def test_random_expressions_compiled_match_the_interpreter(expr: tuple) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", cg.CompileWarning)
         info = jitted.info(*args)
-    assume(not (info.backend == "interpreter" and KNOWN_0D_ARRAY.search(info.reason)))
     assert info.backend == "numba", info.reason
     same(jitted(*args), vg(*args))
