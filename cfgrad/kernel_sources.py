@@ -124,13 +124,49 @@ def _over_block(helper: str, op: str, args, types, out, axes, cast: bool = True,
     return f"{value}[0, 0]" if out.shape == () else f"{value}.reshape({out.shape})"
 
 
+def _apart(helper: str, x: str, t: Any, out: Any, axes: tuple[int, ...], pairwise: bool
+           ) -> str:
+    """A sum or product over axes that are not adjacent, in numpy's order for a
+    C-contiguous operand (axes of length 1 dropped): a trailing run of reduced axes is its
+    iterator's inner loop (pairwise for a sum), every other reduced axis an outer loop
+    accumulating into the result in C order. `helper` accumulates rows: `K.add_rows` /
+    `K.multiply_rows` of (reduced count, kept count) to (kept count,)."""
+    ndim = t.ndim
+    reduced = {a % ndim for a in axes}
+    dims = [d for d in range(ndim) if t.shape[d] != 1]
+    shape = [t.shape[d] for d in dims]
+    flags = [d in reduced for d in dims]
+    value = f"np.ascontiguousarray({x}).reshape({tuple(shape)})"
+    run = 0
+    while pairwise and run < len(flags) and flags[len(flags) - 1 - run]:
+        run += 1
+    if run:  # the inner loop: a pairwise sum over the trailing run, for each other index
+        lead = shape[:len(shape) - run]
+        inner = int(np.prod(shape[len(shape) - run:], dtype=np.int64))
+        value = (f"K.sum3({value}.reshape(({int(np.prod(lead, dtype=np.int64))}, {inner}, "
+                 f"1))).reshape({tuple(lead)})")
+        shape, flags = lead, flags[:len(lead)]
+    outer = [j for j, f in enumerate(flags) if f]
+    kept = [j for j, f in enumerate(flags) if not f]
+    if outer:
+        n_outer = int(np.prod([shape[j] for j in outer], dtype=np.int64))
+        n_kept = int(np.prod([shape[j] for j in kept], dtype=np.int64))
+        value = (f"{helper}(np.ascontiguousarray(np.transpose({value}, "
+                 f"{tuple(outer + kept)})).reshape(({n_outer}, {n_kept})))")
+    return f"{value}.ravel()[0]" if out.shape == () else f"{value}.reshape({out.shape})"
+
+
 def sum_(args, types, out, consts, axes, keepdims):
-    """numpy's order of additions (`K.sum3`: pairwise along a contiguous run, else row
-    by row) for C-contiguous operands, as the interpreter's arrays are where it matters."""
-    if types[0].shape == ():  # numpy adds the scalar to its 0 (-0.0 becomes 0.0)
-        x = args[0] if types[0].dtype == out.dtype else f"{_dt(out)}({args[0]})"
+    """numpy's order of additions for C-contiguous operands (the interpreter's arrays,
+    where it matters): pairwise along a contiguous run of reduced axes, else row by row."""
+    t = types[0]
+    x = args[0] if t.dtype == out.dtype else (
+        f"{_dt(out)}({args[0]})" if t.shape == () else f"{args[0]}.astype({_dt(out)})")
+    if t.shape == ():  # numpy adds the scalar to its 0 (-0.0 becomes 0.0)
         return f"({_zero(out)} + {x})"
-    return _over_block("K.sum3", "sum", args, types, out, axes)
+    if _block(t.shape, axes) is not None:
+        return _over_block("K.sum3", "sum", [x], [t], out, axes, cast=False)
+    return _apart("K.add_rows", x, t, out, axes, pairwise=True)
 
 
 def mean(args, types, out, consts, axes, keepdims):
@@ -142,7 +178,12 @@ def mean(args, types, out, consts, axes, keepdims):
 
 
 def prod(args, types, out, consts, axes, keepdims):
-    return _over_block("K.prod3", "prod", args, types, out, axes)
+    """numpy multiplies in order, from 1: over any axes, the entries in C order."""
+    t = types[0]
+    if _block(t.shape, axes) is not None or t.shape == ():
+        return _over_block("K.prod3", "prod", args, types, out, axes)
+    x = args[0] if t.dtype == out.dtype else f"{args[0]}.astype({_dt(out)})"
+    return _apart("K.multiply_rows", x, t, out, axes, pairwise=False)
 
 
 def logsumexp(args, types, out, consts, axes, keepdims):

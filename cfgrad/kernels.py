@@ -323,6 +323,26 @@ def prod3(x3):
 
 
 @numba.njit(cache=True)
+def add_rows(x2):
+    """The rows of x2 added one after another into zeros (numpy's outer reduction loop)."""
+    out = np.zeros(x2.shape[1], x2.dtype)
+    for r in range(x2.shape[0]):
+        for c in range(x2.shape[1]):
+            out[c] += x2[r, c]
+    return out
+
+
+@numba.njit(cache=True)
+def multiply_rows(x2):
+    """The rows of x2 multiplied one after another into ones."""
+    out = np.ones(x2.shape[1], x2.dtype)
+    for r in range(x2.shape[0]):
+        for c in range(x2.shape[1]):
+            out[c] *= x2[r, c]
+    return out
+
+
+@numba.njit(cache=True)
 def arg3(x3, largest):
     """np.argmax (largest) / np.argmin of x3 along axis 1: the first extreme entry, or
     the first NaN, which numpy takes as the extreme."""
