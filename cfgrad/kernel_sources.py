@@ -70,21 +70,19 @@ def softplus(args, types, out, consts):
 
 
 def sigmoid(args, types, out, consts):
-    return f"K.sigmoid({args[0]})"
+    return f"K.sigmoid({args[0]}, {_dt(out)}(1))"
 
 
 def where(args, types, out, consts):
     if out.shape == ():
         return f"({args[1]} if {args[0]} else {args[2]})"
-    full = [a if t.shape == out.shape else f"np.broadcast_to({a}, {out.shape})"
-            for a, t in zip(args, types)]
-    return f"np.where({full[0]}, {full[1]}, {full[2]})"
+    return f"K.select({args[0]}, {args[1]}, {args[2]})"
 
 
 def clip(args, types, out, consts):
     if out.shape == ():
         return f"K.clip_scalar({args[0]}, {args[1]}, {args[2]})"
-    return f"np.clip({args[0]}, {args[1]}, {args[2]})"
+    return f"K.clip({args[0]}, {args[1]}, {args[2]})"
 
 
 def _reduced(args, types, out, axes, keepdims, whole: str, along: str) -> str:
@@ -105,18 +103,147 @@ def _reduced(args, types, out, axes, keepdims, whole: str, along: str) -> str:
     return f"K.reshaped({value}, {out.shape})"
 
 
+def _block(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """(outer, n, inner) when reducing `axes` of a C-contiguous array of `shape` is
+    reducing the middle axis of its reshape to (outer, n, inner): the reduced axes are
+    adjacent once axes of length 1 are dropped (as numpy's iterator drops them). None
+    for axes apart, whose order of operations numpy's iterator chooses."""
+    ndim = len(shape)
+    axes = {a % ndim for a in axes} if ndim else set()
+    kept = [d for d in range(ndim) if shape[d] != 1]
+    reduced = [j for j, d in enumerate(kept) if d in axes]
+    if reduced and reduced != list(range(reduced[0], reduced[-1] + 1)):
+        return None
+    first = reduced[0] if reduced else len(kept)
+    last = reduced[-1] + 1 if reduced else len(kept)
+    size = [shape[d] for d in kept]
+    return (int(np.prod(size[:first], dtype=np.int64)),
+            int(np.prod(size[first:last], dtype=np.int64)),
+            int(np.prod(size[last:], dtype=np.int64)))
+
+
+def _over_block(helper: str, op: str, args, types, out, axes, cast: bool = True,
+                extra: str = "") -> str:
+    """`helper` (a `K.…3` function of (outer, n, inner) to (outer, inner)) applied to
+    the operand reshaped for `axes`, its result shaped as `out`."""
+    t = types[0]
+    block = _block(t.shape, axes)
+    if block is None:
+        raise Unsupported(f"{op} over the axes {tuple(axes)} of {t}, which are not adjacent "
+                          "(numpy's iterator picks the order of operations)")
+    x = args[0]
+    if cast and t.dtype != out.dtype:
+        x = f"{_dt(out)}({x})" if t.shape == () else f"{x}.astype({_dt(out)})"
+    x3 = (f"np.full((1, 1, 1), {x})" if t.shape == ()
+          else f"np.ascontiguousarray({x}).reshape({block})")
+    value = f"{helper}({x3}{extra})"
+    return f"{value}[0, 0]" if out.shape == () else f"{value}.reshape({out.shape})"
+
+
+def _apart(helper: str, x: str, t: Any, out: Any, axes: tuple[int, ...], pairwise: bool
+           ) -> str:
+    """A sum or product over axes that are not adjacent, in numpy's order for a
+    C-contiguous operand (axes of length 1 dropped): a trailing run of reduced axes is its
+    iterator's inner loop (pairwise for a sum), every other reduced axis an outer loop
+    accumulating into the result in C order. `helper` accumulates rows: `K.add_rows` /
+    `K.multiply_rows` of (reduced count, kept count) to (kept count,)."""
+    ndim = t.ndim
+    reduced = {a % ndim for a in axes}
+    dims = [d for d in range(ndim) if t.shape[d] != 1]
+    shape = [t.shape[d] for d in dims]
+    flags = [d in reduced for d in dims]
+    value = f"np.ascontiguousarray({x}).reshape({tuple(shape)})"
+    run = 0
+    while pairwise and run < len(flags) and flags[len(flags) - 1 - run]:
+        run += 1
+    if run:  # the inner loop: a pairwise sum over the trailing run, for each other index
+        lead = shape[:len(shape) - run]
+        inner = int(np.prod(shape[len(shape) - run:], dtype=np.int64))
+        value = (f"K.sum3({value}.reshape(({int(np.prod(lead, dtype=np.int64))}, {inner}, "
+                 f"1))).reshape({tuple(lead)})")
+        shape, flags = lead, flags[:len(lead)]
+    outer = [j for j, f in enumerate(flags) if f]
+    kept = [j for j, f in enumerate(flags) if not f]
+    if outer:
+        n_outer = int(np.prod([shape[j] for j in outer], dtype=np.int64))
+        n_kept = int(np.prod([shape[j] for j in kept], dtype=np.int64))
+        value = (f"{helper}(np.ascontiguousarray(np.transpose({value}, "
+                 f"{tuple(outer + kept)})).reshape(({n_outer}, {n_kept})))")
+    return f"{value}.ravel()[0]" if out.shape == () else f"{value}.reshape({out.shape})"
+
+
 def sum_(args, types, out, consts, axes, keepdims):
-    """Over every axis, numpy's pairwise order (`K.total`: bitwise numpy's sum); over
-    some axes, Numba's sum along each (the rounding may differ from numpy's)."""
-    x = args[0] if types[0].dtype == out.dtype else f"{args[0]}.astype({_dt(out)})"
-    return _reduced([x], types, out, axes, keepdims, "K.total({0})", "np.sum({0}, axis={1})")
+    """numpy's order of additions for C-contiguous operands (the interpreter's arrays,
+    where it matters): pairwise along a contiguous run of reduced axes, else row by row."""
+    t = types[0]
+    x = args[0] if t.dtype == out.dtype else (
+        f"{_dt(out)}({args[0]})" if t.shape == () else f"{args[0]}.astype({_dt(out)})")
+    if t.shape == ():  # numpy adds the scalar to its 0 (-0.0 becomes 0.0)
+        return f"({_zero(out)} + {x})"
+    if _block(t.shape, axes) is not None:
+        return _over_block("K.sum3", "sum", [x], [t], out, axes, cast=False)
+    return _apart("K.add_rows", x, t, out, axes, pairwise=True)
 
 
 def mean(args, types, out, consts, axes, keepdims):
+    """numpy's mean: the sum in the result's dtype, then divided by the count."""
     t = types[0]
     count = int(np.prod([t.shape[a] for a in axes], dtype=np.int64)) if t.shape else 1
     total = sum_(args, types, out, consts, axes, keepdims)
     return f"({total} / {_dt(out)}({count}))"
+
+
+def prod(args, types, out, consts, axes, keepdims):
+    """numpy multiplies in order, from 1: over any axes, the entries in C order."""
+    t = types[0]
+    if _block(t.shape, axes) is not None or t.shape == ():
+        return _over_block("K.prod3", "prod", args, types, out, axes)
+    x = args[0] if t.dtype == out.dtype else f"{args[0]}.astype({_dt(out)})"
+    return _apart("K.multiply_rows", x, t, out, axes, pairwise=False)
+
+
+def logsumexp(args, types, out, consts, axes, keepdims):
+    return _over_block("K.logsumexp3", "logsumexp", args, types, out, axes)
+
+
+def _arg(largest: bool):
+    def kernel(args, types, out, consts, axis):
+        t = types[0]
+        axes = tuple(range(t.ndim)) if axis is None else (axis,)
+        # the flattened array for axis=None: one run over every entry, in C order
+        block = (1, max(1, int(np.prod(t.shape, dtype=np.int64))), 1) if axis is None \
+            else _block(t.shape, axes)
+        x3 = (f"np.full((1, 1, 1), {args[0]})" if t.shape == ()
+              else f"np.ascontiguousarray({args[0]}).reshape({block})")
+        value = f"K.arg3({x3}, {largest})"
+        return f"{value}[0, 0]" if out.shape == () else f"{value}.reshape({out.shape})"
+
+    kernel.__name__ = "argmax" if largest else "argmin"
+    return kernel
+
+
+argmax = _arg(True)
+argmin = _arg(False)
+
+
+def _cumulate(args, types, out, axis, reverse, product):
+    t = types[0]
+    x = args[0] if t.dtype == out.dtype else f"{args[0]}.astype({_dt(out)})"
+    if t.shape == ():
+        return x if t.dtype == out.dtype else f"{_dt(out)}({args[0]})"
+    axis %= t.ndim
+    block = (int(np.prod(t.shape[:axis], dtype=np.int64)), t.shape[axis],
+             int(np.prod(t.shape[axis + 1:], dtype=np.int64)))
+    return (f"K.cumulate3(np.ascontiguousarray({x}).reshape({block}), {reverse}, "
+            f"{product}).reshape({out.shape})")
+
+
+def cumsum(args, types, out, consts, axis, reverse):
+    return _cumulate(args, types, out, axis, reverse, False)
+
+
+def cumprod(args, types, out, consts, axis):
+    return _cumulate(args, types, out, axis, False, True)
 
 
 def amax(args, types, out, consts, axes, keepdims):
@@ -229,3 +356,32 @@ def accumulate_index(args, types, out, consts, spec):
                           "indexing)")
     sub = index_expression(spec, args[2:], consts, "accumulate_index")
     return f"K.add_at({args[0]}, ({sub}), {args[1]})"
+
+
+def real(args, types, out, consts):
+    return f"{args[0]}.real" if out.shape == () else f"np.real({args[0]})"
+
+
+def imag(args, types, out, consts):
+    return f"{args[0]}.imag" if out.shape == () else f"np.imag({args[0]})"
+
+
+def conj(args, types, out, consts):
+    return f"np.conj({args[0]})"
+
+
+def angle(args, types, out, consts):
+    """numpy's angle: arctan2(imag, real), of (0, x) for a real x (pi for x < 0 or -0.0)."""
+    if types[0].dtype.kind == "c":
+        return f"np.arctan2({args[0]}.imag, {args[0]}.real)"
+    return f"np.arctan2({_zero(out)}, {args[0]})"
+
+
+def write_row(args, types, out, consts):
+    raise Unsupported("write_row (a cg.scan's output stack) is written in place by "
+                      "iterations that a compiled loop would have to own; not compiled yet")
+
+
+def needs_lapack(args, types, out, consts, **params):
+    raise Unsupported("needs SciPy's LAPACK (Numba's np.linalg calls SciPy's; cfgrad does "
+                      "not depend on SciPy)")

@@ -172,10 +172,18 @@ def add_into(acc, contribution):
 
 
 @numba.vectorize(cache=True)
-def sigmoid(x):
-    """primitives._sigmoid_impl, entry by entry: from exp(-|x|), finite for any x."""
+def sigmoid(x, one):
+    """primitives._sigmoid_impl, entry by entry: from exp(-|x|), finite for any x; `one`
+    of x's dtype, so float32 stays float32 (a literal 1 would make Numba widen it)."""
     e = np.exp(-np.abs(x))
-    return 1 / (1 + e) if x >= 0 else e / (1 + e)
+    return one / (one + e) if x >= 0 else e / (one + e)
+
+
+@numba.vectorize(cache=True)
+def select(c, x, y):
+    """np.where(c, x, y), broadcasting as numpy does (a ufunc compiles faster in Numba
+    than np.where of broadcast views)."""
+    return x if c else y
 
 
 @numba.vectorize(cache=True)
@@ -193,10 +201,30 @@ def minimum(a, b):
 
 @numba.njit(cache=True)
 def clip_scalar(x, lo, hi):
-    """np.clip of scalars: NaN stays NaN, as numpy's."""
+    """np.clip of scalars: a NaN operand (x first, then lo, then hi) is the result; on a
+    tie between x and a bound numpy's scalar path keeps x (so -0.0 stays -0.0)."""
     if x != x:
         return x
-    return min(max(x, lo), hi)
+    if lo != lo:
+        return lo
+    t = lo if x < lo else x
+    if hi != hi:
+        return hi
+    return hi if t > hi else t
+
+
+@numba.vectorize(cache=True)
+def clip(x, lo, hi):
+    """np.clip of arrays, entry by entry: as `clip_scalar`, except that numpy's array
+    loop takes the bound on a tie (clip(-0.0, 0.0, 1.0) is 0.0 for an array)."""
+    if x != x:
+        return x
+    if lo != lo:
+        return lo
+    t = x if x > lo else lo
+    if hi != hi:
+        return hi
+    return t if t < hi else hi
 
 
 @numba.njit(cache=True)
@@ -269,3 +297,120 @@ def vecmat(x, a):
         for j in range(a.shape[1]):
             out[j] += xk * a[k, j]
     return out
+
+
+# -- Reductions over one block of adjacent axes, seen as x3 of shape (outer, n, inner) ----
+# numpy reduces a contiguous array over adjacent axes as one axis of length n: with
+# inner == 1 every output is one pass over n consecutive entries (the pairwise sum for
+# add), else rows of `inner` entries are combined one after another, from the identity.
+
+
+@numba.njit(cache=True)
+def sum3(x3):
+    """x3.sum(axis=1) in numpy's order: pairwise along contiguous rows, else row by row."""
+    o, n, i = x3.shape
+    out = np.zeros((o, i), x3.dtype)
+    if i == 1:
+        flat = np.ascontiguousarray(x3).ravel()
+        zero = np.zeros(1, x3.dtype)[0]
+        for a in range(o):
+            out[a, 0] = zero + _pairwise(flat, a * n, n, zero)
+        return out
+    for a in range(o):
+        for k in range(n):
+            for c in range(i):
+                out[a, c] += x3[a, k, c]
+    return out
+
+
+@numba.njit(cache=True)
+def prod3(x3):
+    """x3.prod(axis=1): numpy multiplies in order from 1 (no pairwise product)."""
+    o, n, i = x3.shape
+    out = np.ones((o, i), x3.dtype)
+    for a in range(o):
+        for k in range(n):
+            for c in range(i):
+                out[a, c] *= x3[a, k, c]
+    return out
+
+
+@numba.njit(cache=True)
+def add_rows(x2):
+    """The rows of x2 added one after another into zeros (numpy's outer reduction loop)."""
+    out = np.zeros(x2.shape[1], x2.dtype)
+    for r in range(x2.shape[0]):
+        for c in range(x2.shape[1]):
+            out[c] += x2[r, c]
+    return out
+
+
+@numba.njit(cache=True)
+def multiply_rows(x2):
+    """The rows of x2 multiplied one after another into ones."""
+    out = np.ones(x2.shape[1], x2.dtype)
+    for r in range(x2.shape[0]):
+        for c in range(x2.shape[1]):
+            out[c] *= x2[r, c]
+    return out
+
+
+@numba.njit(cache=True)
+def arg3(x3, largest):
+    """np.argmax (largest) / np.argmin of x3 along axis 1: the first extreme entry, or
+    the first NaN, which numpy takes as the extreme."""
+    o, n, i = x3.shape
+    out = np.zeros((o, i), np.int64)
+    for a in range(o):
+        for c in range(i):
+            best = x3[a, 0, c]
+            at = 0
+            if best == best:
+                for k in range(1, n):
+                    v = x3[a, k, c]
+                    if v != v:
+                        at = k
+                        break
+                    if (v > best) if largest else (v < best):
+                        best = v
+                        at = k
+            out[a, c] = at
+    return out
+
+
+@numba.njit(cache=True)
+def cumulate3(x3, reverse, product):
+    """np.cumsum / np.cumprod along axis 1 (from the far end when `reverse`, as
+    np.flip(np.cumsum(np.flip(x)))): the first entry as it is, then one operation per
+    entry, in order."""
+    o, n, i = x3.shape
+    out = np.empty_like(x3)
+    for a in range(o):
+        for c in range(i):
+            k = n - 1 if reverse else 0
+            step = -1 if reverse else 1
+            acc = x3[a, k, c]
+            out[a, k, c] = acc
+            for _ in range(n - 1):
+                k += step
+                acc = acc * x3[a, k, c] if product else acc + x3[a, k, c]
+                out[a, k, c] = acc
+    return out
+
+
+@numba.njit(cache=True)
+def logsumexp3(x3):
+    """primitives._logsumexp_impl along axis 1: shifted by the maximum (0 where it is
+    not finite), the exponentials summed as `sum3`, then log and the shift added back."""
+    o, n, i = x3.shape
+    m = x3[:, 0, :].copy()
+    for k in range(1, n):
+        m = np.maximum(m, x3[:, k, :])
+    for a in range(o):
+        for c in range(i):
+            if not np.isfinite(m[a, c]):
+                m[a, c] = 0
+    e = np.empty_like(x3)
+    for k in range(n):
+        e[:, k, :] = np.exp(x3[:, k, :] - m)
+    return np.log(sum3(e)) + m

@@ -982,6 +982,7 @@ _register(Primitive(
     jvp=lambda ts, xs, out, axes, keepdims: bind(
         "sum", ts[0] * _prod_partials(xs[0], out, axes, keepdims), axes=axes,
         keepdims=keepdims),
+    kernel=ks.prod,
     family="reduction", promote="none", notes="exact with zeros: the product of the other entries"))
 
 
@@ -1016,7 +1017,7 @@ _register(Primitive(
         _spread(ct, xs[0], axes, keepdims) * softmax_of(xs[0], axes),),
     jvp=lambda ts, xs, out, axes, keepdims: bind(
         "sum", ts[0] * softmax_of(xs[0], axes), axes=axes, keepdims=keepdims),
-    family="reduction", promote="float", real_only=True,
+    kernel=ks.logsumexp, family="reduction", promote="float", real_only=True,
     notes="shifted by the maximum: finite for inputs of any size"))
 
 
@@ -1058,7 +1059,7 @@ _register(Primitive(
     vjp=lambda ct, xs, out, axis, reverse: (
         bind("cumsum", ct, axis=axis, reverse=not reverse),),
     jvp=lambda ts, xs, out, axis, reverse: bind("cumsum", ts[0], axis=axis, reverse=reverse),
-    family="statistics", promote="none"))
+    kernel=ks.cumsum, family="statistics", promote="none"))
 
 
 def _cumprod_partials(x, axis):
@@ -1093,7 +1094,7 @@ def _cumprod_jvp(ts, xs, out, axis):
 _register(Primitive(
     name="cumprod", impl=lambda x, axis: np.cumprod(x, axis=axis, dtype=_sum_dtype(x.dtype)),
     abstract=_axis_type("cumprod", _sum_dtype), vjp=_cumprod_vjp, jvp=_cumprod_jvp,
-    family="statistics", promote="none",
+    kernel=ks.cumprod, family="statistics", promote="none",
     notes="exact with zeros: d out_j / d x_i is the product of x_k over k <= j, k != i"))
 
 
@@ -1156,6 +1157,7 @@ for _name, _fn in [("argmax", np.argmax), ("argmin", np.argmin)]:
     _register(Primitive(name=_name, impl=(lambda f: lambda x, axis: f(x, axis=axis))(_fn),
                         abstract=_arg_type(_name),
                         family="reduction", promote="none", nondiff=True, real_only=True,
+                        kernel=getattr(ks, _name),
                         notes="integer result: no derivative"))
 
 # ---------------------------------------------------------------------------------
@@ -1407,6 +1409,7 @@ def _solve_jvp(ts, xs, out):
 
 
 _register(Primitive(
+    kernel=ks.needs_lapack,
     name="solve", impl=np.linalg.solve, abstract=_solve_type, vjp=_solve_vjp,
     jvp=_solve_jvp, family="linalg", promote="float",
     notes="x = A^{-1} B for (stacks of) square A and n×k B, batch axes broadcast (cnp.linalg."
@@ -1456,6 +1459,7 @@ def _factor_type(op: str) -> Callable[..., TensorType]:
 
 
 _register(Primitive(
+    kernel=ks.needs_lapack,
     name="cholesky", impl=_cholesky_impl, abstract=_factor_type("cholesky"),
     vjp=_cholesky_vjp, jvp=_cholesky_jvp, family="linalg", promote="float",
     notes="the lower factor L of a symmetric positive definite A (cnp.linalg.cholesky "
@@ -1495,6 +1499,7 @@ def _eigh_vjp(cts, xs, outs, uplo):
 
 
 _register(Primitive(
+    kernel=ks.needs_lapack,
     name="eigh", impl=lambda a, uplo: tuple(np.linalg.eigh(a, uplo)), abstract=_eigh_type,
     vjp=_eigh_vjp, jvp=_eigh_jvp, family="linalg", promote="float", multi_output=True,
     notes="eigenvalues (ascending) and eigenvectors of a symmetric matrix (cnp.linalg.eigh "
@@ -1573,6 +1578,7 @@ def _eig_vjp(cts, xs, outs):
 
 
 _register(Primitive(
+    kernel=ks.needs_lapack,
     name="eig", impl=_eig_impl, abstract=_eig_type, vjp=_eig_vjp, jvp=_eig_jvp,
     family="linalg", promote="float", multi_output=True,
     notes="numpy's eig of a real or complex matrix: eigenvalues w and right eigenvectors V, "
@@ -1658,6 +1664,7 @@ def _svd_vjp(cts, xs, outs, full_matrices):
 
 
 _register(Primitive(
+    kernel=ks.needs_lapack,
     name="svd", impl=lambda a, full_matrices: tuple(np.linalg.svd(a, full_matrices)),
     abstract=_svd_type, vjp=_svd_vjp, jvp=_svd_jvp, family="linalg", promote="float",
     multi_output=True,
@@ -1737,6 +1744,7 @@ def _qr_vjp(cts, xs, outs, complete):
 
 
 _register(Primitive(
+    kernel=ks.needs_lapack,
     name="qr", impl=lambda a, complete: tuple(np.linalg.qr(a, "complete" if complete else
                                                             "reduced")),
     abstract=_qr_type, vjp=_qr_vjp, jvp=_qr_jvp, family="linalg", promote="float",
@@ -1757,6 +1765,7 @@ def _expand2(x: Any) -> Any:
 
 
 _register(Primitive(
+    kernel=ks.needs_lapack,
     name="det", impl=np.linalg.det, abstract=_det_type,
     vjp=lambda ct, xs, out: (_expand2(ct * out) * _inverse_transpose(xs[0]),),
     jvp=lambda ts, xs, out: out * _trace_of_solve(xs[0], ts[0]),
@@ -1777,6 +1786,7 @@ def _slogdet_vjp(cts, xs, outs):
 
 
 _register(Primitive(
+    kernel=ks.needs_lapack,
     name="slogdet", impl=lambda a: tuple(np.linalg.slogdet(a)), abstract=_slogdet_type,
     vjp=_slogdet_vjp, jvp=lambda ts, xs, outs: [None, _trace_of_solve(xs[0], ts[0])],
     family="linalg", promote="float", multi_output=True,
@@ -1820,6 +1830,7 @@ def _pinv_vjp(ct, xs, out, rtol):
 
 
 _register(Primitive(
+    kernel=ks.needs_lapack,
     name="pinv", impl=_pinv_impl, abstract=_pinv_type, vjp=_pinv_vjp, jvp=_pinv_jvp,
     family="linalg", promote="float",
     notes="the Moore-Penrose pseudo-inverse by numpy's SVD, singular values <= rtol * the "
@@ -2063,6 +2074,7 @@ _register(Primitive(
     jvp=lambda ts, xs, out: ts[0] if ts[2] is None else bind(
         "write_row", np.zeros(xs[0].shape, xs[0].dtype) if ts[0] is None else ts[0], xs[1],
         ts[2]),
+    kernel=ks.write_row,
     family="indexing", promote="none", dynamic=(1,), mutates=True, deferred_result=True,
     deferred_inputs=(0,), unchecked=True,
     notes="stack[t] = y for a row t of `stack` that is zero (a cg.scan's output stack, each "
@@ -2325,20 +2337,20 @@ def _conj_type(types: list[TensorType]) -> TensorType:
 _register(Primitive(
     name="real", impl=np.real, abstract=_complex_part_type("real"),
     vjp=lambda ct, xs, out: (bind("astype", ct, dtype=xs[0].dtype),),
-    jvp=lambda ts, xs, out: bind("real", ts[0]), family="complex", promote="none",
+    jvp=lambda ts, xs, out: bind("real", ts[0]), kernel=ks.real, family="complex", promote="none",
     notes="the real part of a complex value; its cotangent is the real cotangent as complex"))
 # imag(z) = (z - conj z)/(2i): A = -i/2, B = i/2, so c -> -i c
 _register(Primitive(
     name="imag", impl=np.imag, abstract=_complex_part_type("imag"),
     vjp=lambda ct, xs, out: (ct * np.asarray(-1j, xs[0].dtype),),
-    jvp=lambda ts, xs, out: bind("imag", ts[0]), family="complex", promote="none",
+    jvp=lambda ts, xs, out: bind("imag", ts[0]), kernel=ks.imag, family="complex", promote="none",
     notes="the imaginary part of a complex value; its cotangent is -1j times the real "
           "cotangent (JAX's convention)"))
 # conj(z): A = 0, B = 1, so c -> conj(c)
 _register(Primitive(
     name="conj", impl=np.conj, abstract=_conj_type,
     vjp=lambda ct, xs, out: (bind("conj", ct),),
-    jvp=lambda ts, xs, out: bind("conj", ts[0]), family="complex", promote="none",
+    jvp=lambda ts, xs, out: bind("conj", ts[0]), kernel=ks.conj, family="complex", promote="none",
     notes="the complex conjugate; its VJP conjugates the cotangent (not holomorphic)"))
 
 
@@ -2351,7 +2363,7 @@ _register(Primitive(
     name="angle", impl=lambda z: np.angle(z), abstract=_angle_type,
     vjp=lambda ct, xs, out: (ct * (-1j / xs[0]) if xs[0].dtype.kind == "c" else None,),
     jvp=lambda ts, xs, out: bind("imag", ts[0] / xs[0]) if xs[0].dtype.kind == "c" else None,
-    family="complex", promote="float",
+    kernel=ks.angle, family="complex", promote="float",
     notes="arg(z) in (-pi, pi], numpy's atan2(imag, real); d angle = Im(dz / z), nan at z = "
           "0 (as JAX); for a real input 0 or pi, derivative 0 (JAX: also 0, nan at x = 0)"))
 
