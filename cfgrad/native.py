@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from . import kernels as K
 from .checkpoint import Binomial, EveryK, Online, Recompute, StoreAll, resolve
 from .interpret import DECIDE, LOOP_ENTER, LOOP_EXIT, LOOP_LATCH, Compiled, GradPlan
 from .ir import Block, Cond, Jmp, Node, Program, RegionIndex, TensorType, Value
@@ -455,7 +456,7 @@ class _Recomputed:
         self.index = j = info.index
         self.info = info
         self.key = repr(strategy)
-        SCHEDULES.setdefault(self.key, Schedule(strategy))
+        K.SCHEDULES.setdefault(self.key, Schedule(strategy))
         c = writer.c
         region = info.region
         self.header = c.block_index[region.header]
@@ -483,8 +484,7 @@ class _Recomputed:
     def enter(self) -> list[str]:
         j = self.index
         return [f"bd{j} = {self.bound}",
-                f'with numba.objmode(fw{j}="int64[:,::1]"):',
-                f"    fw{j} = forward_table({self.key!r}, bd{j}, 64)",
+                f"fw{j} = K.schedule_table(False, {self.key!r}, bd{j}, 64)",
                 f"hz{j} = fw{j}.shape[0]", f"tb{j} = ntape{j}", f"sb{j} = st{j}"] + [
                     f"mk{j}_{k} = {counter.count if isinstance(counter, _Tape) else counter}"
                     for k, counter in enumerate(self.inner)]
@@ -494,8 +494,7 @@ class _Recomputed:
         x_{t-1} kept as pending), then make x_t the pending one."""
         j = self.index
         lines = [f"if nf{j} >= hz{j}:",  # past the forward table's horizon: a longer one
-                 f'    with numba.objmode(fw{j}="int64[:,::1]"):',
-                 f"        fw{j} = forward_table({self.key!r}, bd{j}, 2 * nf{j})",
+                 f"    fw{j} = K.schedule_table(False, {self.key!r}, bd{j}, 2 * nf{j})",
                  f"    hz{j} = fw{j}.shape[0]",
                  f"row = fw{j}[nf{j}, 1]", "if row >= 0:", f"    row += sb{j}"]
         for k, (v, snap) in enumerate(self.snapshots):
@@ -507,8 +506,7 @@ class _Recomputed:
         """Record the execution: its reverse operations and where its snapshots are."""
         j = self.index
         return [f"if nf{j} > 0:",
-                '    with numba.objmode(rv="int64[:,::1]"):',
-                f"        rv = reverse_table({self.key!r}, nf{j}, bd{j})",
+                f"    rv = K.schedule_table(True, {self.key!r}, nf{j}, bd{j})",
                 "    n = rv.shape[0] - 1",
                 f"    while nops{j} + n > ops{j}.shape[0]: ops{j} = K.grow(ops{j})",
                 f"    ops{j}[nops{j}:nops{j} + n] = rv[1:]",
@@ -527,19 +525,6 @@ class _Recomputed:
         return [f"if rp{j} == re{j}:", f"    nex{j} -= 1", f"    rs{j} = ex{j}[nex{j}, 0]",
                 f"    rp{j} = ex{j}[nex{j}, 1]", f"    re{j} = rp{j} + ex{j}[nex{j}, 2]",
                 f"    nops{j} = rp{j}", f"    st{j} = rs{j}"]
-
-
-# The schedules of the recomputing strategies compiled code runs, by the strategy's repr
-# (which names its parameters): generated code asks for their tables from object mode.
-SCHEDULES: dict[str, Schedule] = {}
-
-
-def forward_table(key: str, bound: int, horizon: int) -> np.ndarray:
-    return SCHEDULES[key].forward(int(bound), int(horizon))
-
-
-def reverse_table(key: str, trips: int, bound: int) -> np.ndarray:
-    return SCHEDULES[key].reverse(int(trips), int(bound))
 
 
 def _fused_calls(program: Program) -> dict[Node, Node | None]:
@@ -675,8 +660,7 @@ class _Module:
     def source(self) -> str:
         header = ["import numpy as np", "import numba", "from numba.typed import List",
                   "from cfgrad import kernels as K",
-                  "from cfgrad.errors import LoopLimitError, ReplayMismatchError",
-                  "from cfgrad.native import forward_table, reverse_table", ""]
+                  "from cfgrad.errors import LoopLimitError, ReplayMismatchError", ""]
         header += [f"{name} = numba.types.Array(numba.types.{t.dtype.name}, {t.ndim}, 'A')"
                    for t, name in self.list_types.items()]
         return "\n".join(header + ["", ""] + self.functions) + "\n"
