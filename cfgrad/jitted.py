@@ -131,9 +131,7 @@ class Jitted:
             return native
         except Unsupported as e:
             reason = str(e)
-        except Exception as e:  # Numba's typing or lowering errors: report, don't crash
-            if not type(e).__module__.startswith("numba"):
-                raise
+        except Exception as e:  # Numba's errors (typing, lowering, its own internal ones)
             reason = "Numba could not compile it: " + _first_cause(str(e))
         name = getattr(self.fun, "__name__", "f")
         if not self.fallback:

@@ -311,18 +311,27 @@ def roll(args, types, out, consts, axis):
     return f"K.roll({args[0]}, {args[1]}, {axis % types[0].ndim})"
 
 
-def index_expression(spec: tuple, dynamic: list[str], consts: Any, what: str) -> str:
+def index_expression(spec: tuple, dynamic: list[str], shape: tuple[int, ...],
+                     what: str) -> str:
     """The subscript of `x[...]` for an index spec (`'$'` marking each traced index, read
-    from `dynamic`); basic indexing only (Numba takes at most one array index)."""
+    from `dynamic`) into an array of `shape`; basic indexing only (Numba takes at most one
+    array index). A traced index is checked against its axis (`K.bound`): compiled code
+    runs without Numba's bounds checks everywhere, which double its compile time, and a
+    constant index was checked when the program was traced."""
     it = iter(dynamic)
     items = []
+    consuming = sum(1 for s in spec if s is not None and s is not Ellipsis)
+    axis = 0
     for s in spec:
         if isinstance(s, str):
-            items.append(next(it))
+            items.append(f"K.bound({next(it)}, {shape[axis]})")
         elif s is None:
             items.append("None")
+            continue
         elif s is Ellipsis:
             items.append("...")
+            axis += len(shape) - consuming
+            continue
         elif isinstance(s, slice):
             items.append("slice(" + ", ".join("None" if v is None else repr(int(v))
                                               for v in (s.start, s.stop, s.step)) + ")")
@@ -330,6 +339,7 @@ def index_expression(spec: tuple, dynamic: list[str], consts: Any, what: str) ->
             items.append(repr(int(s)))
         else:
             raise Unsupported(f"{what} with an index array (compiled: basic indexing only)")
+        axis += 1
     return ", ".join(items) + ("," if len(items) == 1 else "")
 
 
@@ -340,13 +350,13 @@ def _array_indices(types: list[Any], first: int) -> bool:
 def index(args, types, out, consts, spec):
     if _array_indices(types, 1):
         raise Unsupported("indexing with a traced index array (compiled: basic indexing)")
-    return f"{args[0]}[{index_expression(spec, args[1:], consts, 'indexing')}]"
+    return f"{args[0]}[{index_expression(spec, args[1:], types[0].shape, 'indexing')}]"
 
 
 def scatter_add(args, types, out, consts, spec, shape):
     if _array_indices(types, 1):
         raise Unsupported("scatter_add at a traced index array (compiled: basic indexing)")
-    sub = index_expression(spec, args[1:], consts, "scatter_add")
+    sub = index_expression(spec, args[1:], tuple(shape), "scatter_add")
     return f"K.set_at(np.zeros({tuple(shape)}, {_dt(out)}), ({sub}), {args[0]})"
 
 
@@ -354,7 +364,7 @@ def accumulate_index(args, types, out, consts, spec):
     if _array_indices(types, 2):
         raise Unsupported("accumulate_index at a traced index array (compiled: basic "
                           "indexing)")
-    sub = index_expression(spec, args[2:], consts, "accumulate_index")
+    sub = index_expression(spec, args[2:], types[0].shape, "accumulate_index")
     return f"K.add_at({args[0]}, ({sub}), {args[1]})"
 
 

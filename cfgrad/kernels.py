@@ -135,6 +135,15 @@ def accumulate_outer(acc, a, b):
     return acc
 
 
+@numba.njit(cache=True, inline="always")
+def bound(i, n):
+    """A traced index i into an axis of n entries, checked (negative ones count from the
+    end, as numpy's): out of range is numpy's IndexError, not a read past the array."""
+    if i < -n or i >= n:
+        raise IndexError("cfgrad.jit: a traced index is out of bounds for its axis")
+    return i
+
+
 @numba.njit(cache=True)
 def set_at(z, index, value):
     """z[index] = value, returning z: a scatter into fresh zeros through a basic index."""

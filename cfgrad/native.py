@@ -45,7 +45,7 @@ import numpy as np
 from . import kernels as K
 from .checkpoint import Binomial, EveryK, Online, Recompute, StoreAll, resolve
 from .interpret import DECIDE, LOOP_ENTER, LOOP_EXIT, LOOP_LATCH, Compiled, GradPlan
-from .ir import Block, Cond, Jmp, Node, Program, RegionIndex, TensorType, Value
+from .ir import Block, Cond, Node, Program, Return, TensorType, Value
 from .kernel_sources import Unsupported
 from .primitives import PRIMITIVES
 from .schedule import ADVANCE, LOAD, SET, STORE_ROW, TAPE, Schedule
@@ -197,6 +197,9 @@ class _Writer:
         self.block = {b: i for i, b in enumerate(compiled.program.blocks)}
         self.fused = _fused_calls(compiled.program)
         self.replaying: _Recomputed | None = None  # writing a loop's re-run (see `replay`)
+        program = compiled.program
+        self.ifs_by_branch = {r.branch: r for r in program.ifs()}
+        self.loops_by_header = {r.header: r for r in program.loops()}
 
     def name(self, v: Value) -> str:
         return f"{self.p}{self.c.slot[v]}"
@@ -216,18 +219,68 @@ class _Writer:
         return lines
 
     def machine(self, on_return: Any) -> list[str]:
-        """The `while True` over blocks; `on_return(values)` gives the Return's lines."""
-        return ["b = 0", "while True:"] + self._arms(
-            "b", list(enumerate(self.c.program.blocks)), on_return)
+        """The program as structured code: its regions become `if` statements and
+        `while` loops (a Program is built from structured constructs, so its block graph
+        always has that shape); `on_return(values)` gives the Return's lines. Numba
+        compiles structured code several times faster than a state machine over blocks,
+        where every variable would meet every other arm at the loop's head."""
+        return self._from(self.c.program.blocks[0], frozenset(), on_return)
 
-    def _arms(self, var: str, blocks: list[tuple[int, Block]], on_return: Any) -> list[str]:
-        lines = []
-        for j, (i, blk) in enumerate(blocks):
-            lines.append(f"    {'if' if j == 0 else 'elif'} {var} == {i}:")
-            body = [line for n in blk.nodes for line in self.node(n)]
-            body += self.terminator(blk, on_return)
-            lines += ["        " + line for line in body]
+    def _from(self, blk: Block, stops: frozenset[Block], on_return: Any) -> list[str]:
+        """Code running from `blk` until control reaches a block of `stops` (the merge of
+        an enclosing `if`, the header of an enclosing loop) or the Return."""
+        lines: list[str] = []
+        while True:
+            lines += [line for n in blk.nodes for line in self.node(n)]
+            t = blk.term
+            if isinstance(t, Return):
+                return lines + on_return([self.name(v) for v in t.values])
+            if isinstance(t, Cond):  # an if region's branch (loop headers are `_loop`'s)
+                region = self.ifs_by_branch[blk]
+                lines += self._branches(blk, t, region.merge, stops, on_return)
+                blk = region.merge
+                continue
+            lines += self.edge(blk, None)
+            target = t.target
+            if target in stops:
+                return lines
+            loop = self.loops_by_header.get(target)
+            if loop is not None:  # entered from its preheader
+                lines += self._loop(loop, stops, on_return)
+                blk = loop.exit
+                continue
+            blk = target
+
+    def _branches(self, blk: Block, t: Cond, merge: Block, stops: frozenset[Block],
+                  on_return: Any) -> list[str]:
+        inner = stops | {merge}
+        arms = [(key, self.edge(blk, key) + self._from(target, inner, on_return))
+                for key, target in t.cases]
+        sel = self.name(t.selector)
+        if [k for k, _ in arms] == [True, False]:
+            return ([f"if {sel}:"] + _indent(arms[0][1]) + ["else:"] + _indent(arms[1][1]))
+        if len(arms) == 1:  # a switch of one branch: every index takes it
+            return arms[0][1]
+        # a switch index outside 0..n-1 takes the nearest case, as cg.switch does
+        lines = [f"k = min(max({sel}, 0), {len(arms) - 1})"]
+        for j, (_, body) in enumerate(arms):
+            head = "else:" if j == len(arms) - 1 else f"{'if' if j == 0 else 'elif'} k == {j}:"
+            lines += [head] + _indent(body)
         return lines
+
+    def _loop(self, loop: Any, stops: frozenset[Block], on_return: Any) -> list[str]:
+        """`while True:` around the header's nodes, the exit edge (`break`), the body up
+        to the latch's edge back; a re-run (`replay`) instead counts down `rem`."""
+        header = loop.header
+        t = header.term
+        body = [line for n in header.nodes for line in self.node(n)]
+        leave = self.edge(header, False)
+        rerun = self.replaying is not None and self.replaying.info.region is loop
+        body += [f"if not {self.name(t.selector)}:"] + _indent(
+            leave if rerun else leave + ["break"])  # (a re-run's exit raises)
+        body += self.edge(header, True) + self._from(loop.body, frozenset({header}),
+                                                      on_return)
+        return ["while True:"] + _indent(body)
 
     def replay(self, loop: _Recomputed) -> list[str]:
         """Code re-running iterations of `loop` from the carry in its header's variables:
@@ -236,11 +289,10 @@ class _Writer:
         early cannot match the forward run: ReplayMismatchError, as the interpreter's."""
         self.replaying = loop
         try:
-            blocks = [(i, self.c.program.blocks[i]) for i in loop.blocks]
-            return [f"rb = {loop.header}", "while rem > 0:"] + self._arms(
-                "rb", blocks, lambda vals: ["raise AssertionError('a loop re-run returned')"])
+            code = self._loop(loop.info.region, frozenset(), _no_return)
         finally:
             self.replaying = None
+        return ["while rem > 0:"] + code[1:]  # (the latch's edge counts `rem` down)
 
     # -- nodes ---------------------------------------------------------------------------
     def node(self, n: Node) -> list[str]:
@@ -302,27 +354,6 @@ class _Writer:
         return lines
 
     # -- edges ---------------------------------------------------------------------------
-    def terminator(self, blk: Block, on_return: Any) -> list[str]:
-        t = blk.term
-        if isinstance(t, Jmp):
-            return self.edge(blk, None)
-        if isinstance(t, Cond):
-            sel = self.name(t.selector)
-            keys = [k for k, _ in t.cases]
-            if keys == [True, False]:
-                return ([f"if {sel}:"] + ["    " + x for x in self.edge(blk, True)] +
-                        ["else:"] + ["    " + x for x in self.edge(blk, False)])
-            if len(keys) == 1:  # a switch of one branch: every index takes it
-                return self.edge(blk, keys[0])
-            # a switch index outside 0..n-1 takes the nearest case, as cg.switch does
-            lines = [f"k = min(max({sel}, 0), {len(keys) - 1})"]
-            for j, key in enumerate(keys):
-                lines.append(("if" if j == 0 else "elif" if j < len(keys) - 1 else "else") +
-                             (f" k == {j}:" if j < len(keys) - 1 else ":"))
-                lines += ["    " + x for x in self.edge(blk, key)]
-            return lines
-        return on_return([self.name(v) for v in t.values])
-
     def edge(self, src: Block, key: Any) -> list[str]:
         c = self.c
         e = c.edge_id[(src, key)]
@@ -332,9 +363,7 @@ class _Writer:
         if loop is not None:
             return self._replay_edge(loop, src, key, target_index, action, arg)
         lines = self.action(action, arg) + self._new_iteration(src, key)
-        lines += self._phi_copy(src, key, target)
-        lines.append(f"b = {target_index}")
-        return lines
+        return lines + self._phi_copy(src, key, target)
 
     def _new_iteration(self, src: Block, key: Any) -> list[str]:
         """On the edge into a recomputing loop's body in a taped sweep: the previous
@@ -380,8 +409,7 @@ class _Writer:
         if action == LOOP_LATCH and arg == loop.index:
             tape = self.module.tapes[loop.index]
             lines = ["if tp:"] + ["    " + x for x in tape.push()] if tape else []
-            lines += self._phi_copy(src, key, target) + ["rem -= 1"]
-            return lines + [f"rb = {target_index}"]
+            return lines + self._phi_copy(src, key, target) + ["rem -= 1"]
         # a decision, or a nested loop's events: logged and taped as in the sweep when the
         # re-run is taped, only counted (trips, max_iters) when it is not
         taped = self.action(action, arg)
@@ -397,7 +425,7 @@ class _Writer:
         else:
             lines = (["if tp:"] + ["    " + x for x in taped] +
                      ["else:"] + ["    " + x for x in untaped or ["pass"]])
-        return lines + self._phi_copy(src, key, target) + [f"rb = {target_index}"]
+        return lines + self._phi_copy(src, key, target)
 
     def action(self, action: int, arg: Any) -> list[str]:
         """What the interpreter's `Machine.act` does on this edge, as code: trip counting
@@ -457,12 +485,7 @@ class _Recomputed:
         self.info = info
         self.key = repr(strategy)
         K.SCHEDULES.setdefault(self.key, Schedule(strategy))
-        c = writer.c
         region = info.region
-        self.header = c.block_index[region.header]
-        nest = RegionIndex.of(c.program).nest
-        self.blocks = [i for i, b in enumerate(c.program.blocks)
-                       if b.region is not None and nest.encloses(region, b.region)]
         self.snapshots = [(writer.name(phi.out), f"snap{j}_{k}")
                           for k, phi in enumerate(region.header.phis)]
         self.types = [phi.out.type for phi in region.header.phis]
@@ -525,6 +548,14 @@ class _Recomputed:
         return [f"if rp{j} == re{j}:", f"    nex{j} -= 1", f"    rs{j} = ex{j}[nex{j}, 0]",
                 f"    rp{j} = ex{j}[nex{j}, 1]", f"    re{j} = rp{j} + ex{j}[nex{j}, 2]",
                 f"    nops{j} = rp{j}", f"    st{j} = rs{j}"]
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return ["    " + line for line in lines] or ["    pass"]
+
+
+def _no_return(values: list[str]) -> list[str]:
+    raise AssertionError("a loop's body reached the program's Return")
 
 
 def _fused_calls(program: Program) -> dict[Node, Node | None]:
@@ -599,8 +630,7 @@ class _Module:
                 adj.name(p) for p in plan.adjoint.params]
             body = fwd.constants() + adj.constants() + inits
             outputs = [f"out{i}" for i in range(len(program.outputs))]
-            body += fwd.machine(lambda vals: [f"{', '.join(outputs)}, = {', '.join(vals)},",
-                                              "break"])
+            body += fwd.machine(lambda vals: [f"{', '.join(outputs)}, = {', '.join(vals)},"])
             body += adj.machine(lambda vals: [f"return ({', '.join(outputs + vals)},)"])
         finally:
             self.stacks, self.tapes, self.recomputed = outer
@@ -667,7 +697,7 @@ class _Module:
 
 
 def _function(name: str, params: str, body: list[str]) -> str:
-    lines = ["@numba.njit(cache=True, boundscheck=True, error_model=\"numpy\")",
+    lines = ["@numba.njit(cache=True, error_model=\"numpy\")",
              f"def {name}(C{', ' if params else ''}{params}):"]
     lines += ["    " + line for line in body]
     return "\n".join(lines) + "\n"
@@ -739,7 +769,7 @@ class NativeProgram:
         numpy scalars of the parameter's dtype, arrays of its dtype."""
         out = []
         for x, t, native in zip(leaves, self._param_types, self._native_kinds):
-            if type(x) is native or (type(x) is np.ndarray and x.dtype == t.dtype):
+            if type(x) is native or (type(x) is np.ndarray and x.ndim and x.dtype == t.dtype):
                 out.append(x)
                 continue
             a = np.asarray(x, t.dtype)
