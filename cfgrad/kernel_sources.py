@@ -41,17 +41,20 @@ def accumulate(args, types, out, consts):
     return f"({args[0]} + {args[1]})" if out.shape == () else f"K.add_into({args[0]}, {args[1]})"
 
 
-def accumulate_outer(args, types, out, consts):
-    return f"K.accumulate_outer({args[0]}, {args[1]}, {args[2]})"
+def _helper(name: str, doc: str) -> Any:
+    """The kernel calling `K.<name>` on the operands (a helper of kernels.py computing the
+    primitive as numpy does, where Numba's function of that name differs)."""
+    def kernel(args, types, out, consts):
+        return f"K.{name}({', '.join(args)})"
+
+    kernel.__doc__ = doc
+    return kernel
 
 
-def maximum(args, types, out, consts):
-    """numpy's: the second operand on a tie (max(-0.0, 0.0) is 0.0), NaN from either."""
-    return f"K.maximum({args[0]}, {args[1]})"
-
-
-def minimum(args, types, out, consts):
-    return f"K.minimum({args[0]}, {args[1]})"
+maximum = _helper("maximum", "numpy's: the second operand on a tie (max(-0.0, 0.0) is "
+                             "0.0), NaN from either")
+minimum = _helper("minimum", "numpy's: the second operand on a tie, NaN from either")
+accumulate_outer = _helper("accumulate_outer", "acc += outer(a, b) in place, entry by entry")
 
 
 def sign(args, types, out, consts):
@@ -247,11 +250,13 @@ def cumprod(args, types, out, consts, axis):
 
 
 def amax(args, types, out, consts, axes, keepdims):
-    return _reduced(args, types, out, axes, keepdims, "np.max({0})", "K.max_along({0}, {1})")
+    return _reduced(args, types, out, axes, keepdims, "np.max({0})",
+                    "K.extreme_along({0}, {1}, True)")
 
 
 def amin(args, types, out, consts, axes, keepdims):
-    return _reduced(args, types, out, axes, keepdims, "np.min({0})", "K.min_along({0}, {1})")
+    return _reduced(args, types, out, axes, keepdims, "np.min({0})",
+                    "K.extreme_along({0}, {1}, False)")
 
 
 def matmul(args, types, out, consts):

@@ -245,22 +245,13 @@ def reshaped(value, shape):
 
 
 @numba.njit(cache=True)
-def max_along(x, axis):
-    """np.max(x, axis=axis): the maximum over one axis, NaN propagating."""
+def extreme_along(x, axis, largest):
+    """np.max (largest) or np.min of x over one axis: numpy's maximum / minimum entry by
+    entry, row after row (NaN propagating, numpy's choice on ties of signed zeros)."""
     moved = np.moveaxis(x, axis, 0)
     out = moved[0].copy()
     for i in range(1, moved.shape[0]):
-        out = np.maximum(out, moved[i])
-    return out
-
-
-@numba.njit(cache=True)
-def min_along(x, axis):
-    """np.min(x, axis=axis): the minimum over one axis, NaN propagating."""
-    moved = np.moveaxis(x, axis, 0)
-    out = moved[0].copy()
-    for i in range(1, moved.shape[0]):
-        out = np.minimum(out, moved[i])
+        out = maximum(out, moved[i]) if largest else minimum(out, moved[i])
     return out
 
 
