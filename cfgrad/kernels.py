@@ -268,6 +268,8 @@ def dot(a, b):
 def matmul(a, b):
     """a @ b of two matrices as plain loops (Numba's own `@` needs SciPy's BLAS): every
     entry a dot product summed in index order."""
+    a = np.ascontiguousarray(a)  # rows of both walked in order (O(n²) next to O(n³))
+    b = np.ascontiguousarray(b)
     n, m = a.shape[0], b.shape[1]
     out = np.zeros((n, m), a.dtype)
     for i in range(n):
@@ -280,7 +282,10 @@ def matmul(a, b):
 
 @numba.njit(cache=True)
 def matvec(a, x):
-    """a @ x of a matrix and a vector."""
+    """a @ x of a matrix and a vector; a transposed matrix (an adjoint's W.T) walked as
+    `vecmat` walks it, row by row, the same products summed in the same order."""
+    if not a.flags.c_contiguous and a.T.flags.c_contiguous:
+        return vecmat(x, a.T)
     out = np.zeros(a.shape[0], a.dtype)
     for i in range(a.shape[0]):
         total = out[i]
