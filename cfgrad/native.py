@@ -7,22 +7,27 @@ Numba's numpy subset and lets Numba compile that to machine code.
 
 - Every value is a local variable (`f12`: slot 12 of the forward program's `Compiled`,
   `a7`: slot 7 of an adjoint's); a value of shape () is a native scalar.
-- Blocks become the arms of a `while True` state machine over a block number, edges set
-  the next block after their Phi copies (one tuple assignment: a parallel copy, as in
-  the interpreter), so any block graph compiles, loops and all.
+- The Program's regions become structured code: an `if` region an `if`/`else` (a
+  switch a chain on its clamped index), a loop a `while True:` whose header tests the
+  condition and breaks to the exit; edges do their Phi copies as one tuple assignment
+  (a parallel copy, as in the interpreter). Numba's type inference takes several times
+  longer on a state machine over block numbers, where every variable meets every arm.
 - Each node is its primitive's `kernel` (the derivative table's Numba source for it), or
   for an entry whose implementation is a numpy ufunc, the same ufunc under Numba.
 - A `vjp_call` node (a gradient inside the traced function, e.g. `cg.jit(cg.grad(f))`)
   compiles to one function that runs the sub-program forward, taped, then its adjoint:
   the control log is a stack array per `if` region (decisions) and per loop (trip
-  counts), the tape of each loop under `StoreAll` a stack array per saved value, pushed
-  at the back edge and popped by the adjoint's `LoopState`, exactly where the
-  interpreter's strategy pushes and pops. Stacks start small and double when full.
+  counts), the tape of each loop a stack array per saved scalar and a typed list per
+  saved array (references, as the interpreter's tapes hold), pushed at the back edge and
+  popped by the adjoint's `LoopState`, exactly where the interpreter's strategy pushes
+  and pops. Stacks start small and double when full. A loop under a recomputing
+  strategy follows the schedule that strategy gives when run symbolically
+  (`_Recomputed`, schedule.py).
 - `call` nodes compile their sub-program as a function of its own.
 
 What cannot be compiled raises `Unsupported` with a one-line reason (a primitive without
-a kernel, a custom rule's Python, a debug callback, anomaly detection, a checkpoint
-strategy that recomputes); `cfgrad.jit` then runs the interpreter and says why.
+a kernel, a custom rule's Python, a debug callback, anomaly detection, a strategy class
+of the user's own); `cfgrad.jit` then runs the interpreter and says why.
 
 The generated source is written once per program to a cache directory (`CFGRAD_CACHE_DIR`,
 else `~/.cache/cfgrad/native`), named by its hash, and compiled with Numba's on-disk
