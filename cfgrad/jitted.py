@@ -25,6 +25,7 @@ import numpy as np
 
 from . import nested
 from . import tree as treelib
+from .anomaly import anomaly_detection_enabled
 from .api import argnums_tuple, leaf_key, lowered, static_positions
 from .convert import converted
 from .errors import CompileError
@@ -65,7 +66,8 @@ class _Interpreted:
 
     def __call__(self, leaves: list[Any]) -> list[Any]:
         entry = self.entry
-        m = Machine(entry.compiled, entry.strategies(None))
+        m = Machine(entry.compiled, entry.strategies(None),
+                    check=anomaly_detection_enabled())
         with np.errstate(all="ignore"):
             return [as_runtime_value(o) for o in m.run(entry.arguments(leaves))]
 
@@ -90,6 +92,10 @@ class Jitted:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if nested.is_tracing():  # inside another trace: traced inline
             return self._traced(*args, **kwargs)
+        if anomaly_detection_enabled():  # under cg.detect_anomaly(): the checking interpreter
+            entry, _, leaves = self._prepare(args, kwargs)
+            return treelib.unflatten(entry.program.out_tree,
+                                     _Interpreted(entry, "anomaly detection")(leaves))
         if not kwargs and not self._statics:  # the common call: numbers and arrays
             try:
                 entry, runner = self._by_leaves[tuple(map(_typed_key, args))]

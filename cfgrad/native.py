@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -337,6 +339,11 @@ class _Writer:
             return [f"{got} = {fn}(C, {args})"]
         src = kernel_source(n, [self.name(v) for v in n.inputs], self.module.constants)
         if len(outs) == 1 and not PRIMITIVES[n.op].multi_output:
+            t = n.outputs[0].type
+            if t.shape == () and t.dtype.kind in "iu" and t.dtype.itemsize < 8:
+                # Numba computes small integer scalars in int64; numpy wraps them in their
+                # own width (int8 100 * 2 is -56), so the result is cast back
+                src = f"{dtype_source(t.dtype)}({src})"
             return [f"{outs[0]} = {src}"]
         return [f"{', '.join(outs)}, = {src}"]
 
@@ -593,6 +600,7 @@ class _Module:
         self.constants = _Constants()
         self.functions: list[str] = []
         self._names: dict[Any, str] = {}
+        self._numbers = itertools.count(1)  # of the generated functions
         self.stacks: dict[tuple[str, int], _Stack] = {}
         self.tapes: dict[int, _Tape] = {}
         self.list_types: dict[TensorType, str] = {}  # typed-list element types, by value type
@@ -603,7 +611,7 @@ class _Module:
         key = ("call", id(program))
         if key in self._names:
             return self._names[key]
-        fname = name or f"call_{len(self._names)}"
+        fname = name or f"call_{next(self._numbers)}"
         self._names[key] = fname
         w = _Writer(self, Compiled(program), "f")
         params = ", ".join(w.name(p) for p in program.params)
@@ -623,7 +631,7 @@ class _Module:
                               "interpreter")
         program: Program = of.program
         plan: GradPlan = of.plan
-        fname = f"vjp_{len(self._names)}"
+        fname = f"vjp_{next(self._numbers)}"  # (taken now: the body may name others)
         fwd = _Writer(self, plan.forward, "f", taped=True)
         adj = _Writer(self, plan.compiled, "a", forward=fwd)
         outer = self.stacks, self.tapes, self.recomputed
@@ -717,8 +725,17 @@ def cache_dir() -> Path:
     return Path(base) / "cfgrad" / "native"
 
 
+_LOADING = threading.Lock()
+
+
 def _load(source: str) -> Any:
-    """Write `source` as a module named by its hash (once) and import it."""
+    """Write `source` as a module named by its hash (once) and import it; one thread at a
+    time, so that no thread sees another's module before it has run."""
+    with _LOADING:
+        return _load_unlocked(source)
+
+
+def _load_unlocked(source: str) -> Any:
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     name = f"cfgrad_native_{digest}"
     if name in sys.modules:
@@ -727,7 +744,7 @@ def _load(source: str) -> Any:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.py"
     if not path.exists() or path.read_text() != source:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(source)
         os.replace(tmp, path)
     spec = importlib.util.spec_from_file_location(name, path)

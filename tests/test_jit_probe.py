@@ -1,9 +1,10 @@
 """Adversarial probes of `cg.jit`: argument kinds, layouts and calling conventions that the
 other test_jit*.py files do not reach, each compared with the interpreter.
 
-The xfail(strict=True) tests are bugs found by probing, one-line diagnosis in each reason;
-they turn into failures (XPASS) once fixed, so the marker must then be removed. The
-programs are few and tiny, so the file stays within a handful of Numba compiles.
+The first tests are bugs probing found, now fixed: small integer scalars wrap in their own
+width, `cg.detect_anomaly()` reaches jitted functions, first calls from several threads
+compile, grad of grad compiles. The programs are few and tiny, so the file stays within a
+handful of Numba compiles.
 """
 
 from __future__ import annotations
@@ -52,10 +53,6 @@ def mul_add_div(x: Any, y: Any) -> Any:
     return x * y + x / y
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Numba promotes int8/int16/int32/uint scalar arithmetic to int64 and the generated code "
-    "never casts a 0-d integer result back to its dtype, so it does not wrap as numpy does: "
-    "int8 100*2 stays 200 (numpy -56) and the float result is 250.0 instead of -6.0"))
 def test_small_integer_scalars_wrap_as_numpy_does() -> None:
     args = (np.int8(100), np.int8(2))
     assert_same(cg.jit(mul_add_div)(*args), interpreted(mul_add_div)(*args))
@@ -65,9 +62,6 @@ def mul(x: Any, y: Any) -> Any:
     return x * y
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "same cause as above; here the unwrapped int64 result reaches native.py's "
-    "`t.dtype.type(r)` and raises a raw OverflowError instead of returning int32 0"))
 def test_int32_scalar_overflow_wraps_instead_of_raising() -> None:
     args = (np.int32(2**30), np.int32(4))
     assert_same(cg.jit(mul)(*args), interpreted(mul)(*args))
@@ -77,10 +71,6 @@ def sqrt_log(x: Any) -> Any:
     return cnp.sum(cnp.sqrt(x) * cnp.log(x))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the ambient `with cg.detect_anomaly():` is not seen by cg.jit (only grad's "
-    "detect_anomaly=True reaches native.py's Unsupported check): compiled code returns nan "
-    "silently where cg.grad raises AnomalyError"))
 def test_detect_anomaly_context_is_honoured_or_falls_back() -> None:
     x = np.array([-1.0, 2.0])
     with cg.detect_anomaly(), warnings.catch_warnings():
@@ -91,10 +81,6 @@ def test_detect_anomaly_context_is_honoured_or_falls_back() -> None:
             cg.jit(cg.grad(sqrt_log))(x)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "native._load races between threads: the temporary file is named by pid only (threads "
-    "collide on os.replace) and the module is put in sys.modules before it has executed "
-    "(another thread gets it without `main`), so the first concurrent calls fall back"))
 def test_first_calls_from_several_threads_compile(monkeypatch: Any, tmp_path: Any) -> None:
     monkeypatch.setenv("CFGRAD_CACHE_DIR", str(tmp_path))
 
@@ -123,9 +109,6 @@ def sin_cube(x: Any) -> Any:
     return cnp.sin(x) * x**3
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a fallback, not a wrong number: grad of grad inside jit fails Numba's typing with "
-    "'cannot type infer runaway recursion' (the nested vjp_call's generated functions)"))
 def test_grad_of_grad_compiles() -> None:
     got = cg.jit(cg.grad(cg.grad(sin_cube)), fallback=False)(0.7)
     assert_same(got, cg.grad(cg.grad(sin_cube))(0.7))
