@@ -135,16 +135,14 @@ class _Constants:
 
 @dataclass
 class _Stack:
-    """A stack array in generated code: its name, its counter and the shape of one entry."""
+    """A stack of scalars in generated code (a control log's): its array and counter."""
 
     name: str
     count: str
-    entry: tuple[int, ...]
     dtype: np.dtype
 
     def init(self) -> str:
-        return (f"{self.name} = np.empty({(16,) + self.entry}, {dtype_source(self.dtype)}); "
-                f"{self.count} = 0")
+        return f"{self.name} = np.empty(16, {dtype_source(self.dtype)}); {self.count} = 0"
 
     def push(self, value: str) -> list[str]:
         return [f"if {self.count} == {self.name}.shape[0]: {self.name} = K.grow({self.name})",
@@ -192,7 +190,9 @@ class _Tape:
 
 
 class _Writer:
-    """Writes one program's blocks as a state machine (see the module docstring)."""
+    """Writes one program as structured code (see the module docstring): its forward
+    run, the taped sweep of a `vjp_call`'s sub-program (`taped`), or an adjoint reading
+    the forward program's variables (`forward`)."""
 
     def __init__(self, module: _Module, compiled: Compiled, prefix: str, taped: Any = None,
                  forward: _Writer | None = None):
@@ -201,7 +201,6 @@ class _Writer:
         self.p = prefix
         self.taped = taped  # the vjp function's stacks while writing its forward sweep
         self.forward = forward  # the forward program's writer, for an adjoint
-        self.block = {b: i for i, b in enumerate(compiled.program.blocks)}
         self.fused = _fused_calls(compiled.program)
         self.replaying: _Recomputed | None = None  # writing a loop's re-run (see `replay`)
         program = compiled.program
@@ -681,11 +680,11 @@ class _Module:
         c = plan.forward
         for region, i in c.if_index.items():
             kind = np.dtype(np.bool_) if region.kind == "cond" else np.dtype(np.int64)
-            self.stacks[("decide", i)] = _Stack(f"dec{i}", f"ndec{i}", (), kind)
+            self.stacks[("decide", i)] = _Stack(f"dec{i}", f"ndec{i}", kind)
         by_slot = {s: v for v, s in c.slot.items()}
         for li, saves in zip(c.loops, plan.saves):
             self.stacks[("trips", li.index)] = _Stack(f"trips{li.index}", f"ntrips{li.index}",
-                                                      (), np.dtype(np.int64))
+                                                      np.dtype(np.int64))
             records = {pos for pos, _ in saves.nested_records}
             entries = [(f"f{slot}", by_slot[slot].type) for pos, slot in enumerate(saves.slots)
                        if pos not in records]  # (a nested loop's record: it has stacks)
