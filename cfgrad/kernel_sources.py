@@ -143,13 +143,12 @@ def _over_block(helper: str, op: str, args, types, out, axes, cast: bool = True,
     return f"{value}[0, 0]" if out.shape == () else f"{value}.reshape({out.shape})"
 
 
-def _apart(helper: str, x: str, t: Any, out: Any, axes: tuple[int, ...], pairwise: bool
-           ) -> str:
+def _apart(x: str, t: Any, out: Any, axes: tuple[int, ...], product: bool) -> str:
     """A sum or product over axes that are not adjacent, in numpy's order for a
     C-contiguous operand (axes of length 1 dropped): a trailing run of reduced axes is its
     iterator's inner loop (pairwise for a sum), every other reduced axis an outer loop
-    accumulating into the result in C order. `helper` accumulates rows: `K.add_rows` /
-    `K.multiply_rows` of (reduced count, kept count) to (kept count,)."""
+    accumulating into the result in C order (`K.combine3`: rows combined one after
+    another)."""
     ndim = t.ndim
     reduced = {a % ndim for a in axes}
     dims = [d for d in range(ndim) if t.shape[d] != 1]
@@ -157,7 +156,7 @@ def _apart(helper: str, x: str, t: Any, out: Any, axes: tuple[int, ...], pairwis
     flags = [d in reduced for d in dims]
     value = f"np.ascontiguousarray({x}).reshape({tuple(shape)})"
     run = 0
-    while pairwise and run < len(flags) and flags[len(flags) - 1 - run]:
+    while not product and run < len(flags) and flags[len(flags) - 1 - run]:
         run += 1
     if run:  # the inner loop: a pairwise sum over the trailing run, for each other index
         lead = shape[:len(shape) - run]
@@ -170,8 +169,8 @@ def _apart(helper: str, x: str, t: Any, out: Any, axes: tuple[int, ...], pairwis
     if outer:
         n_outer = int(np.prod([shape[j] for j in outer], dtype=np.int64))
         n_kept = int(np.prod([shape[j] for j in kept], dtype=np.int64))
-        value = (f"{helper}(np.ascontiguousarray(np.transpose({value}, "
-                 f"{tuple(outer + kept)})).reshape(({n_outer}, {n_kept})))")
+        value = (f"K.combine3(np.ascontiguousarray(np.transpose({value}, "
+                 f"{tuple(outer + kept)})).reshape((1, {n_outer}, {n_kept})), {product})[0]")
     return f"{value}.ravel()[0]" if out.shape == () else f"{value}.reshape({out.shape})"
 
 
@@ -185,7 +184,7 @@ def sum_(args, types, out, consts, axes, keepdims):
         return f"({_zero(out)} + {x})"
     if _block(t.shape, axes) is not None:
         return _over_block("K.sum3", "sum", [x], [t], out, axes, cast=False)
-    return _apart("K.add_rows", x, t, out, axes, pairwise=True)
+    return _apart(x, t, out, axes, product=False)
 
 
 def mean(args, types, out, consts, axes, keepdims):
@@ -200,9 +199,9 @@ def prod(args, types, out, consts, axes, keepdims):
     """numpy multiplies in order, from 1: over any axes, the entries in C order."""
     t = types[0]
     if _block(t.shape, axes) is not None or t.shape == ():
-        return _over_block("K.prod3", "prod", args, types, out, axes)
+        return _over_block("K.combine3", "prod", args, types, out, axes, extra=", True")
     x = args[0] if t.dtype == out.dtype else f"{args[0]}.astype({_dt(out)})"
-    return _apart("K.multiply_rows", x, t, out, axes, pairwise=False)
+    return _apart(x, t, out, axes, product=True)
 
 
 def logsumexp(args, types, out, consts, axes, keepdims):

@@ -316,49 +316,30 @@ def vecmat(x, a):
 def sum3(x3):
     """x3.sum(axis=1) in numpy's order: pairwise along contiguous rows, else row by row."""
     o, n, i = x3.shape
+    if i != 1:
+        return combine3(x3, False)
     out = np.zeros((o, i), x3.dtype)
-    if i == 1:
-        flat = np.ascontiguousarray(x3).ravel()
-        zero = np.zeros(1, x3.dtype)[0]
-        for a in range(o):
-            out[a, 0] = zero + _pairwise(flat, a * n, n, zero)
-        return out
+    flat = np.ascontiguousarray(x3).ravel()
+    zero = np.zeros(1, x3.dtype)[0]
     for a in range(o):
-        for k in range(n):
-            for c in range(i):
-                out[a, c] += x3[a, k, c]
+        out[a, 0] = zero + _pairwise(flat, a * n, n, zero)
     return out
 
 
 @numba.njit(cache=True)
-def prod3(x3):
-    """x3.prod(axis=1): numpy multiplies in order from 1 (no pairwise product)."""
+def combine3(x3, product):
+    """x3 reduced over axis 1 as numpy's outer reduction loop does it: rows of `inner`
+    entries combined one after another into the identity (1 for a product, 0 for a sum).
+    numpy multiplies so even along contiguous entries (it has no pairwise product)."""
     o, n, i = x3.shape
-    out = np.ones((o, i), x3.dtype)
+    out = np.ones((o, i), x3.dtype) if product else np.zeros((o, i), x3.dtype)
     for a in range(o):
         for k in range(n):
             for c in range(i):
-                out[a, c] *= x3[a, k, c]
-    return out
-
-
-@numba.njit(cache=True)
-def add_rows(x2):
-    """The rows of x2 added one after another into zeros (numpy's outer reduction loop)."""
-    out = np.zeros(x2.shape[1], x2.dtype)
-    for r in range(x2.shape[0]):
-        for c in range(x2.shape[1]):
-            out[c] += x2[r, c]
-    return out
-
-
-@numba.njit(cache=True)
-def multiply_rows(x2):
-    """The rows of x2 multiplied one after another into ones."""
-    out = np.ones(x2.shape[1], x2.dtype)
-    for r in range(x2.shape[0]):
-        for c in range(x2.shape[1]):
-            out[c] *= x2[r, c]
+                if product:
+                    out[a, c] *= x3[a, k, c]
+                else:
+                    out[a, c] += x3[a, k, c]
     return out
 
 
@@ -433,12 +414,14 @@ def _schedule_table(reverse: bool, key: str, a: int, b: int) -> np.ndarray:
     return schedule.reverse(int(a), int(b)) if reverse else schedule.forward(int(a), int(b))
 
 
-@numba.njit(cache=True)
+@numba.njit("int64[:, ::1](boolean, unicode_type, int64, int64)", cache=True)
 def schedule_table(reverse, key, a, b):
     """A strategy's forward table (a: the trip bound or -1, b: the horizon) or reverse
     table (a: the trip count, b: the bound), from Python: once per loop execution. One
     small function holds the object-mode call, so the programs calling it compile
-    without object-mode blocks of their own (each costs Numba seconds to lift)."""
+    without object-mode blocks of their own (each costs Numba seconds to lift); its one
+    signature, compiled once, keeps Numba from compiling a version per literal key and
+    bound the generated code passes."""
     with numba.objmode(table="int64[:,::1]"):
         table = _schedule_table(reverse, key, a, b)
     return table
