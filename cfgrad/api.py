@@ -106,6 +106,17 @@ class Lowering:
                                  else np.asarray(x, p.type.dtype))
                 for x, p in zip(leaves, self.program.params)]
 
+    def run(self, leaves: list[Any], *, check: bool = False,
+            events: bool = False) -> tuple[list[Any], Machine]:
+        """An untaped run of the program on flat argument leaves: its outputs as runtime
+        values, and the Machine (which keeps the control events with `events`, for
+        check_grads' path guard). `check` runs the NaN/Inf-checking block functions."""
+        m = Machine(self.compiled, self.strategies(None), check=check)
+        if events:
+            m.sinks.append([])
+        with np.errstate(all="ignore"):
+            return [as_runtime_value(o) for o in m.run(self.arguments(leaves))], m
+
     def strategies(self, call_choice: Any) -> list[Any]:
         """Each loop's strategy for a call choosing `call_choice`; strategies compare by
         value, so a fresh `Binomial(8)` per call finds the same entry (an unhashable
@@ -615,8 +626,5 @@ def evaluate(fun: Callable, *args: Any) -> tuple[Any, Machine]:
     """Run `fun` (converted) through the interpreter with its control log kept (for tests
     and check_grads' path-stability guard)."""
     entry, leaves = lowered(converted(fun), args)
-    m = Machine(entry.compiled, entry.strategies(None))
-    m.sinks.append([])
-    with np.errstate(all="ignore"):
-        outs = [as_runtime_value(o) for o in m.run(entry.arguments(leaves))]
+    outs, m = entry.run(leaves, events=True)
     return treelib.unflatten(entry.program.out_tree, outs), m

@@ -56,6 +56,20 @@ from .reverse import adjoint
 
 DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
 
+def loop_limit_message(region: LoopRegion) -> str:
+    """The LoopLimitError of a loop past its `max_iters` (the interpreter's and compiled
+    code's)."""
+    return (f"while_loop {region.id} at {region.loc} exceeded max_iters={region.max_iters}; "
+            "raise max_iters or check that the loop condition can become false")
+
+
+def left_early_message(region: LoopRegion, iteration: str) -> str:
+    """The ReplayMismatchError of a re-run `iteration` of a loop that left it early."""
+    return (f"recomputing {iteration} of {region.id} (at {region.loc}) left the loop early: "
+            "the recomputed loop condition differs from the forward run's (the body must be "
+            "deterministic; checkpoint=StoreAll() never recomputes)")
+
+
 def _all_finite(x: Any) -> bool:
     return bool(np.isfinite(x).all())
 
@@ -209,8 +223,7 @@ class Compiled:
     def _gen_copy(self, src: Block, key: Any, target: Block) -> Any:
         if not target.phis:
             return None
-        i = next(j for j, e in enumerate(target.preds) if e.src is src and e.key == key
-                 and type(e.key) is type(key))
+        i = target.pred_index(src, key)
         dst = ", ".join(f"env[{self.slot[phi.out]}]" for phi in target.phis)
         srcs = ", ".join(f"env[{self.slot[phi.inputs[i]]}]" for phi in target.phis)
         code = f"def copy(env):\n    {dst}, = {srcs},\n"
@@ -422,10 +435,7 @@ class Machine:
             self.counters[arg] = t + 1
             limit = loop.region.max_iters
             if limit is not None and t + 1 > limit:
-                raise LoopLimitError(
-                    f"while_loop {loop.region.id} at {loop.region.loc} exceeded max_iters="
-                    f"{limit}; raise max_iters or check that the loop condition can become "
-                    "false")
+                raise LoopLimitError(loop_limit_message(loop.region))
             stats = self.stats.loops[arg]
             if self.reversing:
                 stats.recompute_steps += 1
@@ -525,10 +535,7 @@ class Machine:
             if loop.event_regions:
                 self.sinks.pop()
         if self.c.edges[e][0] == loop.exit:
-            raise ReplayMismatchError(
-                f"recomputing iteration {t} of {loop.region.id} (at {loop.region.loc}) left "
-                "the loop early: the recomputed loop condition differs from the forward run's "
-                "(the body must be deterministic; checkpoint=StoreAll() never recomputes)")
+            raise ReplayMismatchError(left_early_message(loop.region, f"iteration {t}"))
         if loop.event_regions:
             got = self.event_signature(loop, sink)
             if got != expected:

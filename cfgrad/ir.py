@@ -209,6 +209,12 @@ class Block:
     def __repr__(self) -> str:
         return f"<Block {self.role}>"
 
+    def pred_index(self, src: Block, key: Any) -> int:
+        """The position of edge (src, key) among this block's predecessors: the input its
+        Phis take along that edge (a switch's key 1 is not a cond's True)."""
+        return next(j for j, e in enumerate(self.preds) if e.src is src and e.key == key
+                    and type(e.key) is type(key))
+
 
 @dataclass(eq=False)
 class Region:

@@ -21,15 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from . import nested
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
 from .api import argnums_tuple, leaf_key, lowered, static_positions
 from .convert import converted
 from .errors import CompileError
-from .interpret import Machine, as_runtime_value
 from .ir import Program
 from .kernel_sources import Unsupported
 from .native import NativeProgram
@@ -65,11 +62,7 @@ class _Interpreted:
         self.reason = reason
 
     def __call__(self, leaves: list[Any]) -> list[Any]:
-        entry = self.entry
-        m = Machine(entry.compiled, entry.strategies(None),
-                    check=anomaly_detection_enabled())
-        with np.errstate(all="ignore"):
-            return [as_runtime_value(o) for o in m.run(entry.arguments(leaves))]
+        return self.entry.run(leaves, check=anomaly_detection_enabled())[0]
 
 
 class Jitted:
@@ -93,9 +86,9 @@ class Jitted:
         if nested.is_tracing():  # inside another trace: traced inline
             return self._traced(*args, **kwargs)
         if anomaly_detection_enabled():  # under cg.detect_anomaly(): the checking interpreter
-            entry, _, leaves = self._prepare(args, kwargs)
-            return treelib.unflatten(entry.program.out_tree,
-                                     _Interpreted(entry, "anomaly detection")(leaves))
+            entry, leaves = self._lowered(args, kwargs)
+            outs = entry.run(leaves, check=True)[0]
+            return treelib.unflatten(entry.program.out_tree, outs)
         if not kwargs and not self._statics:  # the common call: numbers and arrays
             try:
                 entry, runner = self._by_leaves[tuple(map(_typed_key, args))]
@@ -121,10 +114,13 @@ class Jitted:
         return CompileInfo("numba", None, runner.compile_seconds, runner.from_disk_cache,
                            runner.source, runner.reused)
 
-    def _prepare(self, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
+    def _lowered(self, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
         name = getattr(self.fun, "__name__", "f")
         statics = static_positions(self._statics, len(args), (), "cfgrad.jit", name)
-        entry, leaves = lowered(self._traced, args, statics, kwargs=kwargs)
+        return lowered(self._traced, args, statics, kwargs=kwargs)
+
+    def _prepare(self, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
+        entry, leaves = self._lowered(args, kwargs)
         found = self._runners.get(id(entry))
         if found is None or found[0] is not entry:
             found = self._runners[id(entry)] = (entry, self._runner(entry, leaves))
@@ -132,7 +128,7 @@ class Jitted:
 
     def _runner(self, entry: Any, leaves: list[Any]) -> Any:
         try:
-            native = NativeProgram(entry.program)
+            native = NativeProgram(entry.compiled)
             native.compile(native.arguments(leaves))
             return native
         except Unsupported as e:

@@ -51,7 +51,16 @@ import numpy as np
 
 from . import kernels as K
 from .checkpoint import Binomial, EveryK, Online, Recompute, StoreAll, resolve
-from .interpret import DECIDE, LOOP_ENTER, LOOP_EXIT, LOOP_LATCH, Compiled, GradPlan
+from .interpret import (
+    DECIDE,
+    LOOP_ENTER,
+    LOOP_EXIT,
+    LOOP_LATCH,
+    Compiled,
+    GradPlan,
+    left_early_message,
+    loop_limit_message,
+)
 from .ir import Block, Cond, Node, Program, Return, TensorType, Value
 from .kernel_sources import Unsupported
 from .primitives import PRIMITIVES
@@ -194,12 +203,12 @@ class _Writer:
     run, the taped sweep of a `vjp_call`'s sub-program (`taped`), or an adjoint reading
     the forward program's variables (`forward`)."""
 
-    def __init__(self, module: _Module, compiled: Compiled, prefix: str, taped: Any = None,
+    def __init__(self, module: _Module, compiled: Compiled, prefix: str, taped: bool = False,
                  forward: _Writer | None = None):
         self.module = module
         self.c = compiled
         self.p = prefix
-        self.taped = taped  # the vjp function's stacks while writing its forward sweep
+        self.taped = taped  # a sweep that logs its decisions and pushes its tapes
         self.forward = forward  # the forward program's writer, for an adjoint
         self.fused = _fused_calls(compiled.program)
         self.replaying: _Recomputed | None = None  # writing a loop's re-run (see `replay`)
@@ -329,7 +338,7 @@ class _Writer:
         if n.op in ("call", "vjp_call"):
             args = ", ".join(self.name(v) for v in n.inputs)
             if n.op == "call":
-                fn = self.module.forward_function(n.params["of"].program)
+                fn = self.module.forward_function(n.params["of"].compiled)
                 got = ", ".join(outs) + ("," if len(outs) == 1 else "")
             else:  # the function returns the sub-program's outputs, then the cotangents
                 fn = self.module.pullback_function(n.params["of"])
@@ -381,7 +390,7 @@ class _Writer:
         iteration's log entries, tapes and records come off their stacks (the
         interpreter's Sweep keeps only the last iteration's)."""
         entered = self.module.recomputed.get(self._entered_loop(src, key))
-        if entered is None or self.taped is None or not entered.inner:
+        if entered is None or not self.taped or not entered.inner:
             return []
         j = entered.index
         lines = [f"if nf{j} > 0:"]
@@ -393,16 +402,13 @@ class _Writer:
 
     def _entered_loop(self, src: Block, key: Any) -> int | None:
         """The loop whose body the edge (src, key) enters from its header, if it does."""
-        for li in self.c.loops:
-            if li.region.header is src and key is True:
-                return li.index
-        return None
+        region = self.loops_by_header.get(src) if key is True else None
+        return None if region is None else self.c.loop_index[region]
 
     def _phi_copy(self, src: Block, key: Any, target: Block) -> list[str]:
         if not target.phis:
             return []
-        i = next(j for j, ed in enumerate(target.preds) if ed.src is src and ed.key == key
-                 and type(ed.key) is type(key))
+        i = target.pred_index(src, key)
         dst = ", ".join(self.name(phi.out) for phi in target.phis)
         vals = ", ".join(self.name(phi.inputs[i]) for phi in target.phis)
         return [f"{dst}, = {vals},"]
@@ -411,11 +417,7 @@ class _Writer:
                      action: int, arg: Any) -> list[str]:
         target = self.c.program.blocks[target_index]
         if action == LOOP_EXIT and arg == loop.index:
-            region = loop.info.region
-            message = (f"recomputing an iteration of {region.id} (at {region.loc}) left the "
-                       "loop early: the recomputed loop condition differs from the forward "
-                       "run's (the body must be deterministic; checkpoint=StoreAll() never "
-                       "recomputes)")
+            message = left_early_message(loop.info.region, "an iteration")
             return [f"raise ReplayMismatchError({message!r})"]
         if action == LOOP_LATCH and arg == loop.index:
             tape = self.module.tapes[loop.index]
@@ -426,7 +428,7 @@ class _Writer:
         taped = self.action(action, arg)
         if self._entered_loop(src, key) != loop.index:  # (a loop inside the one re-run)
             taped += self._new_iteration(src, key)
-        self.taped, saved = None, self.taped
+        self.taped, saved = False, self.taped
         try:
             untaped = self.action(action, arg)
         finally:
@@ -434,8 +436,7 @@ class _Writer:
         if taped == untaped:
             lines = taped
         else:
-            lines = (["if tp:"] + ["    " + x for x in taped] +
-                     ["else:"] + ["    " + x for x in untaped or ["pass"]])
+            lines = ["if tp:"] + _indent(taped) + ["else:"] + _indent(untaped)
         return lines + self._phi_copy(src, key, target)
 
     def action(self, action: int, arg: Any) -> list[str]:
@@ -444,19 +445,19 @@ class _Writer:
         if not action:
             return []
         if action == DECIDE:
-            if self.taped is None:
+            if not self.taped:
                 return []
             s = self.module.stacks[("decide", arg[0])]
             value = "True" if arg[1] is True else "False" if arg[1] is False else str(arg[1])
             return s.push(value)
         loop = self.c.loops[arg]
         count = f"n{self.p}{arg}"
-        recomputed = self.module.recomputed.get(arg) if self.taped is not None else None
+        recomputed = self.module.recomputed.get(arg) if self.taped else None
         if action == LOOP_ENTER:
             return [f"{count} = 0"] + (recomputed.enter() if recomputed else [])
         if action == LOOP_LATCH:
             lines = []
-            tape = self.module.tapes[arg] if self.taped is not None else None
+            tape = self.module.tapes[arg] if self.taped else None
             if tape:
                 if recomputed is not None:  # the sweep keeps only the latest tape
                     lines += tape.truncate(f"tb{arg}")
@@ -466,13 +467,11 @@ class _Writer:
             lines.append(f"{count} += 1")
             limit = loop.region.max_iters
             if limit is not None:
-                message = (f"while_loop {loop.region.id} at {loop.region.loc} exceeded "
-                           f"max_iters={limit}; raise max_iters or check that the loop "
-                           "condition can become false")
+                message = loop_limit_message(loop.region)
                 lines.append(f"if {count} > {limit}: raise LoopLimitError({message!r})")
             return lines
         # LOOP_EXIT
-        if self.taped is None:
+        if not self.taped:
             return []
         lines = self.module.stacks[("trips", arg)].push(count)
         return lines + (recomputed.exit() if recomputed else [])
@@ -605,14 +604,17 @@ class _Module:
         self.list_types: dict[TensorType, str] = {}  # typed-list element types, by value type
         self.recomputed: dict[int, _Recomputed] = {}  # of the vjp function being written
 
-    def forward_function(self, program: Program, name: str | None = None) -> str:
-        """A function running `program` untaped: (C, *params) -> tuple of outputs."""
+    def forward_function(self, compiled: Compiled, name: str | None = None) -> str:
+        """A function running `compiled`'s program untaped: (C, *params) -> tuple of
+        outputs. `compiled` is the program's interpreter compilation (slots, edges), the
+        one its caller keeps: its numbering names the variables."""
+        program = compiled.program
         key = ("call", id(program))
         if key in self._names:
             return self._names[key]
         fname = name or f"call_{next(self._numbers)}"
         self._names[key] = fname
-        w = _Writer(self, Compiled(program), "f")
+        w = _Writer(self, compiled, "f")
         params = ", ".join(w.name(p) for p in program.params)
         body = w.constants() + w.machine(lambda vals: [f"return ({', '.join(vals)},)"])
         self.functions.append(_function(fname, params, body))
@@ -654,10 +656,10 @@ class _Module:
         """Each loop's strategy: StoreAll needs nothing more; a recomputing one a
         `_Recomputed` (its declarations returned)."""
         c = fwd.c
+        chosen = [resolve(li.region.checkpoint, of.checkpoint) for li in c.loops]
         lines = []
-        for li in c.loops:
+        for li, strategy in zip(c.loops, chosen):
             r = li.region
-            strategy = resolve(r.checkpoint, of.checkpoint)
             if type(strategy) is StoreAll:
                 continue
             where = f"{r.id} (at {r.loc}) under checkpoint={strategy!r}"
@@ -668,7 +670,7 @@ class _Module:
                 inner.append(self.stacks[("trips", k)].count)
                 if self.tapes[k]:
                     inner.append(self.tapes[k])
-                if type(resolve(c.loops[k].region.checkpoint, of.checkpoint)) is not StoreAll:
+                if type(chosen[k]) is not StoreAll:
                     inner += [f"nex{k}", f"nops{k}", f"st{k}"]
             self.recomputed[li.index] = rec = _Recomputed(fwd, li, strategy, inner)
             lines += rec.declare()
@@ -768,9 +770,10 @@ class NativeProgram:
     or loading machine code from its disk cache: `from_disk_cache`, or nothing when this
     process compiled the same generated module before: `reused`)."""
 
-    def __init__(self, program: Program):
+    def __init__(self, compiled: Compiled):
+        program = compiled.program
         module = _Module()
-        module.forward_function(program, name="main")
+        module.forward_function(compiled, name="main")
         self.program = program
         self.source = module.source()
         self._constants = tuple(module.constants.arrays)

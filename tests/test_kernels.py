@@ -27,6 +27,7 @@ import pytest
 import cfgrad as cg
 import cfgrad.numpy as cnp
 from cfgrad.api import lowered
+from cfgrad.interpret import Compiled
 from cfgrad.kernel_sources import Unsupported
 from cfgrad.native import NativeProgram
 from cfgrad.primitives import PRIMITIVES, bind, dense_value
@@ -292,7 +293,7 @@ def _batch_results(batch: str) -> dict[int, Any]:
             k += len(c.args)
         return outs
 
-    native = NativeProgram(_program(fn, tuple(flat)))
+    native = NativeProgram(Compiled(_program(fn, tuple(flat))))
     results = native(flat)
     return {i: r for (i, _), r in zip(members, results)}
 
@@ -337,7 +338,7 @@ def test_unsupported_is_refused_with_a_reason(name):
     fn, args = UNSUPPORTED[name]()
     program = _program(fn, args)
     with pytest.raises(Unsupported) as info:
-        NativeProgram(program)
+        NativeProgram(Compiled(program))
     assert "\n" not in str(info.value) and str(info.value)
 
 
