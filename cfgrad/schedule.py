@@ -35,6 +35,7 @@ import numpy as np
 from .checkpoint import FREE, STORE, traced
 
 SET, ADVANCE, TAPE, STORE_ROW, LOAD = 1, 2, 3, 4, 5
+FREED = -1  # a row freed: recorded for the forward table, no code in the reverse one
 
 
 class _Symbolic:
@@ -84,7 +85,7 @@ class _Symbolic:
             self.used = max(self.used, row + 1)
             self.ops.append((STORE_ROW, row, t))  # type: ignore[arg-type]
         elif what == FREE:
-            self.ops.append((-1, self.rows.pop(t)))
+            self.ops.append((FREED, self.rows.pop(t)))
 
     # -- Sweep
     def ran(self, t: int) -> None:
@@ -118,44 +119,47 @@ class Schedule:
     def __init__(self, strategy: Any):
         self.strategy = traced(strategy)  # its STORE / FREE events name the iterations
 
-    def _sweep(self, run: _Symbolic, trips: int) -> Any:
+    def _sweep(self, run: _Symbolic, trips: int, each: Any = None) -> Any:
+        """The strategy's sweep of `trips` iterations; `each(t)` sees the operations of
+        back edge t (then cleared)."""
         record = self.strategy.begin(run)
         for t in range(trips):
             run.t = t
             self.strategy.after_iteration(run, record, t)
+            if each is not None:
+                each(t)
+            run.ops.clear()
         return record
 
     def forward(self, bound: int, horizon: int) -> np.ndarray:
-        run = _Symbolic(None if bound < 0 else bound)
-        record = self.strategy.begin(run)
         table = np.full((horizon, 3), -1, np.int64)
-        for t in range(horizon):
-            run.t = t
-            run.ops.clear()
-            self.strategy.after_iteration(run, record, t)
-            table[t, 2] = 0
+        table[:, 2] = 0
+
+        def back_edge(t: int) -> None:
             for op in run.ops:
-                if op[0] == -1:
+                if op[0] == FREED:
                     table[t, 0] = op[1]
-                else:
-                    _, row, position = op
-                    if position not in (t, t - 1):
-                        raise AssertionError(f"{self.strategy!r} stored x_{position} at "
-                                             f"back edge {t}")
-                    table[t, 1], table[t, 2] = row, int(position == t - 1)
+                    continue
+                _, row, position = op
+                if position not in (t, t - 1):
+                    raise AssertionError(f"{self.strategy!r} stored x_{position} at back "
+                                         f"edge {t}")
+                table[t, 1], table[t, 2] = row, int(position == t - 1)
+
+        run = _Symbolic(None if bound < 0 else bound)
+        self._sweep(run, horizon, back_edge)
         return table
 
     @lru_cache(maxsize=64)  # noqa: B019 - one Schedule per strategy, kept by native.py
     def reverse(self, trips: int, bound: int) -> np.ndarray:
         run = _Symbolic(None if bound < 0 else bound)
         record = self._sweep(run, trips)
-        run.ops.clear()
         self.strategy.finish(run, record, trips)
         ops: list[tuple[int, int]] = []
         for t in range(trips - 1, -1, -1):
             run.ops.clear()
             self.strategy.restore(run, record, t)
-            ops += [op[:2] for op in run.ops if op[0] != -1]  # (a freed row needs no code)
+            ops += [op[:2] for op in run.ops if op[0] != FREED]
             if ops[-1] != (LOAD, t):
                 # re-run taped last, its values left where the adjoint reads them (the
                 # interpreter's env): compiled code pushed its tape, and pops it here
