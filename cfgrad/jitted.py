@@ -25,7 +25,7 @@ from . import nested
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
 from .api import argnums_tuple, leaf_key, lowered, static_positions
-from .convert import converted
+from .convert import traced_as
 from .errors import CompileError
 from .ir import Program
 from .kernel_sources import Unsupported
@@ -72,7 +72,7 @@ class Jitted:
     def __init__(self, fun: Callable, static_argnums: tuple[int, ...], fallback: bool,
                  autograph: bool):
         self.fun = fun
-        self._traced = converted(fun) if autograph else fun
+        self._traced = traced_as(fun, autograph)
         self._statics = static_argnums
         self.fallback = fallback
         self._runners: dict[int, tuple[Any, Any]] = {}  # id(Lowering) -> (Lowering, runner)

@@ -340,6 +340,12 @@ def autograph(fun: Callable) -> Callable:
     return converted(fun)
 
 
+def traced_as(fun: Callable, autograph: bool) -> Callable:
+    """What a transformation traces for `fun`: its converted form, or with
+    `autograph=False` `fun` as written (the `autograph` argument every entry point takes)."""
+    return converted(fun) if autograph else fun
+
+
 def converted_source(fun: Callable) -> str:
     """The Python source cfgrad runs for `fun` (converted), or why it runs `fun` as is."""
     new = converted(fun)
