@@ -1,12 +1,11 @@
 """The Numba source of the derivative table's `kernel` fields (see `primitives.Primitive`).
 
 Each function takes the operands' expressions `args`, their TensorTypes `types`, the
-result's type `out`, `consts` (the expression reading a constant array) and the node's
-parameters, and returns one expression of Numba's numpy subset, computing what the
-entry's numpy implementation computes. A value of shape () is a native scalar there, so
-the shapes decide between scalar and array code. What one expression cannot say is a
-helper of `kernels.py`, named `K.…` here. A kernel that meets a case it cannot compile
-raises `Unsupported` (native.py names it) with the reason.
+result's type `out` and the node's parameters, and returns one expression of Numba's
+numpy subset, computing what the entry's numpy implementation computes. A value of shape
+() is a native scalar there, so the shapes decide between scalar and array code. What
+one expression cannot say is a helper of `kernels.py`, named `K.…` here. A kernel that
+meets a case it cannot compile raises `Unsupported` (native.py names it) with the reason.
 """
 
 from __future__ import annotations
@@ -28,15 +27,15 @@ def _zero(t: Any) -> str:
     return f"{_dt(t)}(0)"
 
 
-def identity(args, types, out, consts):
+def identity(args, types, out):
     return args[0]
 
 
-def copy(args, types, out, consts):
+def copy(args, types, out):
     return args[0] if out.shape == () else f"{args[0]}.copy()"
 
 
-def accumulate(args, types, out, consts):
+def accumulate(args, types, out):
     """acc += c in place (the accumulator is a buffer nothing else sees)."""
     return f"({args[0]} + {args[1]})" if out.shape == () else f"K.add_into({args[0]}, {args[1]})"
 
@@ -44,7 +43,7 @@ def accumulate(args, types, out, consts):
 def _helper(name: str, doc: str) -> Any:
     """The kernel calling `K.<name>` on the operands (a helper of kernels.py computing the
     primitive as numpy does, where Numba's function of that name differs)."""
-    def kernel(args, types, out, consts):
+    def kernel(args, types, out):
         return f"K.{name}({', '.join(args)})"
 
     kernel.__doc__ = doc
@@ -57,32 +56,32 @@ minimum = _helper("minimum", "numpy's: the second operand on a tie, NaN from eit
 accumulate_outer = _helper("accumulate_outer", "acc += outer(a, b) in place, entry by entry")
 
 
-def sign(args, types, out, consts):
+def sign(args, types, out):
     """numpy's sign(-0.0) is 0.0 (Numba's -0.0): adding a zero makes it so."""
     if out.dtype.kind != "f":
         return f"np.sign({args[0]})"
     return f"(np.sign({args[0]}) + {_zero(out)})"
 
 
-def relu(args, types, out, consts):
+def relu(args, types, out):
     return f"K.maximum({args[0]}, {_zero(out)})"
 
 
-def softplus(args, types, out, consts):
+def softplus(args, types, out):
     return f"np.logaddexp({_zero(out)}, {args[0]})"
 
 
-def sigmoid(args, types, out, consts):
+def sigmoid(args, types, out):
     return f"K.sigmoid({args[0]}, {_dt(out)}(1))"
 
 
-def where(args, types, out, consts):
+def where(args, types, out):
     if out.shape == ():
         return f"({args[1]} if {args[0]} else {args[2]})"
     return f"K.select({args[0]}, {args[1]}, {args[2]})"
 
 
-def clip(args, types, out, consts):
+def clip(args, types, out):
     if out.shape == ():
         return f"K.clip_scalar({args[0]}, {args[1]}, {args[2]})"
     return f"K.clip({args[0]}, {args[1]}, {args[2]})"
@@ -174,7 +173,7 @@ def _apart(x: str, t: Any, out: Any, axes: tuple[int, ...], product: bool) -> st
     return f"{value}.ravel()[0]" if out.shape == () else f"{value}.reshape({out.shape})"
 
 
-def sum_(args, types, out, consts, axes, keepdims):
+def sum_(args, types, out, axes, keepdims):
     """numpy's order of additions for C-contiguous operands (the interpreter's arrays,
     where it matters): pairwise along a contiguous run of reduced axes, else row by row."""
     t = types[0]
@@ -187,15 +186,15 @@ def sum_(args, types, out, consts, axes, keepdims):
     return _apart(x, t, out, axes, product=False)
 
 
-def mean(args, types, out, consts, axes, keepdims):
+def mean(args, types, out, axes, keepdims):
     """numpy's mean: the sum in the result's dtype, then divided by the count."""
     t = types[0]
     count = int(np.prod([t.shape[a] for a in axes], dtype=np.int64)) if t.shape else 1
-    total = sum_(args, types, out, consts, axes, keepdims)
+    total = sum_(args, types, out, axes, keepdims)
     return f"({total} / {_dt(out)}({count}))"
 
 
-def prod(args, types, out, consts, axes, keepdims):
+def prod(args, types, out, axes, keepdims):
     """numpy multiplies in order, from 1: over any axes, the entries in C order."""
     t = types[0]
     if _block(t.shape, axes) is not None or t.shape == ():
@@ -204,12 +203,12 @@ def prod(args, types, out, consts, axes, keepdims):
     return _apart(x, t, out, axes, product=True)
 
 
-def logsumexp(args, types, out, consts, axes, keepdims):
+def logsumexp(args, types, out, axes, keepdims):
     return _over_block("K.logsumexp3", "logsumexp", args, types, out, axes)
 
 
 def _arg(largest: bool):
-    def kernel(args, types, out, consts, axis):
+    def kernel(args, types, out, axis):
         t = types[0]
         axes = tuple(range(t.ndim)) if axis is None else (axis,)
         # the flattened array for axis=None: one run over every entry, in C order
@@ -240,25 +239,25 @@ def _cumulate(args, types, out, axis, reverse, product):
             f"{product}).reshape({out.shape})")
 
 
-def cumsum(args, types, out, consts, axis, reverse):
+def cumsum(args, types, out, axis, reverse):
     return _cumulate(args, types, out, axis, reverse, False)
 
 
-def cumprod(args, types, out, consts, axis):
+def cumprod(args, types, out, axis):
     return _cumulate(args, types, out, axis, False, True)
 
 
-def amax(args, types, out, consts, axes, keepdims):
+def amax(args, types, out, axes, keepdims):
     return _reduced(args, types, out, axes, keepdims, "np.max({0})",
                     "K.extreme_along({0}, {1}, True)")
 
 
-def amin(args, types, out, consts, axes, keepdims):
+def amin(args, types, out, axes, keepdims):
     return _reduced(args, types, out, axes, keepdims, "np.min({0})",
                     "K.extreme_along({0}, {1}, False)")
 
 
-def matmul(args, types, out, consts):
+def matmul(args, types, out):
     a, b = types
     if not (1 <= a.ndim <= 2 and 1 <= b.ndim <= 2) or a.dtype.kind not in "fc":
         raise Unsupported(f"matmul of {a} and {b} (compiled: vectors and matrices of floats)")
@@ -266,7 +265,7 @@ def matmul(args, types, out, consts):
     return f"K.{helper[(a.ndim, b.ndim)]}({args[0]}, {args[1]})"
 
 
-def reshape(args, types, out, consts, shape):
+def reshape(args, types, out, shape):
     if types[0].shape == () and out.shape == ():
         return args[0]
     if types[0].shape == ():
@@ -276,11 +275,11 @@ def reshape(args, types, out, consts, shape):
     return f"np.ascontiguousarray({args[0]}).reshape({out.shape})"
 
 
-def transpose(args, types, out, consts, axes):
+def transpose(args, types, out, axes):
     return args[0] if types[0].ndim < 2 else f"np.transpose({args[0]}, {tuple(axes)})"
 
 
-def broadcast_to(args, types, out, consts, shape):
+def broadcast_to(args, types, out, shape):
     if out.shape == ():
         return args[0] if types[0].shape == () else f"{args[0]}.ravel()[0]"
     if types[0].shape == ():
@@ -290,23 +289,23 @@ def broadcast_to(args, types, out, consts, shape):
     return f"np.broadcast_to({args[0]}, {out.shape})"
 
 
-def astype(args, types, out, consts, dtype):
+def astype(args, types, out, dtype):
     if types[0].dtype.kind == "c" and out.dtype.kind not in "cb":
         x = f"np.real({args[0]})"
     else:
         x = args[0]
     if out.dtype.kind == "b":
-        return f"({x} != 0)" if out.shape == () else f"({x} != 0)"
+        return f"({x} != 0)"
     if out.shape == ():
         return f"{_dt(out)}({x})"
     return f"{x}.astype({_dt(out)})"
 
 
-def concatenate(args, types, out, consts, axis):
+def concatenate(args, types, out, axis):
     return f"np.concatenate(({', '.join(args)},), axis={axis})"
 
 
-def roll(args, types, out, consts, axis):
+def roll(args, types, out, axis):
     if types[0].shape == ():
         return args[0]
     if axis is None:  # numpy rolls the flattened array, then restores the shape
@@ -351,20 +350,20 @@ def _array_indices(types: list[Any], first: int) -> bool:
     return any(t.shape != () for t in types[first:])
 
 
-def index(args, types, out, consts, spec):
+def index(args, types, out, spec):
     if _array_indices(types, 1):
         raise Unsupported("indexing with a traced index array (compiled: basic indexing)")
     return f"{args[0]}[{index_expression(spec, args[1:], types[0].shape, 'indexing')}]"
 
 
-def scatter_add(args, types, out, consts, spec, shape):
+def scatter_add(args, types, out, spec, shape):
     if _array_indices(types, 1):
         raise Unsupported("scatter_add at a traced index array (compiled: basic indexing)")
     sub = index_expression(spec, args[1:], tuple(shape), "scatter_add")
     return f"K.set_at(np.zeros({tuple(shape)}, {_dt(out)}), ({sub}), {args[0]})"
 
 
-def accumulate_index(args, types, out, consts, spec):
+def accumulate_index(args, types, out, spec):
     if _array_indices(types, 2):
         raise Unsupported("accumulate_index at a traced index array (compiled: basic "
                           "indexing)")
@@ -372,30 +371,30 @@ def accumulate_index(args, types, out, consts, spec):
     return f"K.add_at({args[0]}, ({sub}), {args[1]})"
 
 
-def real(args, types, out, consts):
+def real(args, types, out):
     return f"{args[0]}.real" if out.shape == () else f"np.real({args[0]})"
 
 
-def imag(args, types, out, consts):
+def imag(args, types, out):
     return f"{args[0]}.imag" if out.shape == () else f"np.imag({args[0]})"
 
 
-def conj(args, types, out, consts):
+def conj(args, types, out):
     return f"np.conj({args[0]})"
 
 
-def angle(args, types, out, consts):
+def angle(args, types, out):
     """numpy's angle: arctan2(imag, real), of (0, x) for a real x (pi for x < 0 or -0.0)."""
     if types[0].dtype.kind == "c":
         return f"np.arctan2({args[0]}.imag, {args[0]}.real)"
     return f"np.arctan2({_zero(out)}, {args[0]})"
 
 
-def write_row(args, types, out, consts):
+def write_row(args, types, out):
     raise Unsupported("write_row (a cg.scan's output stack) is written in place by "
                       "iterations that a compiled loop would have to own; not compiled yet")
 
 
-def needs_lapack(args, types, out, consts, **params):
+def needs_lapack(args, types, out, **params):
     raise Unsupported("needs SciPy's LAPACK (Numba's np.linalg calls SciPy's; cfgrad does "
                       "not depend on SciPy)")

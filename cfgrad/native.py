@@ -106,7 +106,7 @@ def literal(value: Any, t: TensorType) -> str:
     return f"{dtype_source(t.dtype)}({v.item()!r})"
 
 
-def kernel_source(n: Node, args: list[str], consts: _Constants) -> str:
+def kernel_source(n: Node, args: list[str]) -> str:
     """The Numba expression computing node `n` from the operand expressions `args`."""
     prim = PRIMITIVES.get(n.op)
     if prim is None:
@@ -116,7 +116,7 @@ def kernel_source(n: Node, args: list[str], consts: _Constants) -> str:
     types = [v.type for v in n.inputs]
     out = [o.type for o in n.outputs] if prim.multi_output else n.outputs[0].type
     if prim.kernel is not None:
-        return prim.kernel(args, types, out, consts=consts, **n.params)
+        return prim.kernel(args, types, out, **n.params)
     name = getattr(prim.impl, "__name__", None)
     if isinstance(prim.impl, np.ufunc) and not n.params and name in _NUMBA_UFUNCS:
         form = _OPERATORS.get(name)
@@ -345,7 +345,7 @@ class _Writer:
                 skip = len(n.params["of"].program.outputs)
                 got = ", ".join(["_"] * skip + outs) + ","
             return [f"{got} = {fn}(C, {args})"]
-        src = kernel_source(n, [self.name(v) for v in n.inputs], self.module.constants)
+        src = kernel_source(n, [self.name(v) for v in n.inputs])
         if len(outs) == 1 and not PRIMITIVES[n.op].multi_output:
             t = n.outputs[0].type
             if t.shape == () and t.dtype.kind in "iu" and t.dtype.itemsize < 8:

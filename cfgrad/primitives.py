@@ -92,12 +92,11 @@ class Primitive:
     # JAX refuses them (floor, mod, clip, argmax: no order or no integer part), or the
     # kernel and rules are those of real numbers (sigmoid's exp(-|x|)).
     real_only: bool = False
-    # The compiled backend's implementation (native.py): kernel(args, types, out, consts,
-    # **params) -> an expression of Numba's numpy subset computing the result from the
-    # operands' expressions `args` (`types` are their TensorTypes, `out` the result's,
-    # `consts(array)` the expression reading a constant array). None: an entry whose
-    # `impl` is a numpy ufunc Numba compiles needs none; any other has no compiled form,
-    # and a program using it runs in the interpreter.
+    # The compiled backend's implementation (native.py): kernel(args, types, out, **params)
+    # -> an expression of Numba's numpy subset computing the result from the operands'
+    # expressions `args` (`types` are their TensorTypes, `out` the result's). None: an
+    # entry whose `impl` is a numpy ufunc Numba compiles needs none; any other has no
+    # compiled form, and a program using it runs in the interpreter.
     kernel: Callable[..., str] | None = None
 
     def __repr__(self) -> str:
@@ -611,7 +610,7 @@ def integer_pow_source(x: str, n: int) -> str | None:
     return result if n > 0 else f"(1 / {result})"
 
 
-def _integer_pow_kernel(args, types, out, consts, n):
+def _integer_pow_kernel(args, types, out, n):
     source = integer_pow_source(args[0], n)
     if source is not None:
         return source
