@@ -47,23 +47,26 @@ from test_errors import runaway, runaway_inner  # noqa: E402
 # ---------------------------------------------------------------------------------
 
 
-def assert_bitwise(got: Any, want: Any) -> None:
-    """Same tree, and every leaf the same dtype, shape and bytes."""
+def paired_leaves(got: Any, want: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The leaves of two results side by side, after checking that the trees have as many
+    leaves and each pair the same dtype and shape."""
     got_leaves, want_leaves = tree.leaves(got), tree.leaves(want)
     assert len(got_leaves) == len(want_leaves)
-    for g, w in zip(got_leaves, want_leaves):
-        g, w = np.asarray(g), np.asarray(w)
+    pairs = [(np.asarray(g), np.asarray(w)) for g, w in zip(got_leaves, want_leaves)]
+    for g, w in pairs:
         assert (g.dtype, g.shape) == (w.dtype, w.shape)
+    return pairs
+
+
+def assert_bitwise(got: Any, want: Any) -> None:
+    """Same tree, and every leaf the same dtype, shape and bytes."""
+    for g, w in paired_leaves(got, want):
         assert g.tobytes() == w.tobytes(), (g, w)
 
 
 def assert_close(got: Any, want: Any) -> None:
     """Same tree, dtypes and shapes; values within a few ulps (for transcendentals)."""
-    got_leaves, want_leaves = tree.leaves(got), tree.leaves(want)
-    assert len(got_leaves) == len(want_leaves)
-    for g, w in zip(got_leaves, want_leaves):
-        g, w = np.asarray(g), np.asarray(w)
-        assert (g.dtype, g.shape) == (w.dtype, w.shape)
+    for g, w in paired_leaves(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-300)
 
 

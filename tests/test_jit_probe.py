@@ -9,8 +9,10 @@ handful of Numba compiles.
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +22,9 @@ import cfgrad as cg
 import cfgrad.numpy as cnp
 from cfgrad import tree
 from cfgrad.checkpoint import Binomial, Online
-from cfgrad.jitted import _Interpreted
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_jit import paired_leaves  # noqa: E402
 
 
 def interpreted(f: Any) -> Any:
@@ -29,18 +33,14 @@ def interpreted(f: Any) -> Any:
     j = cg.jit(f)
 
     def run(*args: Any) -> Any:
-        entry, _, leaves = j._prepare(args, {})
-        return tree.unflatten(entry.program.out_tree, _Interpreted(entry, "")(leaves))
+        entry, leaves = j._lowered(args, {})
+        return tree.unflatten(entry.program.out_tree, entry.run(leaves)[0])
     return run
 
 
 def assert_same(got: Any, want: Any) -> None:
     """Same tree, and each leaf the same dtype, shape and (to 1e-13) values."""
-    got_leaves, want_leaves = tree.leaves(got), tree.leaves(want)
-    assert len(got_leaves) == len(want_leaves)
-    for g, w in zip(got_leaves, want_leaves):
-        g, w = np.asarray(g), np.asarray(w)
-        assert (g.dtype, g.shape) == (w.dtype, w.shape)
+    for g, w in paired_leaves(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-13, equal_nan=True)
 
 
