@@ -101,21 +101,22 @@ def test_seed_while_loop(n: int) -> None:
 SWAP_GRADS = {0: (1.0, 10.0), 1: (20.0, 1.0), 2: (2.0, 20.0), 3: (40.0, 2.0), 4: (4.0, 40.0)}
 
 
+def swap_fori(x, y, n):
+    a, b = cg.fori_loop(0, n, lambda i, c: (c[1], 2.0 * c[0]), (x, y))
+    return a + 10.0 * b
+
+
+def swap_while(x, y, n):
+    _, a, b = cg.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[2], 2.0 * c[1]),
+                            (0, x, y))
+    return a + 10.0 * b
+
+
 @pytest.mark.parametrize("trips", sorted(SWAP_GRADS))
 def test_carry_that_swaps(trips: int) -> None:
     """Phis copy in parallel forward, and their adjoints are one simultaneous assignment
     in reverse (a sequential copy would give (y, 2y) after one trip)."""
-
-    def fori(x, y, n):
-        a, b = cg.fori_loop(0, n, lambda i, c: (c[1], 2.0 * c[0]), (x, y))
-        return a + 10.0 * b
-
-    def while_(x, y, n):
-        _, a, b = cg.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[2], 2.0 * c[1]),
-                                (0, x, y))
-        return a + 10.0 * b
-
-    for f in (fori, while_):
+    for f in (swap_fori, swap_while):
         assert cg.grad(f, (0, 1))(0.3, 0.7, trips) == SWAP_GRADS[trips]
 
 

@@ -37,6 +37,8 @@ from test_control_flow import (  # noqa: E402
     SWAP_GRADS,
     geometric_fori,
     newton_sqrt,
+    swap_fori,
+    swap_while,
     while_seed,
 )
 from test_custom import safe_sqrt  # noqa: E402
@@ -106,17 +108,6 @@ def test_fori_loop_zero_one_many_and_reversed_bounds() -> None:
     """lo > hi and lo == hi run no iteration; negative lo counts up from there."""
     bounds = [(0, 0), (3, 1), (2, 3), (0, 6), (-2, 3)]
     check(geometric_fori, [(0.8, 1.7, lo, hi) for lo, hi in bounds], argnums=(0, 1))
-
-
-def swap_fori(x, y, n):
-    a, b = cg.fori_loop(0, n, lambda i, c: (c[1], 2.0 * c[0]), (x, y))
-    return a + 10.0 * b
-
-
-def swap_while(x, y, n):
-    _, a, b = cg.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[2], 2.0 * c[1]),
-                            (0, x, y))
-    return a + 10.0 * b
 
 
 def test_carry_that_swaps() -> None:
