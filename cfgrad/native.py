@@ -14,6 +14,12 @@ Numba's numpy subset and lets Numba compile that to machine code.
   longer on a state machine over block numbers, where every variable meets every arm.
 - Each node is its primitive's `kernel` (the derivative table's Numba source for it), or
   for an entry whose implementation is a numpy ufunc, the same ufunc under Numba.
+- Elementwise ufunc nodes on arrays are written as one expression where a result's only
+  use is the next such node of its block (`_fusible_chains`): Numba compiles an array
+  expression into one loop over the elements with no temporary arrays, where a statement
+  per node would allocate and sweep memory once per node (3-4 times slower on arrays
+  larger than the cache). The same scalar operations run in the same order per element
+  (no fast-math reassociation), so the bits do not change.
 - A `vjp_call` node (a gradient inside the traced function, e.g. `cg.jit(cg.grad(f))`)
   compiles to one function that runs the sub-program forward, taped, then its adjoint:
   the control log is a stack array per `if` region (decisions) and per loop (trip
@@ -43,6 +49,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +70,7 @@ from .interpret import (
 )
 from .ir import Block, Cond, Node, Program, Return, TensorType, Value
 from .kernel_sources import Unsupported
+from .passes import is_fixed
 from .primitives import PRIMITIVES
 from .schedule import ADVANCE, LOAD, SET, STORE_ROW, TAPE, Schedule
 
@@ -106,6 +114,15 @@ def literal(value: Any, t: TensorType) -> str:
     return f"{dtype_source(t.dtype)}({v.item()!r})"
 
 
+def _ufunc_name(n: Node) -> str | None:
+    """The name of the numpy ufunc that computes `n` under Numba as it is, or None."""
+    prim = PRIMITIVES.get(n.op)
+    if prim is None or prim.kernel is not None or n.params:
+        return None
+    name = getattr(prim.impl, "__name__", None)
+    return name if isinstance(prim.impl, np.ufunc) and name in _NUMBA_UFUNCS else None
+
+
 def kernel_source(n: Node, args: list[str]) -> str:
     """The Numba expression computing node `n` from the operand expressions `args`."""
     prim = PRIMITIVES.get(n.op)
@@ -117,11 +134,45 @@ def kernel_source(n: Node, args: list[str]) -> str:
     out = [o.type for o in n.outputs] if prim.multi_output else n.outputs[0].type
     if prim.kernel is not None:
         return prim.kernel(args, types, out, **n.params)
-    name = getattr(prim.impl, "__name__", None)
-    if isinstance(prim.impl, np.ufunc) and not n.params and name in _NUMBA_UFUNCS:
+    name = _ufunc_name(n)
+    if name is not None:
         form = _OPERATORS.get(name)
         return form.format(*args) if form else f"np.{name}({', '.join(args)})"
     raise Unsupported(f"primitive `{n.op}` has no compiled implementation (at {n.loc})")
+
+
+def _fusible_chains(program: Program, keep: set[Value]) -> set[Value]:
+    """The values written into their consumer's expression rather than into a variable:
+    float array results of elementwise ufunc nodes whose only use in `program` is an
+    elementwise ufunc node later in the same block, with no stateful node between (an
+    in-place `accumulate` could change an array the deferred expression reads). `keep`
+    are values read from outside the program's nodes (the adjoint's `Primal` reads, the
+    tapes), which need their variable."""
+    uses: Counter[Value] = Counter()
+    for b in program.blocks:
+        for n in b.nodes:
+            uses.update(n.inputs)
+        for phi in b.phis:
+            uses.update(phi.inputs)
+        if isinstance(b.term, Cond):
+            uses[b.term.selector] += 1
+        elif isinstance(b.term, Return):
+            uses.update(b.term.values)
+    for r in program.loops():
+        uses.update(r.trip_bounds or ())
+    inlined: set[Value] = set()
+    for b in program.blocks:
+        candidates: set[Value] = set()  # elementwise array results since the last barrier
+        for n in b.nodes:
+            if is_fixed(n):
+                candidates.clear()
+            elif _ufunc_name(n) is not None:
+                inlined.update(v for v in n.inputs
+                               if v in candidates and uses[v] == 1 and v not in keep)
+                out = n.outputs[0].type
+                if out.shape != () and out.dtype.kind in "fc":
+                    candidates.add(n.outputs[0])
+    return inlined
 
 
 class _Constants:
@@ -204,13 +255,14 @@ class _Writer:
     the forward program's variables (`forward`)."""
 
     def __init__(self, module: _Module, compiled: Compiled, prefix: str, taped: bool = False,
-                 forward: _Writer | None = None):
+                 forward: _Writer | None = None, keep: frozenset[Value] = frozenset()):
         self.module = module
         self.c = compiled
         self.p = prefix
         self.taped = taped  # a sweep that logs its decisions and pushes its tapes
         self.forward = forward  # the forward program's writer, for an adjoint
         self.fused = _fused_calls(compiled.program)
+        self.inlined = _fusible_chains(compiled.program, keep)
         self.replaying: _Recomputed | None = None  # writing a loop's re-run (see `replay`)
         program = compiled.program
         self.ifs_by_branch = {r.branch: r for r in program.ifs()}
@@ -246,7 +298,7 @@ class _Writer:
         an enclosing `if`, the header of an enclosing loop) or the Return."""
         lines: list[str] = []
         while True:
-            lines += [line for n in blk.nodes for line in self.node(n)]
+            lines += self.nodes(blk.nodes)
             t = blk.term
             if isinstance(t, Return):
                 return lines + on_return([self.name(v) for v in t.values])
@@ -288,7 +340,7 @@ class _Writer:
         to the latch's edge back; a re-run (`replay`) instead counts down `rem`."""
         header = loop.header
         t = header.term
-        body = [line for n in header.nodes for line in self.node(n)]
+        body = self.nodes(header.nodes)
         leave = self.edge(header, False)
         rerun = self.replaying is not None and self.replaying.info.region is loop
         body += [f"if not {self.name(t.selector)}:"] + _indent(
@@ -310,7 +362,24 @@ class _Writer:
         return ["while rem > 0:"] + code[1:]  # (the latch's edge counts `rem` down)
 
     # -- nodes ---------------------------------------------------------------------------
-    def node(self, n: Node) -> list[str]:
+    def nodes(self, nodes: list[Node]) -> list[str]:
+        """The lines of a block's nodes, each `inlined` value's expression carried into
+        its consumer's (see `_fusible_chains`)."""
+        lines: list[str] = []
+        pending: dict[Value, str] = {}
+        for n in nodes:
+            if _ufunc_name(n) is None:
+                lines += self.node(n)
+                continue
+            src = kernel_source(n, [pending.pop(v, None) or self.name(v) for v in n.inputs])
+            if n.outputs[0] in self.inlined:
+                pending[n.outputs[0]] = src
+            else:
+                lines += self.node(n, src)
+        return lines
+
+    def node(self, n: Node, src: str | None = None) -> list[str]:
+        """The lines computing node `n`; `src`, when given, is its expression."""
         outs = [self.name(o) for o in n.outputs]
         if n.op == "const":
             return []
@@ -345,7 +414,8 @@ class _Writer:
                 skip = len(n.params["of"].program.outputs)
                 got = ", ".join(["_"] * skip + outs) + ","
             return [f"{got} = {fn}(C, {args})"]
-        src = kernel_source(n, [self.name(v) for v in n.inputs])
+        if src is None:
+            src = kernel_source(n, [self.name(v) for v in n.inputs])
         if len(outs) == 1 and not PRIMITIVES[n.op].multi_output:
             t = n.outputs[0].type
             if t.shape == () and t.dtype.kind in "iu" and t.dtype.itemsize < 8:
@@ -568,6 +638,22 @@ def _no_return(values: list[str]) -> list[str]:
     raise AssertionError("a loop's body reached the program's Return")
 
 
+def _taped_values(plan: GradPlan) -> list[list[Value]]:
+    """Per forward loop, the values its tape saves each iteration (without the records
+    of loops nested in it: those keep stacks of their own)."""
+    by_slot = {s: v for v, s in plan.forward.slot.items()}
+    return [[by_slot[slot] for pos, slot in enumerate(saves.slots)
+             if pos not in dict(saves.nested_records)] for saves in plan.saves]
+
+
+def _read_by_adjoint(plan: GradPlan) -> frozenset[Value]:
+    """The forward values an adjoint reads: through its `Primal` nodes, and those the
+    loops' tapes save."""
+    saved = {v for values in _taped_values(plan) for v in values}
+    return frozenset(saved | {n.params["of"] for b in plan.compiled.program.blocks
+                              for n in b.nodes if n.op == "Primal"})
+
+
 def _fused_calls(program: Program) -> dict[Node, Node | None]:
     """The `call` nodes whose outputs a later `vjp_call` of the same sub-program at the
     same inputs computes anyway (value_and_grad traces as both), each mapped to that
@@ -633,7 +719,7 @@ class _Module:
         program: Program = of.program
         plan: GradPlan = of.plan
         fname = f"vjp_{next(self._numbers)}"  # (taken now: the body may name others)
-        fwd = _Writer(self, plan.forward, "f", taped=True)
+        fwd = _Writer(self, plan.forward, "f", taped=True, keep=_read_by_adjoint(plan))
         adj = _Writer(self, plan.compiled, "a", forward=fwd)
         outer = self.stacks, self.tapes, self.recomputed
         self.stacks, self.tapes, self.recomputed = {}, {}, {}
@@ -683,14 +769,10 @@ class _Module:
         for region, i in c.if_index.items():
             kind = np.dtype(np.bool_) if region.kind == "cond" else np.dtype(np.int64)
             self.stacks[("decide", i)] = _Stack(f"dec{i}", f"ndec{i}", kind)
-        by_slot = {s: v for v, s in c.slot.items()}
-        for li, saves in zip(c.loops, plan.saves):
+        for li, taped in zip(c.loops, _taped_values(plan)):
             self.stacks[("trips", li.index)] = _Stack(f"trips{li.index}", f"ntrips{li.index}",
                                                       np.dtype(np.int64))
-            records = {pos for pos, _ in saves.nested_records}
-            entries = [(f"f{slot}", by_slot[slot].type) for pos, slot in enumerate(saves.slots)
-                       if pos not in records]  # (a nested loop's record: it has stacks)
-            self.tapes[li.index] = _Tape(self, li.index, entries)
+            self.tapes[li.index] = _Tape(self, li.index, [(fwd.name(v), v.type) for v in taped])
         lines = [s.init() for s in self.stacks.values()]
         return lines + [line for tape in self.tapes.values() for line in tape.init()]
 

@@ -57,7 +57,7 @@ def run_passes(program: Program, passes: Iterable[Pass]) -> Program:
     return program
 
 
-def _fixed(n: Node) -> bool:
+def is_fixed(n: Node) -> bool:
     """Whether passes must leave node `n` where it is and keep it: it changes the run's
     state (a node kind flagged `side-effect`: pops a log, restores a loop's values),
     updates its first operand in place (a primitive that `mutates`: `accumulate`) or acts
@@ -190,7 +190,7 @@ def simplify(program: Program) -> None:
         kept = []
         for n in b.nodes:
             n.inputs = [resolve(v) for v in n.inputs]
-            result = None if _fixed(n) or len(n.outputs) != 1 else _simplified(n, producer)
+            result = None if is_fixed(n) or len(n.outputs) != 1 else _simplified(n, producer)
             if isinstance(result, Value):
                 replace[n.outputs[0]] = resolve(result)
                 continue
@@ -227,7 +227,7 @@ def eliminate_common_subexpressions(program: Program) -> None:
         kept = []
         for n in b.nodes:
             n.inputs = [replace.get(v, v) for v in n.inputs]
-            if _fixed(n) or n.op == "Primal" or len(n.outputs) != 1:
+            if is_fixed(n) or n.op == "Primal" or len(n.outputs) != 1:
                 kept.append(n)
                 continue
             key = (n.op, tuple(map(id, n.inputs)),
@@ -262,7 +262,7 @@ def eliminate_dead_code(program: Program) -> None:
             defs[phi.out] = phi
         for n in b.nodes:
             defs.update((o, n) for o in n.outputs)
-            if _fixed(n):
+            if is_fixed(n):
                 work.extend(n.inputs)
                 live.update(n.outputs)
         term = b.term
@@ -284,7 +284,7 @@ def eliminate_dead_code(program: Program) -> None:
             work.append(exit_of[v])
     for b in program.blocks:
         b.phis = [phi for phi in b.phis if phi.out in live]
-        b.nodes = [n for n in b.nodes if _fixed(n) or any(o in live for o in n.outputs)]
+        b.nodes = [n for n in b.nodes if is_fixed(n) or any(o in live for o in n.outputs)]
 
 
 # ---------------------------------------------------------------------------------
@@ -317,7 +317,7 @@ def hoist_loop_invariants(program: Program) -> None:
                 movable = owner is None or not forward_nest.encloses(forward_of[region.id],
                                                                      owner)
             else:
-                movable = not _fixed(n) and not any(
+                movable = not is_fixed(n) and not any(
                     v in def_block and nest.encloses(region, region_of[def_block[v]])
                     for v in n.inputs)
             if movable:
