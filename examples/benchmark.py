@@ -545,15 +545,33 @@ def heat_adjoint_step(u: np.ndarray, bar: np.ndarray) -> np.ndarray:
     return bar + heat.DT * (diffusion * laplacian + heat.R * (1.0 - 3.0 * u * u) * bar)
 
 
-def heat_numpy_store_all(u0: np.ndarray, steps: int) -> tuple[np.ndarray, int]:
-    """Forward keeping every state, then the hand-derived reverse; (gradient, recomputed)."""
+def heat_numpy_forward(u0: np.ndarray, steps: int) -> float:
+    """The final energy, keeping no state."""
+    u = u0
+    for _ in range(steps):
+        u = heat.step(u, np)
+    return heat.energy(u, np)
+
+
+def heat_numpy_states(u0: np.ndarray, steps: int) -> list[np.ndarray]:
+    """The forward sweep keeping every state u_0 … u_T."""
     states = [u0]
     for _ in range(steps):
         states.append(heat.step(states[-1], np))
-    bar = states.pop() / u0.shape[0]  # dE/du_T = u_T dx
+    return states
+
+
+def heat_numpy_reverse(states: list[np.ndarray]) -> np.ndarray:
+    """The hand-derived reverse sweep over the states of `heat_numpy_states` (consumed)."""
+    bar = states.pop() / states[0].shape[0]  # dE/du_T = u_T dx
     for u in reversed(states):
         bar = heat_adjoint_step(u, bar)
-    return bar, 0
+    return bar
+
+
+def heat_numpy_store_all(u0: np.ndarray, steps: int) -> tuple[np.ndarray, int]:
+    """Forward keeping every state, then the hand-derived reverse; (gradient, recomputed)."""
+    return heat_numpy_reverse(heat_numpy_states(u0, steps)), 0
 
 
 def heat_numpy_every_k(u0: np.ndarray, steps: int, k: int) -> tuple[np.ndarray, int]:
@@ -607,10 +625,14 @@ def heat_other_gradient(name: str, u0: np.ndarray, steps: int) -> Callable[[], n
 def heat_worker(name: str, n: int, steps: int, out: Path) -> dict:
     """One heat implementation in this process: its time (one run), body evaluations and
     peak RSS before (after imports, inputs and compilation) and after the run; the gradient
-    is saved to `out`."""
+    is saved to `out`. The StoreAll rows also time their reverse sweep alone (`reverse`)
+    and, after the gradient, one run of the forward function alone (`forward_alone`), for
+    the gradient ÷ forward ratio."""
     u0 = heat.initial_state(n)
     stats = None
     compiled = {}
+    split: dict[str, float] = {}
+    forward_alone = None  # a thunk running the forward function alone
     if name in HEAT_JIT:
         kind, strategy = HEAT_JIT[name]
         fun, bound = ((heat.final_energy, steps) if kind == "fori_loop"
@@ -626,6 +648,10 @@ def heat_worker(name: str, n: int, steps: int, out: Path) -> dict:
 
         def gradient() -> np.ndarray:
             return jitted(u0, bound)
+        if strategy == StoreAll():
+            forward = cg.jit(fun)
+            forward.info(u0, bound)  # compiled now, not timed
+            forward_alone = lambda: forward(u0, bound)  # noqa: E731
     elif name in HEAT_CFGRAD:
         kind, strategy = HEAT_CFGRAD[name]
         fun, bound = ((heat.final_energy, steps) if kind == "fori_loop"
@@ -635,17 +661,28 @@ def heat_worker(name: str, n: int, steps: int, out: Path) -> dict:
         def gradient() -> np.ndarray:
             nonlocal stats
             _, pullback = cg.vjp(fun, u0, bound, checkpoint=strategy)
+            split["reverse"] = time.process_time()
             g = pullback(1.0)[0]
+            split["reverse"] = time.process_time() - split["reverse"]
             stats = pullback.stats.loops[0]
             return g
+        if strategy == StoreAll():
+            forward_alone = lambda: evaluate(fun, u0, bound)  # noqa: E731
     elif name in HEAT_NUMPY:
         recomputed = 0
 
         def gradient() -> np.ndarray:
             nonlocal recomputed
-            g, recomputed = (heat_numpy_store_all(u0, steps) if name == HEAT_NUMPY[0]
-                             else heat_numpy_every_k(u0, steps, HEAT_K))
+            if name != HEAT_NUMPY[0]:
+                g, recomputed = heat_numpy_every_k(u0, steps, HEAT_K)
+                return g
+            states = heat_numpy_states(u0, steps)
+            split["reverse"] = time.process_time()
+            g = heat_numpy_reverse(states)
+            split["reverse"] = time.process_time() - split["reverse"]
             return g
+        if name == HEAT_NUMPY[0]:
+            forward_alone = lambda: heat_numpy_forward(u0, steps)  # noqa: E731
     else:
         gradient = heat_other_gradient(name, u0, steps)
     rss_setup = heat.max_rss_bytes()
@@ -654,7 +691,12 @@ def heat_worker(name: str, n: int, steps: int, out: Path) -> dict:
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     np.save(out, g)
     result = {"seconds": seconds, "cpu": cpu, "rss_setup": rss_setup,
-              "rss_peak": heat.max_rss_bytes(), **compiled}
+              "rss_peak": heat.max_rss_bytes(), **compiled, **split}
+    if forward_alone is not None:
+        del g
+        start = time.process_time()
+        forward_alone()
+        result["forward_alone"] = time.process_time() - start
     if stats is not None:
         result.update(forward=stats.forward_steps, recomputed=stats.recompute_steps,
                       peak_bytes=stats.peak_bytes, peak_snapshots=stats.peak_snapshots)
@@ -735,6 +777,7 @@ def heat_section(console: Console, n: int, steps: int, present: list[str],
         "agree with them to rtol 1e-9 (both asserted)",
         "the Online row runs the stepping as a while_loop on a time bound (t < t_end), the "
         "others as a fori_loop",
+        heat_split_note(results),
     ]
     if jit_rows:
         compiled_rows = [name for name in jit_rows if name in grads]
@@ -761,6 +804,20 @@ def heat_section(console: Console, n: int, steps: int, present: list[str],
               else f"--quick: no {HEAT_OTHERS[lib]} row" for lib in HEAT_OTHERS
               if lib not in others]
     print_notes(console, notes)
+
+
+def heat_split_note(results: dict[str, dict]) -> str:
+    """The StoreAll rows' reverse sweep alone (cfgrad's against the hand-written one) and
+    gradient ÷ forward (the gradient's CPU time over one run of the forward function
+    alone: cfgrad's interpreter, the numpy stepping, cg.jit of the forward)."""
+    cfgrad, hand = results["cfgrad StoreAll"], results[HEAT_NUMPY[0]]
+    ratios = [f"{name} {results[name]['cpu'] / results[name]['forward_alone']:.2f}"
+              for name in ("cfgrad StoreAll", HEAT_NUMPY[0], "cfgrad jit StoreAll")
+              if "forward_alone" in results.get(name, {})]
+    return (f"StoreAll: the reverse sweep alone takes {fmt_time(cfgrad['reverse'])} in cfgrad's "
+            f"interpreter, {fmt_time(hand['reverse'])} by hand "
+            f"({cfgrad['reverse'] / hand['reverse']:.2f}×); gradient ÷ forward: "
+            + ", ".join(ratios))
 
 
 def fmt_mib(nbytes: float) -> str:
@@ -827,7 +884,13 @@ def library_tables(console: Console, sizes: Sizes, libs: dict[str, Any],
              "runs Python float arithmetic",
              "cfgrad forward: the lowered Program run by the interpreter "
              "(cfgrad.api.evaluate); gradient: cg.grad, forward and adjoint runs",
-             "the RNN's norm threshold is out of reach here, so it runs every step"]
+             "the RNN's norm threshold is out of reach here, so it runs every step",
+             "gradient ÷ forward (cfgrad / numpy by hand"
+             + (" / cfgrad jit" if compiled else "") + "): "
+             + "; ".join(f"{case.label}: " + " / ".join(
+                 f"{case.times[n][1] / case.times[n][0]:.2f}"
+                 for n in ("cfgrad", "numpy", *(["cfgrad jit"] if compiled else [])))
+                 for case in cases)]
     if compiled:
         notes.append("cfgrad jit: cg.jit of the function (forward) and of its cg.grad "
                      "(gradient), called as the interpreter's column is; jit compile: "
