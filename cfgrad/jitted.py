@@ -29,7 +29,6 @@ from .convert import traced_as
 from .errors import CompileError
 from .ir import Program
 from .kernel_sources import Unsupported
-from .native import NativeProgram
 from .trace import lowering_epoch
 
 
@@ -127,6 +126,11 @@ class Jitted:
         return entry, found[1], leaves
 
     def _runner(self, entry: Any, leaves: list[Any]) -> Any:
+        # Imported here, on the first compile, not with the package: importing Numba and
+        # loading the kernels takes about half a second, which every `import cfgrad` (and
+        # every process a user starts) would otherwise pay whether it jits or not.
+        from .native import NativeProgram
+
         try:
             native = NativeProgram(entry.compiled)
             native.compile(native.arguments(leaves))

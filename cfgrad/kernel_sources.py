@@ -306,12 +306,16 @@ def concatenate(args, types, out, axis):
 
 
 def roll(args, types, out, axis):
-    if types[0].shape == ():
+    shape = types[0].shape
+    if shape == ():
         return args[0]
     if axis is None:  # numpy rolls the flattened array, then restores the shape
-        return (f"K.roll(np.ascontiguousarray({args[0]}).ravel(), {args[1]}, 0)"
-                f".reshape({out.shape})")
-    return f"K.roll({args[0]}, {args[1]}, {axis % types[0].ndim})"
+        blocks = (1, int(np.prod(shape)), 1)
+    else:  # the axes before `axis`, it, the axes after
+        k = axis % len(shape)
+        blocks = (int(np.prod(shape[:k])), shape[k], int(np.prod(shape[k + 1:])))
+    return (f"K.roll3(np.ascontiguousarray({args[0]}).reshape({blocks}), {args[1]})"
+            f".reshape({shape})")
 
 
 def index_expression(spec: tuple, dynamic: list[str], shape: tuple[int, ...],

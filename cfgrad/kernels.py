@@ -1,7 +1,7 @@
 """Numba helpers that compiled programs call (`native.py` generates the calls).
 
 The derivative table's `kernel` fields are Numba source written against these names
-(`K.roll(x, 3, 0)`): what one expression of Numba's numpy subset cannot say, or cannot say
+(`K.matvec(a, x)`): what one expression of Numba's numpy subset cannot say, or cannot say
 with numpy's exact rounding, is a small function here. Every helper computes what its
 primitive's numpy implementation computes, in the same order of floating-point operations
 where the comment says bitwise.
@@ -110,17 +110,21 @@ def total(x):
 
 
 @numba.njit(cache=True)
-def roll(x, shift, axis):
-    """np.roll(x, shift, axis) for an array of any rank (Numba's takes no axis)."""
-    n = x.shape[axis]
-    out = np.empty_like(x)
+def roll3(x3, shift):
+    """np.roll(x3, shift, axis=1) of a contiguous (outer, n, inner) array: any array rolled
+    along one axis, seen as the axes before it, it, and those after (one compiled version
+    per dtype instead of one per rank and layout; element loops instead of `np.moveaxis`
+    and slice assignments, which took Numba seconds to compile)."""
+    o, n, i = x3.shape
+    out = np.empty_like(x3)
     if n == 0:
         return out
     s = shift % n
-    moved = np.moveaxis(x, axis, 0)
-    into = np.moveaxis(out, axis, 0)
-    into[s:] = moved[: n - s]
-    into[:s] = moved[n - s:]
+    for a in range(o):
+        for k in range(n):
+            to = k + s - n if k + s >= n else k + s
+            for c in range(i):
+                out[a, to, c] = x3[a, k, c]
     return out
 
 
