@@ -276,7 +276,14 @@ def reshape(args, types, out, shape):
 
 
 def transpose(args, types, out, axes):
-    return args[0] if types[0].ndim < 2 else f"np.transpose({args[0]}, {tuple(axes)})"
+    """`.T` where the axes are reversed (every 2-D transpose): Numba compiles
+    `np.transpose(x, axes)` in about 4 s and `.T` in a tenth of that."""
+    axes = tuple(axes)
+    if axes == tuple(range(len(axes))):
+        return args[0]
+    if axes == tuple(reversed(range(len(axes)))):
+        return f"{args[0]}.T"
+    return f"np.transpose({args[0]}, {axes})"
 
 
 def broadcast_to(args, types, out, shape):

@@ -17,12 +17,16 @@ import numpy as np
 _PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE (numpy/_core/src/umath/loops_utils.h.src)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def grow(a):
-    """`a` with room for twice as many rows: the logs and tapes of a compiled run are
-    arrays whose first axis is a stack, doubled when full (amortised O(1) per push)."""
+    """`a` (C-contiguous) with room for twice as many rows: the logs and tapes of a
+    compiled run are arrays whose first axis is a stack, doubled when full (amortised O(1)
+    per push). An element loop, not `bigger[:n] = a`: Numba takes seconds to compile a
+    slice assignment, and every program with a loop calls this."""
     bigger = np.empty((2 * a.shape[0],) + a.shape[1:], a.dtype)
-    bigger[: a.shape[0]] = a
+    into, rows = bigger.reshape(-1), a.reshape(-1)
+    for i in range(rows.shape[0]):
+        into[i] = rows[i]
     return bigger
 
 

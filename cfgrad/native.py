@@ -784,7 +784,11 @@ class _Module:
         return self.list_types[t]
 
     def source(self) -> str:
-        header = ["import numpy as np", "import numba", "from numba.typed import List",
+        # The helpers' version in the text, so in the hash naming the module: Numba's disk
+        # cache keys a function by its own file alone, and the machine code it keeps has
+        # the helpers it calls compiled in, which would outlive a change to kernels.py.
+        header = [f"# cfgrad.kernels {_KERNELS_VERSION}",
+                  "import numpy as np", "import numba", "from numba.typed import List",
                   "from cfgrad import kernels as K",
                   "from cfgrad.errors import LoopLimitError, ReplayMismatchError", ""]
         header += [f"{name} = numba.types.Array(numba.types.{t.dtype.name}, {t.ndim}, 'A')"
@@ -840,6 +844,8 @@ def _load_unlocked(source: str) -> Any:
         raise
     return module
 
+
+_KERNELS_VERSION = hashlib.sha256(Path(K.__file__).read_bytes()).hexdigest()[:16]
 
 _NATIVE_SCALARS = {"float64": float, "int64": int, "bool": bool, "complex128": complex}
 
