@@ -143,18 +143,17 @@ def rk23_grad_by_hand(p: np.ndarray, y0: np.ndarray, t_end: float,
             rejected += 1
     y_bar, p_bar = 2.0 * y, np.zeros_like(p)
     for y, h, k1, k2 in reversed(kept):
-        k3_bar = 4.0 / 9.0 * h * y_bar
-        u_bar, dp = brusselator_vjp(y + 0.75 * h * k2, p, k3_bar)
+        # y_bar is the adjoint of y_{n+1}; `total` collects y_n's
+        u_bar, dp = brusselator_vjp(y + 0.75 * h * k2, p, 4.0 / 9.0 * h * y_bar)
         p_bar += dp
+        total = y_bar + u_bar
         k2_bar = 1.0 / 3.0 * h * y_bar + 0.75 * h * u_bar
-        y_bar = y_bar + u_bar
         u_bar, dp = brusselator_vjp(y + 0.5 * h * k1, p, k2_bar)
         p_bar += dp
-        k1_bar = 2.0 / 9.0 * h * y_bar + 0.5 * h * u_bar
-        y_bar = y_bar + u_bar
-        u_bar, dp = brusselator_vjp(y, p, k1_bar)
+        total += u_bar
+        u_bar, dp = brusselator_vjp(y, p, 2.0 / 9.0 * h * y_bar + 0.5 * h * u_bar)
         p_bar += dp
-        y_bar = y_bar + u_bar
+        y_bar = total + u_bar
     return p_bar, y_bar, len(kept), rejected
 
 
