@@ -32,11 +32,13 @@ reverse-differentiated, so a loop with a data-dependent stop becomes a `lax.scan
 static maximum number of steps whose steps after the stop leave the carry unchanged
 (`jnp.where` masking), and a loop over rays or roots a `jax.vmap`. `section` checks every
 cfgrad gradient against JAX's (and RK23's against the hand-written numpy one) before it
-times anything. Run it through `python examples/benchmark.py`.
+times anything. `python examples/benchmark.py` prints this section after its others;
+`python examples/realistic.py` prints it alone (`--quick`: tiny sizes, interpreter only).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 import warnings
@@ -45,16 +47,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from rich.console import Console
-from rich.table import Table
-
-import cfgrad as cg
-import cfgrad.numpy as cnp
-
-# benchmark.py imports this module inside its main() only, so the import goes one way.
+# benchmark.py imports this module inside its main() only, so the import goes one way;
+# first, as benchmark pins every thread pool to one thread before numpy is imported.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark import FULL, QUICK, best_time, fmt_time, jitted_pass, print_notes  # noqa: E402
+from benchmark import (FULL, QUICK, best_time, fmt_time, jitted_pass,  # noqa: E402, I001
+                       load_others, print_notes)
+
+import numpy as np  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+import cfgrad as cg  # noqa: E402
+import cfgrad.numpy as cnp  # noqa: E402
 
 RTOL_CHECK = 1e-9  # cfgrad's gradients against JAX's and the hand-written one (float64)
 
@@ -158,7 +162,7 @@ def rk23_grad_by_hand(p: np.ndarray, y0: np.ndarray, t_end: float,
 
 
 def rk23_args(quick: bool) -> tuple:
-    return np.array([1.0, 3.0]), np.array([1.5, 3.0]), 2.0 if quick else 10.0, 1e-6
+    return np.array([1.0, 3.0]), np.array([1.5, 3.0]), 1.0 if quick else 10.0, 1e-6
 
 
 def rk23_jax(jax: Any, jnp: Any) -> Callable:
@@ -652,17 +656,17 @@ def example_args() -> dict[str, tuple]:
     return {w.fun.__name__: w.args(True) for w in WORKLOADS}
 
 
-def trip_counts(fun: Callable, args: tuple) -> str:
-    """What the loops did in one gradient: per loop region, its trip count (one run) or
-    its runs and total trips (a loop run once per iteration of another)."""
-    _, pullback = cg.vjp(fun, *args)
-    pullback(1.0)
+def gradient_and_trips(w: Workload, args: tuple) -> tuple[tuple, str]:
+    """`w`'s gradient by the interpreter, and what its loops did: per loop region, its
+    trip count (one run) or its runs and mean trips (a loop run inside another)."""
+    _, pullback = cg.vjp(w.fun, *args)
+    cotangents = pullback(1.0)
     parts = []
     for loop in pullback.stats.loops:
         trips = loop.trip_counts
         parts.append(str(trips[0]) if len(trips) == 1
                      else f"{len(trips)}×{sum(trips) / len(trips):.0f}")
-    return " / ".join(parts)
+    return tuple(cotangents[i] for i in w.argnums), " / ".join(parts)
 
 
 def assert_close(got: Any, want: Any, what: str) -> None:
@@ -675,12 +679,41 @@ def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
+def measure(w: Workload, quick: bool,
+            libs: dict[str, Any]) -> tuple[dict[str, float], str, str]:
+    """Seconds per gradient of `w` in the interpreter, under `cg.jit` and JAX's jit (the
+    latter two unless quick, JAX when installed), each checked against the interpreter's
+    gradient first; the loops' trip counts; and the cg.jit compile cell (its time, or
+    why it falls back)."""
+    sizes = QUICK if quick else FULL
+    args = w.args(quick)
+    grad = cg.grad(w.fun, w.argnums)
+    want, trips = gradient_and_trips(w, args)
+    assert_close(grad(*args), want, f"{w.name}: cg.grad")
+    times = {"interpreter": best_time(lambda: grad(*args), sizes)}
+    if quick:
+        return times, trips, ""
+    jitted = cg.jit(grad)
+    compiled = jitted_pass(jitted, args, {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cg.CompileWarning)
+        assert_close(jitted(*args), want, f"{w.name}: cg.jit")
+        times["cg.jit"] = best_time(lambda: jitted(*args), sizes)
+    if "jax" in libs:
+        jax = libs["jax"]
+        jax_grad = jax.jit(jax.grad(w.jax(jax, libs["jax.numpy"]), w.argnums))
+        assert_close(jax_grad(*args), want, f"{w.name}: JAX")
+        times["jax"] = best_time(lambda: jax.block_until_ready(jax_grad(*args)), sizes)
+    if compiled.backend != "numba":
+        return times, trips, f"runs in the interpreter: {compiled.detail}"
+    return times, trips, compiled.detail
+
+
 def section(console: Console, quick: bool, libs: dict[str, Any]) -> None:
     """The realistic programs' gradient times: cfgrad's interpreter, `cg.jit` and JAX's
     jit (with quick, tiny sizes and the interpreter alone), RK23 also against numpy by
     hand; every gradient checked first."""
     sizes = QUICK if quick else FULL
-    jax = None if quick else libs.get("jax")
     table = Table(title="Realistic programs: one gradient (best of up to "
                   f"{sizes.repeats} runs)" + (" at tiny sizes" if quick else ""))
     for column in ("program", "loop trips", "interpreter", "cg.jit", "JAX jit", "jit ÷ JAX",
@@ -688,71 +721,77 @@ def section(console: Console, quick: bool, libs: dict[str, Any]) -> None:
         table.add_column(column, justify="left" if column in ("program", "cg.jit compile")
                          else "right")
     jit_ratios, interp_ratios = [], []
-    notes = []
+    measured = {}
     for w in WORKLOADS:
-        args = w.args(quick)
-        grad = cg.grad(w.fun, w.argnums)
-        want = grad(*args)
-        times = {"interpreter": best_time(lambda g=grad, a=args: g(*a), sizes)}
-        cells = {"compile": ""}
-        if not quick:
-            jitted = cg.jit(grad)
-            compiled = jitted_pass(jitted, args, {})
-            cells["compile"] = compiled.detail
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", cg.CompileWarning)
-                assert_close(jitted(*args), want, f"{w.name}: cg.jit")
-                times["cg.jit"] = best_time(lambda g=jitted, a=args: g(*a), sizes)
-            if compiled.backend != "numba":
-                cells["compile"] = f"interpreter: {compiled.detail}"
-        if jax is not None:
-            jgrad = jax.jit(jax.grad(w.jax(jax, libs["jax.numpy"]), w.argnums))
-            assert_close(jgrad(*args), want, f"{w.name}: JAX")
-
-            def run_jax(g=jgrad, a=args) -> None:
-                jax.block_until_ready(g(*a))
-            times["jax"] = best_time(run_jax, sizes)
-        row = [w.name, trip_counts(w.fun, args), fmt_time(times["interpreter"]),
-               fmt_time(times["cg.jit"]) if "cg.jit" in times else "",
-               fmt_time(times["jax"]) if "jax" in times else ""]
-        if "jax" in times and "cg.jit" in times:
-            jit_ratio, interp_ratio = (times["cg.jit"] / times["jax"],
-                                       times["interpreter"] / times["jax"])
+        times, trips, compile_cell = measure(w, quick, libs)
+        measured[w.name] = times
+        row = [w.name, trips]
+        row += [fmt_time(times[k]) if k in times else "" for k in ("interpreter", "cg.jit",
+                                                                  "jax")]
+        if "jax" in times:
+            jit_ratio = times["cg.jit"] / times["jax"]
+            interp_ratio = times["interpreter"] / times["jax"]
             if w.name != "rk23":
                 jit_ratios.append(jit_ratio)
                 interp_ratios.append(interp_ratio)
             row += [f"{jit_ratio:.2f}×", f"{interp_ratio:.1f}×"]
         else:
             row += ["", ""]
-        table.add_row(*row, cells["compile"])
-        if w.name == "rk23":
-            p_bar, y_bar, accepted, rejected = rk23_grad_by_hand(*args)
-            assert_close((p_bar, y_bar), want, "rk23: numpy by hand")
-            hand = best_time(lambda a=args: rk23_grad_by_hand(*a), sizes)
-            line = (f"rk23 ({accepted} accepted + {rejected} rejected steps): numpy by hand "
-                    f"{fmt_time(hand)}; interpreter ÷ numpy {times['interpreter'] / hand:.1f}×")
-            if "cg.jit" in times:
-                line += f", cg.jit ÷ numpy {times['cg.jit'] / hand:.2f}×"
-            notes.append(line)
+        table.add_row(*row, compile_cell)
     if jit_ratios:
-        table.add_row("geometric mean (the 8 after rk23)", "", "", "", "",
+        table.add_row("geometric mean of the 8 after rk23", "", "", "", "",
                       f"{geomean(jit_ratios):.2f}×", f"{geomean(interp_ratios):.1f}×", "",
                       style="bold")
     console.print(table)
-    notes.append("loop trips: per loop region of the program, its trip count in the "
-                 "gradient's forward run, or runs × mean trips for a loop inside another")
-    notes.append("every gradient is checked against JAX's (when it runs) and RK23's also "
-                 f"against numpy by hand, to rtol {RTOL_CHECK:g}, before timing")
+    notes = ["loop trips: per loop region of the program, its trip count in the gradient's "
+             "forward run, or runs × mean trips for a loop run inside another",
+             "every gradient is checked against JAX's (when it runs) and RK23's also "
+             f"against numpy by hand, to rtol {RTOL_CHECK:g}, before timing"]
     if quick:
         notes.append("--quick: tiny sizes, the interpreter only (no cg.jit, no JAX)")
-    elif jax is None:
-        notes.append("jax is not installed: no JAX column")
     else:
+        notes.append("cg.jit: cg.jit(cg.grad(f)); its compile time is Numba's (cold) or "
+                     "loading the machine code from the disk cache; a program that falls "
+                     "back runs in the interpreter, and the CompileWarning's reason is shown")
+        if "jax" not in libs:
+            notes.append("jax is not installed: no JAX column")
+    if "jax" in libs and not quick:
         notes.append("JAX: jax.jit of jax.grad, float64. lax.while_loop cannot be "
                      "reverse-differentiated, so each data-dependent loop is a lax.scan over "
                      "a static maximum with jnp.where masking: it does the maximum's work "
                      "whatever the stop, forward and reverse. Per program:")
         notes += [f"{w.name}: {w.jax_note}" for w in WORKLOADS]
-        notes.append("cg.jit compile: Numba's compile time of cg.jit(cg.grad(f)) (cold) or "
-                     "of loading it from the disk cache")
     print_notes(console, notes)
+    rk23_table(console, quick, measured["rk23"])
+
+
+def rk23_table(console: Console, quick: bool, times: dict[str, float]) -> None:
+    """Adaptive RK23's gradient against the numpy one written by hand."""
+    sizes = QUICK if quick else FULL
+    args = rk23_args(quick)
+    p_bar, y_bar, accepted, rejected = rk23_grad_by_hand(*args)
+    assert_close((p_bar, y_bar), cg.grad(rk23, (0, 1))(*args), "rk23: numpy by hand")
+    hand = best_time(lambda: rk23_grad_by_hand(*args), sizes)
+    table = Table(title=f"Adaptive RK23, {accepted} accepted and {rejected} rejected steps: "
+                  "one gradient against numpy by hand")
+    for column in ("numpy by hand", "interpreter", "interp. ÷ numpy", "cg.jit",
+                   "jit ÷ numpy"):
+        table.add_column(column, justify="right")
+    row = [fmt_time(hand), fmt_time(times["interpreter"]),
+           f"{times['interpreter'] / hand:.2f}×"]
+    if "cg.jit" in times:
+        row += [fmt_time(times["cg.jit"]), f"{times['cg.jit'] / hand:.2f}×"]
+    table.add_row(*row)
+    console.print(table)
+    print_notes(console, ["numpy by hand: the same solver on numpy arrays keeping each "
+                          "accepted step's state, then the reverse sweep derived by hand "
+                          "(rk23_grad_by_hand); the step-size controller is under "
+                          "stop_gradient in every version"])
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, interpreter only")
+    quick = parser.parse_args().quick
+    section(Console(width=None if sys.stdout.isatty() else 150), quick,
+            {} if quick else load_others()[0])
