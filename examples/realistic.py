@@ -652,8 +652,10 @@ REALISTIC = tuple(w for w in WORKLOADS if w.name != "rk23")
 
 
 def example_args() -> dict[str, tuple]:
-    """Every program at its quick arguments (for `cfgrad inspect examples/realistic.py:fn`)."""
-    return {w.fun.__name__: w.args(True) for w in WORKLOADS}
+    """Two of the programs at their quick arguments, for `cfgrad inspect
+    examples/realistic.py:rk23` (tests/test_cli.py runs every example function named here,
+    about a second each, so not all nine)."""
+    return {w.fun.__name__: w.args(True) for w in WORKLOADS if w.name in ("rk23", "bisection")}
 
 
 def gradient_and_trips(w: Workload, args: tuple) -> tuple[tuple, str]:
