@@ -23,9 +23,11 @@ interpreter's per-node overhead dominates and compiled execution (`cg.jit`) matt
               validation loss w.r.t. the log learning rate and the initial weights.
 - sphere      sphere tracing 36 rays against a sphere over a ground plane until each ray
               hits or leaves; the summed depth w.r.t. the sphere's centre and radius.
-- rnn         a tanh RNN reading a sequence until its readout fires (`break`).
+- rnn         a tanh RNN reading a sequence until its readout fires (`break`): the
+              readout's squared error w.r.t. the weights and bias.
 - switched    a thermostat (heating/cooling modes with hysteresis), stopped after 12
-              mode switches: comfort and energy cost w.r.t. the heater and wall constants.
+              mode switches: comfort and energy cost w.r.t. the heater and wall constants
+              and the starting temperature.
 
 Each also has a JAX version, written as a JAX user would: `lax.while_loop` cannot be
 reverse-differentiated, so a loop with a data-dependent stop becomes a `lax.scan` over a
