@@ -11,8 +11,10 @@ same source on concrete values (docs/autograph.md, reference semantics).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -20,7 +22,10 @@ import pytest
 import cfgrad as cg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-import realistic  # noqa: E402
+# realistic imports benchmark, which pins thread pools through os.environ: keep that from
+# reaching the subprocesses of other tests
+with mock.patch.dict(os.environ):
+    import realistic
 
 EPS = 1e-6  # relative step of the central differences
 # rk23's step-size controller is under stop_gradient: its gradient leaves out h's
