@@ -732,6 +732,8 @@ def section(console: Console, quick: bool, libs: dict[str, Any]) -> None:
         row = [w.name, trips]
         row += [fmt_time(times[k]) if k in times else "" for k in ("interpreter", "cg.jit",
                                                                   "jax")]
+        if compile_cell.startswith("runs in the interpreter"):
+            row[3] += " (interpreter)"
         if "jax" in times:
             jit_ratio = times["cg.jit"] / times["jax"]
             interp_ratio = times["interpreter"] / times["jax"]
@@ -743,7 +745,7 @@ def section(console: Console, quick: bool, libs: dict[str, Any]) -> None:
             row += ["", ""]
         table.add_row(*row, compile_cell)
     if jit_ratios:
-        table.add_row("geometric mean of the 8 after rk23", "", "", "", "",
+        table.add_row("geometric mean, the 8 below rk23", "", "", "", "",
                       f"{geomean(jit_ratios):.2f}×", f"{geomean(interp_ratios):.1f}×", "",
                       style="bold")
     console.print(table)
@@ -756,7 +758,8 @@ def section(console: Console, quick: bool, libs: dict[str, Any]) -> None:
     else:
         notes.append("cg.jit: cg.jit(cg.grad(f)); its compile time is Numba's (cold) or "
                      "loading the machine code from the disk cache; a program that falls "
-                     "back runs in the interpreter, and the CompileWarning's reason is shown")
+                     "back runs in the interpreter, and the CompileWarning's reason is shown "
+                     "(the geometric mean takes its time as it is)")
         if "jax" not in libs:
             notes.append("jax is not installed: no JAX column")
     if "jax" in libs and not quick:
