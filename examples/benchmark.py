@@ -1049,6 +1049,8 @@ def main(argv: list[str] | None = None) -> None:
         library_tables(console, sizes, libs, missing, compiled=not opts.quick)
         hvp_section(console, sizes)
         inspector_section(console)
+        import realistic  # here, not at the top: it imports this module's timing helpers
+        realistic.section(console, opts.quick, libs)
     heat_section(console, heat_n, heat_steps, present, opts.quick)
 
 

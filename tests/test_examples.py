@@ -23,7 +23,7 @@ TIME_LIMIT = 10.0  # seconds: the promise made for every example
 SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py"))
 NUMBER = r"(-?\d+\.\d+(?:e[-+]\d+)?)"
 HEAT_N, HEAT_STEPS = 2000, 60
-SMALL_ARGS = {"benchmark.py": ["--quick"], "ode.py": ["--quick"],
+SMALL_ARGS = {"benchmark.py": ["--quick"], "ode.py": ["--quick"], "realistic.py": ["--quick"],
               "heat.py": ["--n", str(HEAT_N), "--steps", str(HEAT_STEPS)]}
 
 
