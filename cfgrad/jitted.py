@@ -129,7 +129,7 @@ class Jitted:
     def _runner(self, entry: Any, leaves: list[Any]) -> Any:
         try:
             native = NativeProgram(entry.compiled)
-            native.compile(native.arguments(leaves))
+            native.prepare(native.arguments(leaves))
             return native
         except Unsupported as e:
             reason = str(e)
