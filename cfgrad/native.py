@@ -852,8 +852,12 @@ class NativeProgram:
         self.source = module.source()
         self._constants = tuple(module.constants.arrays)
         self._fn = _load(self.source).main
+        # per `vjp_call` function, the facts its runs are replayed with: (its `of`, its
+        # loops' facts), at the index the run log names (the recording variant writes
+        # the same functions in the same order)
+        self.runs = module.runs
         self.records = bool(module.runs)  # whether a call has runs to record
-        self._recording: tuple[Any, tuple, list] | None = None  # (main, C, runs)
+        self._recording: tuple[Any, tuple] | None = None  # (main, C) of the variant
         self._out_types = [v.type for v in program.outputs]
         self._param_types = [p.type for p in program.params]
         # the Python type Numba reads as each scalar parameter's dtype (none for arrays)
@@ -892,14 +896,14 @@ class NativeProgram:
 
     def _recorded(self, args: list[Any], sink: list[tuple[str, RunStats]]) -> list[Any]:
         """Run the recording variant; its runs go to `sink`, in the interpreter's order."""
-        main, constants, runs = self.recording_variant(args)
+        main, constants = self.recording_variant(args)
         *results, log, n = main(constants, np.empty(48, np.int64), 0, *args)
         opened: list[list[tuple[int, int, int]]] = []  # the exits of each run not ended
         for a, b, c in log[:n].reshape(-1, 3).tolist():
             if a == _BEGIN:
                 opened.append([])
             elif a == _END:
-                of, loops = runs[b]
+                of, loops = self.runs[b]
                 sink.append((of, replayed_stats(loops, opened.pop())))
             else:
                 opened[-1].append((a, b, c))
@@ -913,9 +917,9 @@ class NativeProgram:
         else:
             self.compile(args)
 
-    def recording_variant(self, args: list[Any]) -> tuple[Any, tuple, list]:
-        """The recording module's `main` compiled for the types of `args`, its
-        constants and its runs' facts (generated, loaded and compiled once)."""
+    def recording_variant(self, args: list[Any]) -> tuple[Any, tuple]:
+        """The recording module's `main` compiled for the types of `args`, and its
+        constants (generated, loaded and compiled once)."""
         if self._recording is None:
             import numba
 
@@ -924,7 +928,7 @@ class NativeProgram:
             main, constants = _load(module.source()).main, tuple(module.constants.arrays)
             log = (numba.typeof(np.empty(0, np.int64)), numba.typeof(0))
             main.compile((numba.typeof(constants),) + log + tuple(map(numba.typeof, args)))
-            self._recording = main, constants, module.runs
+            self._recording = main, constants
         return self._recording
 
     def compile(self, args: list[Any]) -> None:
