@@ -128,7 +128,7 @@ class Jitted:
 
     def _runner(self, entry: Any, leaves: list[Any]) -> Any:
         try:
-            native = NativeProgram(entry.compiled)
+            native = NativeProgram(entry.compiled, nested.current_run_sink)
             native.prepare(native.arguments(leaves))
             return native
         except Unsupported as e:

@@ -43,6 +43,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,6 @@ from .interpret import (
 )
 from .ir import Block, Cond, Node, Program, RegionNest, Return, TensorType, Value
 from .kernel_sources import Unsupported
-from .nested import current_run_sink
 from .primitives import PRIMITIVES
 from .schedule import (
     ADVANCE,
@@ -838,13 +838,16 @@ class NativeProgram:
     or loading machine code from its disk cache: `from_disk_cache`, or nothing when this
     process compiled the same generated module before: `reused`).
 
-    A call made while `cfgrad.nested.recorded_runs()` collects runs the recording variant
-    of the module instead (`_Module`), generated and compiled on its first such call, and
-    hands each `vjp_call` run it logged to the collector with the statistics the
-    interpreter gives the same run (schedule.replayed_stats)."""
+    A call made while `run_sink()` returns a list (`cfgrad.nested.recorded_runs()`'s:
+    the caller says where runs go, this module sits below the transformations) runs the
+    recording variant of the module instead (`_Module`), generated and compiled on its
+    first such call, and appends each `vjp_call` run it logged to that list with the
+    statistics the interpreter gives the same run (schedule.replayed_stats)."""
 
-    def __init__(self, compiled: Compiled):
+    def __init__(self, compiled: Compiled,
+                 run_sink: Callable[[], list[tuple[str, RunStats]] | None] = lambda: None):
         program = compiled.program
+        self._run_sink = run_sink
         module = _Module()
         module.forward_function(compiled, name="main")
         self.compiled = compiled
@@ -883,7 +886,7 @@ class NativeProgram:
     def __call__(self, leaves: list[Any]) -> list[Any]:
         args = self.arguments(leaves)
         if self.records:
-            sink = current_run_sink()
+            sink = self._run_sink()
             if sink is not None:
                 return self._recorded(args, sink)
         if self.compile_seconds is None:
@@ -912,7 +915,7 @@ class NativeProgram:
     def prepare(self, args: list[Any]) -> None:
         """Compile the variant a call made now runs (see `recording_variant`), so that a
         failure shows before the call."""
-        if self.records and current_run_sink() is not None:
+        if self.records and self._run_sink() is not None:
             self.recording_variant(args)
         else:
             self.compile(args)
