@@ -885,20 +885,18 @@ class NativeProgram:
 
     def __call__(self, leaves: list[Any]) -> list[Any]:
         args = self.arguments(leaves)
-        if self.records:
-            sink = self._run_sink()
-            if sink is not None:
-                return self._recorded(args, sink)
-        if self.compile_seconds is None:
-            self.compile(args)
-        return self._outputs(self._fn(self._constants, *args))
-
-    def _outputs(self, results: Any) -> list[Any]:
+        if self.records and (sink := self._run_sink()) is not None:
+            results = self._recorded(args, sink)
+        else:  # (inline: a method call here would cost the hot path a Python frame)
+            if self.compile_seconds is None:
+                self.compile(args)
+            results = self._fn(self._constants, *args)
         return [t.dtype.type(r) if t.shape == () else r
                 for r, t in zip(results, self._out_types)]
 
-    def _recorded(self, args: list[Any], sink: list[tuple[str, RunStats]]) -> list[Any]:
-        """Run the recording variant; its runs go to `sink`, in the interpreter's order."""
+    def _recorded(self, args: list[Any], sink: list[tuple[str, RunStats]]) -> tuple:
+        """Run the recording variant, its runs to `sink` in the interpreter's order; the
+        program's results."""
         main, constants = self.recording_variant(args)
         *results, log, n = main(constants, np.empty(48, np.int64), 0, *args)
         opened: list[list[tuple[int, int, int]]] = []  # the exits of each run not ended
@@ -910,7 +908,7 @@ class NativeProgram:
                 sink.append((of, replayed_stats(loops, opened.pop())))
             else:
                 opened[-1].append((a, b, c))
-        return self._outputs(results)
+        return results
 
     def prepare(self, args: list[Any]) -> None:
         """Compile the variant a call made now runs (see `recording_variant`), so that a
