@@ -6,11 +6,13 @@ and the schedules of strategies made with trace=True.
 A compiled run logs the trip count of each loop execution, and
 `cfgrad.schedule.replayed_stats` replays the strategies from those. So the compiled
 programs here (each compiles only its recording variant: a Numba compile costs seconds)
-check the log, at trip counts 0, 1 and 7: a loop inside a recomputing loop (whose
-recomputation re-runs the inner loop) and nested pullbacks under an enclosing call's
-strategy. The replay is then checked for every strategy on fori and while loops and
-every nested pair of strategies against the interpreter alone, from the trip counts the
-interpreter reports, which is what the compiled log holds."""
+check the log: a loop inside a recomputing loop (whose recomputation re-runs the inner
+loop) at trip counts 0, 1 and 7, and pullbacks nested in a pullback (a second
+derivative). That nested pullbacks run their loops under the strategy of the call
+around them is checked on the generated module. The replay is then checked for every
+strategy on fori and while loops and every nested pair of strategies against the
+interpreter alone, from the trip counts the interpreter reports, which is what the
+compiled log holds."""
 
 from __future__ import annotations
 
@@ -33,11 +35,20 @@ from test_jit_checkpoint import STRATEGIES, nested  # noqa: E402
 from test_jit_probe import interpreted  # noqa: E402
 
 
+def g(y: Any) -> Any:
+    return cg.fori_loop(0, 5, lambda i, c: cnp.sin(c) * y + 0.1, y)
+
+
 def second_order(x: Any) -> Any:
-    """Nested pullbacks (of g and of its JVP program) whose loop chose no strategy:
-    they run under the outer gradient's Binomial(2), as in the interpreter."""
-    def g(y: Any) -> Any:
-        return cg.fori_loop(0, 5, lambda i, c: cnp.sin(c) * y + 0.1, y)
+    """Three pullbacks, two nested in the third: of g (in the forward run) and of g's
+    JVP program (in the adjoint, differentiating the first)."""
+    return cg.grad(cg.grad(g))(x)
+
+
+def second_order_under_binomial(x: Any) -> Any:
+    """The same, g's loop choosing no strategy: the nested pullbacks run it under the
+    outer gradient's Binomial(2), as in the interpreter (not compiled below: a
+    recomputing loop in two nested pullbacks costs Numba 10-15 s)."""
     return cg.grad(cg.grad(g), checkpoint=Binomial(2))(x)
 
 
@@ -81,7 +92,21 @@ def test_the_runs_compared_are_not_trivial() -> None:
     assert inner.trip_counts == [0, 1, 2, 0, 1, 2, 0] and inner.recompute_steps > 0
     assert outer.peak_snapshots > 0 and inner.peak_bytes > 0 and outer.schedule
     _, runs = recorded(interpreted(second_order), 0.5)
-    assert [s.loops[0].strategy for _, s in runs[:2]] == ["Binomial(2)"] * 2
+    assert [of for of, _ in runs] == ["vjp(g, wrt=[0])", "vjp(g.jvp, wrt=[0])",
+                                      "vjp(grad(g), wrt=[0])"]
+
+
+def test_nested_pullbacks_take_the_strategy_of_the_call_around_them() -> None:
+    """The functions of the nested pullbacks run g's loop under Binomial(2), the strategy
+    their runs report (`runs`: each pullback function's `of` and loops, as the
+    interpreter's runs name them), as the interpreter does."""
+    j = cg.jit(second_order_under_binomial)
+    native = NativeProgram(j._lowered((0.5,), {})[0].compiled)  # generated, not compiled
+    _, runs = recorded(interpreted(second_order_under_binomial), 0.5)
+    want = {of: [s.strategy for s in stats.loops] for of, stats in runs}
+    assert want["vjp(g, wrt=[0])"] == ["Binomial(2)"]
+    assert {of: [repr(f.strategy) for f in loops] for of, loops in native.runs} == want
+    assert native.source.count("K.schedule_table(True, 'Binomial(2)'") == 2
 
 
 def test_a_call_without_recording_records_nothing_and_gives_the_same_result() -> None:
