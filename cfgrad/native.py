@@ -24,6 +24,9 @@ Numba's numpy subset and lets Numba compile that to machine code.
   strategy follows the schedule that strategy gives when run symbolically
   (`_Recomputed`, schedule.py).
 - `call` nodes compile their sub-program as a function of its own.
+- Statistics (`cfgrad.nested.recorded_runs`): a second, recording variant of the module
+  logs each `vjp_call` run's loop trip counts, from which schedule.replayed_stats makes
+  the interpreter's RunStats; it is generated and compiled only when someone records.
 
 What cannot be compiled raises `Unsupported` with a one-line reason (a primitive without
 a kernel, a custom rule's Python, a debug callback, anomaly detection, a strategy class
