@@ -132,8 +132,8 @@ class Jitted:
         from .native import NativeProgram
 
         try:
-            native = NativeProgram(entry.compiled)
-            native.compile(native.arguments(leaves))
+            native = NativeProgram(entry.compiled, nested.current_run_sink)
+            native.prepare(native.arguments(leaves))
             return native
         except Unsupported as e:
             reason = str(e)

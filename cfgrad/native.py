@@ -30,6 +30,9 @@ Numba's numpy subset and lets Numba compile that to machine code.
   strategy follows the schedule that strategy gives when run symbolically
   (`_Recomputed`, schedule.py).
 - `call` nodes compile their sub-program as a function of its own.
+- Statistics (`cfgrad.nested.recorded_runs`): a second, recording variant of the module
+  logs each `vjp_call` run's loop trip counts, from which schedule.replayed_stats makes
+  the interpreter's RunStats; it is generated and compiled only when someone records.
 
 What cannot be compiled raises `Unsupported` with a one-line reason (a primitive without
 a kernel, a custom rule's Python, a debug callback, anomaly detection, a strategy class
@@ -50,6 +53,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from . import kernels as K
-from .checkpoint import Binomial, EveryK, Online, Recompute, StoreAll, resolve
+from .checkpoint import Binomial, EveryK, Online, Recompute, RunStats, StoreAll, resolve
 from .interpret import (
     DECIDE,
     LOOP_ENTER,
@@ -68,11 +72,20 @@ from .interpret import (
     left_early_message,
     loop_limit_message,
 )
-from .ir import Block, Cond, Node, Program, Return, TensorType, Value
+from .ir import Block, Cond, Node, Program, RegionNest, Return, TensorType, Value
 from .kernel_sources import Unsupported
 from .passes import is_fixed
 from .primitives import PRIMITIVES
-from .schedule import ADVANCE, LOAD, SET, STORE_ROW, TAPE, Schedule
+from .schedule import (
+    ADVANCE,
+    LOAD,
+    SET,
+    STORE_ROW,
+    TAPE,
+    LoopFacts,
+    Schedule,
+    replayed_stats,
+)
 
 # numpy ufuncs that Numba compiles with numpy's semantics (Numba's documentation,
 # "Supported NumPy features", ufuncs): an entry with no parameters whose implementation is
@@ -265,6 +278,9 @@ class _Writer:
         self.inlined = _fusible_chains(compiled.program, keep)
         self.replaying: _Recomputed | None = None  # writing a loop's re-run (see `replay`)
         program = compiled.program
+        nest = RegionNest(program.regions)  # each loop's parent loop (the run log names it)
+        self.parents = [None if (r := nest.loop_of[li.region.parent]) is None
+                        else compiled.loop_index[r] for li in compiled.loops]
         self.ifs_by_branch = {r.branch: r for r in program.ifs()}
         self.loops_by_header = {r.header: r for r in program.loops()}
 
@@ -313,10 +329,21 @@ class _Writer:
                 return lines
             loop = self.loops_by_header.get(target)
             if loop is not None:  # entered from its preheader
-                lines += self._loop(loop, stops, on_return)
+                lines += self._loop(loop, stops, on_return) + self._log_exit(loop)
                 blk = loop.exit
                 continue
             blk = target
+
+    def _log_exit(self, loop: Any) -> list[str]:
+        """In the recording variant, a loop execution of the taped sweep (not of a
+        re-run) logs its exit: (loop, trips, the enclosing loop's iteration or -1). After
+        the loop, not before its `break`: Numba 0.68 cannot type a variable that is
+        updated before a `break` of one loop and also inside another loop's body."""
+        if not (self.module.recording and self.taped and self.replaying is None):
+            return []
+        j = self.c.loop_index[loop]
+        parent = self.parents[j]
+        return self.module.log(j, f"n{self.p}{j}", -1 if parent is None else f"n{self.p}{parent}")
 
     def _branches(self, blk: Block, t: Cond, merge: Block, stops: frozenset[Block],
                   on_return: Any) -> list[str]:
@@ -403,7 +430,7 @@ class _Writer:
             fn = self.module.pullback_function(pullback.params["of"])
             args = ", ".join(self.name(v) for v in pullback.inputs)
             results = ", ".join(outs + [self.name(o) for o in pullback.outputs])
-            return [f"{results}, = {fn}(C, {args})"]
+            return [self.module.invoke(fn, f"{results},", args)]
         if n.op in ("call", "vjp_call"):
             args = ", ".join(self.name(v) for v in n.inputs)
             if n.op == "call":
@@ -413,7 +440,7 @@ class _Writer:
                 fn = self.module.pullback_function(n.params["of"])
                 skip = len(n.params["of"].program.outputs)
                 got = ", ".join(["_"] * skip + outs) + ","
-            return [f"{got} = {fn}(C, {args})"]
+            return [self.module.invoke(fn, got, args)]
         if src is None:
             src = kernel_source(n, [self.name(v) for v in n.inputs])
         if len(outs) == 1 and not PRIMITIVES[n.op].multi_output:
@@ -676,11 +703,32 @@ def _fused_calls(program: Program) -> dict[Node, Node | None]:
     return fused
 
 
+# The run log's markers (a loop's exit is logged as its index, >= 0): see `_Module`
+_BEGIN, _END = -1, -2
+
+
 class _Module:
     """One generated module: the function of a top-level program and the functions of
-    the sub-programs its `call` and `vjp_call` nodes stand for."""
+    the sub-programs its `call` and `vjp_call` nodes stand for.
 
-    def __init__(self) -> None:
+    The `recording` variant also logs what `cfgrad.nested.recorded_runs` needs of each
+    `vjp_call` run (schedule.replayed_stats makes the interpreter's RunStats of it): every
+    function passes an int64 stack `R` (its length `nR`) on to the functions it calls and
+    returns it, and a `vjp_call`'s function pushes triples onto it: (_BEGIN, run, 0),
+    then each loop exit of its taped sweep (loop, trips, iteration of the enclosing loop
+    or -1), then (_END, run, 0), `run` indexing `runs` (the node's `of` and its loops'
+    facts). Runs nest (a `vjp_call` inside a sub-program), so markers pair up like
+    brackets, and a run ends where the interpreter's `Pullback.run` records it. A
+    separate module, compiled only when someone records, so that the ordinary one pays
+    nothing for it."""
+
+    def __init__(self, recording: bool = False) -> None:
+        self.recording = recording
+        self._log_vars = ["R", "nR"] if recording else []
+        self.runs: list[tuple[str, list[LoopFacts]]] = []
+        # the enclosing call's checkpoint choice, for loops that chose none in a nested
+        # `vjp_call` that chose none (nested.call_checkpoint, as the interpreter's)
+        self.choice: Any = None
         self.constants = _Constants()
         self.functions: list[str] = []
         self._names: dict[Any, str] = {}
@@ -695,22 +743,23 @@ class _Module:
         outputs. `compiled` is the program's interpreter compilation (slots, edges), the
         one its caller keeps: its numbering names the variables."""
         program = compiled.program
-        key = ("call", id(program))
+        key = ("call", id(program), id(self.choice))
         if key in self._names:
             return self._names[key]
         fname = name or f"call_{next(self._numbers)}"
         self._names[key] = fname
         w = _Writer(self, compiled, "f")
         params = ", ".join(w.name(p) for p in program.params)
-        body = w.constants() + w.machine(lambda vals: [f"return ({', '.join(vals)},)"])
-        self.functions.append(_function(fname, params, body))
+        body = w.constants() + w.machine(lambda vals: [self._returned(vals)])
+        self.functions.append(self._function(fname, params, body))
         return fname
 
     def pullback_function(self, of: Any) -> str:
         """A `vjp_call` node's function: the taped forward sweep of its sub-program, then
         the adjoint; (C, *params, *output cotangents) -> the sub-program's outputs, then
         its parameters' cotangents (the outputs serve a `call` fused with it)."""
-        key = ("vjp", id(of))
+        choice = of.checkpoint if of.checkpoint is not None else self.choice
+        key = ("vjp", id(of), id(choice))
         if key in self._names:
             return self._names[key]
         if getattr(of, "check", False):
@@ -721,28 +770,35 @@ class _Module:
         fname = f"vjp_{next(self._numbers)}"  # (taken now: the body may name others)
         fwd = _Writer(self, plan.forward, "f", taped=True, keep=_read_by_adjoint(plan))
         adj = _Writer(self, plan.compiled, "a", forward=fwd)
-        outer = self.stacks, self.tapes, self.recomputed
-        self.stacks, self.tapes, self.recomputed = {}, {}, {}
+        chosen = [resolve(li.region.checkpoint, choice) for li in plan.forward.loops]
+        run = len(self.runs)
+        self.runs.append((repr(of), [
+            LoopFacts(li.region.id, strategy, parent, li.trip_bound_slots is not None,
+                      li.carry_bytes, saves.nbytes)
+            for li, strategy, parent, saves in zip(plan.forward.loops, chosen, fwd.parents,
+                                                   plan.saves)]))
+        outer = self.stacks, self.tapes, self.recomputed, self.choice
+        self.stacks, self.tapes, self.recomputed, self.choice = {}, {}, {}, choice
         try:
             inits = self._log_and_tapes(plan, fwd)
-            inits += self._strategies(of, fwd)
+            inits += self._strategies(chosen, fwd)
             params = [fwd.name(p) for p in program.params] + [
                 adj.name(p) for p in plan.adjoint.params]
-            body = fwd.constants() + adj.constants() + inits
+            body = fwd.constants() + adj.constants() + inits + self.log(_BEGIN, run, 0)
             outputs = [f"out{i}" for i in range(len(program.outputs))]
             body += fwd.machine(lambda vals: [f"{', '.join(outputs)}, = {', '.join(vals)},"])
-            body += adj.machine(lambda vals: [f"return ({', '.join(outputs + vals)},)"])
+            body += adj.machine(lambda vals: self.log(_END, run, 0)
+                                + [self._returned(outputs + vals)])
         finally:
-            self.stacks, self.tapes, self.recomputed = outer
+            self.stacks, self.tapes, self.recomputed, self.choice = outer
         self._names[key] = fname
-        self.functions.append(_function(fname, ", ".join(params), body))
+        self.functions.append(self._function(fname, ", ".join(params), body))
         return fname
 
-    def _strategies(self, of: Any, fwd: _Writer) -> list[str]:
+    def _strategies(self, chosen: list[Any], fwd: _Writer) -> list[str]:
         """Each loop's strategy: StoreAll needs nothing more; a recomputing one a
         `_Recomputed` (its declarations returned)."""
         c = fwd.c
-        chosen = [resolve(li.region.checkpoint, of.checkpoint) for li in c.loops]
         lines = []
         for li, strategy in zip(c.loops, chosen):
             r = li.region
@@ -776,6 +832,28 @@ class _Module:
         lines = [s.init() for s in self.stacks.values()]
         return lines + [line for tape in self.tapes.values() for line in tape.init()]
 
+    def log(self, a: Any, b: Any, c: Any) -> list[str]:
+        """Lines pushing the triple (a, b, c) onto the run log (none unless recording)."""
+        if not self.recording:
+            return []
+        return ["if nR + 3 > R.shape[0]: R = K.grow(R)",
+                f"R[nR] = {a}; R[nR + 1] = {b}; R[nR + 2] = {c}; nR += 3"]
+
+    def invoke(self, fn: str, got: str, args: str) -> str:
+        """`got = fn(C, args)`, the run log passed through when recording."""
+        if not self.recording:
+            return f"{got} = {fn}(C, {args})"
+        return f"{got.rstrip(',')}, R, nR, = {fn}(C, R, nR, {args})"
+
+    def _returned(self, values: list[str]) -> str:
+        return f"return ({', '.join(values + self._log_vars)},)"
+
+    def _function(self, name: str, params: str, body: list[str]) -> str:
+        lines = ["@numba.njit(cache=True, error_model=\"numpy\")",
+                 f"def {name}({', '.join(['C'] + self._log_vars + ([params] if params else []))}):"]
+        lines += ["    " + line for line in body]
+        return "\n".join(lines) + "\n"
+
     def list_type(self, t: TensorType) -> str:
         """The module-level name of Numba's type for an array of type `t` (any layout),
         which typed lists of such arrays are declared with."""
@@ -794,13 +872,6 @@ class _Module:
         header += [f"{name} = numba.types.Array(numba.types.{t.dtype.name}, {t.ndim}, 'A')"
                    for t, name in self.list_types.items()]
         return "\n".join(header + ["", ""] + self.functions) + "\n"
-
-
-def _function(name: str, params: str, body: list[str]) -> str:
-    lines = ["@numba.njit(cache=True, error_model=\"numpy\")",
-             f"def {name}(C{', ' if params else ''}{params}):"]
-    lines += ["    " + line for line in body]
-    return "\n".join(lines) + "\n"
 
 
 def cache_dir() -> Path:
@@ -856,16 +927,31 @@ class NativeProgram:
 
     `compile_seconds` is the time the compilation took (Numba's type inference and LLVM,
     or loading machine code from its disk cache: `from_disk_cache`, or nothing when this
-    process compiled the same generated module before: `reused`)."""
+    process compiled the same generated module before: `reused`).
 
-    def __init__(self, compiled: Compiled):
+    A call made while `run_sink()` returns a list (`cfgrad.nested.recorded_runs()`'s:
+    the caller says where runs go, this module sits below the transformations) runs the
+    recording variant of the module instead (`_Module`), generated and compiled on its
+    first such call, and appends each `vjp_call` run it logged to that list with the
+    statistics the interpreter gives the same run (schedule.replayed_stats)."""
+
+    def __init__(self, compiled: Compiled,
+                 run_sink: Callable[[], list[tuple[str, RunStats]] | None] = lambda: None):
         program = compiled.program
+        self._run_sink = run_sink
         module = _Module()
         module.forward_function(compiled, name="main")
+        self.compiled = compiled
         self.program = program
         self.source = module.source()
         self._constants = tuple(module.constants.arrays)
         self._fn = _load(self.source).main
+        # per `vjp_call` function, the facts its runs are replayed with: (its `of`, its
+        # loops' facts), at the index the run log names (the recording variant writes
+        # the same functions in the same order)
+        self.runs = module.runs
+        self.records = bool(module.runs)  # whether a call has runs to record
+        self._recording: tuple[Any, tuple] | None = None  # (main, C) of the variant
         self._out_types = [v.type for v in program.outputs]
         self._param_types = [p.type for p in program.params]
         # the Python type Numba reads as each scalar parameter's dtype (none for arrays)
@@ -890,11 +976,52 @@ class NativeProgram:
 
     def __call__(self, leaves: list[Any]) -> list[Any]:
         args = self.arguments(leaves)
-        if self.compile_seconds is None:
-            self.compile(args)
-        results = self._fn(self._constants, *args)
+        if self.records and (sink := self._run_sink()) is not None:
+            results = self._recorded(args, sink)
+        else:  # (inline: a method call here would cost the hot path a Python frame)
+            if self.compile_seconds is None:
+                self.compile(args)
+            results = self._fn(self._constants, *args)
         return [t.dtype.type(r) if t.shape == () else r
                 for r, t in zip(results, self._out_types)]
+
+    def _recorded(self, args: list[Any], sink: list[tuple[str, RunStats]]) -> tuple:
+        """Run the recording variant, its runs to `sink` in the interpreter's order; the
+        program's results."""
+        main, constants = self.recording_variant(args)
+        *results, log, n = main(constants, np.empty(48, np.int64), 0, *args)
+        opened: list[list[tuple[int, int, int]]] = []  # the exits of each run not ended
+        for a, b, c in log[:n].reshape(-1, 3).tolist():
+            if a == _BEGIN:
+                opened.append([])
+            elif a == _END:
+                of, loops = self.runs[b]
+                sink.append((of, replayed_stats(loops, opened.pop())))
+            else:
+                opened[-1].append((a, b, c))
+        return results
+
+    def prepare(self, args: list[Any]) -> None:
+        """Compile the variant a call made now runs (see `recording_variant`), so that a
+        failure shows before the call."""
+        if self.records and self._run_sink() is not None:
+            self.recording_variant(args)
+        else:
+            self.compile(args)
+
+    def recording_variant(self, args: list[Any]) -> tuple[Any, tuple]:
+        """The recording module's `main` compiled for the types of `args`, and its
+        constants (generated, loaded and compiled once)."""
+        if self._recording is None:
+            import numba
+
+            module = _Module(recording=True)
+            module.forward_function(self.compiled, name="main")
+            main, constants = _load(module.source()).main, tuple(module.constants.arrays)
+            log = (numba.typeof(np.empty(0, np.int64)), numba.typeof(0))
+            main.compile((numba.typeof(constants),) + log + tuple(map(numba.typeof, args)))
+            self._recording = main, constants
+        return self._recording
 
     def compile(self, args: list[Any]) -> None:
         """Compile for the types of `args` (once; timed into `compile_seconds`)."""

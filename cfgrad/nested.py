@@ -68,6 +68,9 @@ from .trace_context import LOWERING_LOCK, current_trace
 # Where the statistics of nested pullbacks' runs go while `recorded_runs()` is active.
 _RUN_SINK: contextvars.ContextVar[list[tuple[str, RunStats]] | None] = \
     contextvars.ContextVar("cfgrad_nested_runs", default=None)
+# That list, or None when nobody records: a compiled function asks before every call (the
+# bound method itself, so that asking costs no Python frame), and records only if asked.
+current_run_sink = _RUN_SINK.get
 
 
 @contextmanager
