@@ -146,7 +146,10 @@ def kernel_source(n: Node, args: list[str]) -> str:
     types = [v.type for v in n.inputs]
     out = [o.type for o in n.outputs] if prim.multi_output else n.outputs[0].type
     if prim.kernel is not None:
-        return prim.kernel(args, types, out, **n.params)
+        try:
+            return prim.kernel(args, types, out, **n.params)
+        except Unsupported as e:  # a kernel refusing these operands: say where they are
+            raise Unsupported(f"{e} (at {n.loc})") from None
     name = _ufunc_name(n)
     if name is not None:
         form = _OPERATORS.get(name)

@@ -276,11 +276,17 @@ def custom(x):
     return safe_sqrt(x) * 3.0
 
 
+def diagonal(x):
+    """cnp.diag writes its vector through a constant index array (a scatter_add)."""
+    return cnp.sum(cnp.diag(cnp.stack([x, 2.0 * x])) ** 2)
+
+
 @pytest.mark.parametrize(("f", "words"), [
     (own_strategy_loop, ["loop#0", "KeepEverything()", "of your own"]),
     (printing, ["debug_callback"]),
     (custom, ["custom_vjp"]),
-], ids=["own_strategy", "debug_print", "custom_vjp"])
+    (diagonal, ["scatter_add with an index array", "test_jit.py:"]),
+], ids=["own_strategy", "debug_print", "custom_vjp", "index_array"])
 def test_fallback_warns_once_and_gives_the_interpreters_numbers(f: Any, words: list) -> None:
     """One CompileWarning for the signature however often it runs, naming the function
     and what could not compile; fallback=False raises that reason instead."""
