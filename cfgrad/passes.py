@@ -392,10 +392,61 @@ def accumulate_in_place(program: Program) -> None:
                         break
 
 
-#: The passes an adjoint goes through, in order: simplify what the rules emitted, share
-#: subterms, drop what no result needs, then the loop passes, and drop what the
-#: accumulators' factored forms left dead.
+# ---------------------------------------------------------------------------------
+# Adjoints: recomputing cheap forward values instead of keeping them
+# ---------------------------------------------------------------------------------
+
+#: Forward primitives whose result an adjoint recomputes from its operands, when it reads
+#: those anyway, rather than having every loop iteration keep it: one arithmetic
+#: operation per element costs less than writing the array at the forward step and
+#: reading it back in the reverse one (and the memory, under StoreAll, is the tape's).
+_RECOMPUTED = frozenset({"add", "sub", "mul", "neg"})
+
+
+def rematerialize_primal_reads(program: Program) -> None:
+    """In an adjoint, replace the read of a forward value `v = op(a, b)` (an arithmetic
+    op of `_RECOMPUTED`) by `op` of reads of `a` and `b`, where the adjoint reads `a` and
+    `b` anyway, reads `v` once, and `v` is computed in a loop. The loops then keep `a`
+    and `b` for the adjoint but no longer `v`: for the heat workload's `u * u`, half the
+    tape. (Outside loops a forward value costs nothing to keep: it stays where the
+    forward run left it.) The same operation on
+    the same operands: the same bits. A read happens where the forward iteration it
+    belongs to is the restored one, and `a`, `b` belong to that iteration or an
+    enclosing one (they are operands of `v`), so the new reads see the values `op` saw.
+
+    A no-op on programs that are not adjoints."""
+    forward = program.forward
+    if forward is None:
+        return
+    reads: dict[Value, list[Node]] = {}
+    for b in program.blocks:
+        for n in b.nodes:
+            if n.op == "Primal":
+                reads.setdefault(n.params["of"], []).append(n)
+    producer = {o: n for b in forward.blocks for n in b.nodes for o in n.outputs}
+    owner = loop_owners(forward)
+    for b in program.blocks:
+        nodes = []
+        for n in b.nodes:
+            made = producer.get(n.params["of"]) if n.op == "Primal" else None
+            if (made is None or owner.get(n.params["of"]) is None
+                    or made.op not in _RECOMPUTED or made.params
+                    or len(reads[n.params["of"]]) != 1
+                    or not all(v in reads for v in made.inputs)):
+                nodes.append(n)
+                continue
+            operands = [Node("Primal", [], {"of": v}, [Value(v.type)], n.loc, n.origin)
+                        for v in made.inputs]
+            nodes += operands + [Node(made.op, [o.outputs[0] for o in operands], {},
+                                      n.outputs, n.loc, n.origin)]
+        b.nodes = nodes
+
+
+#: The passes an adjoint goes through, in order: recompute cheap forward values, simplify
+#: what the rules emitted, share subterms, drop what no result needs, then the loop
+#: passes, and drop what the accumulators' factored forms left dead.
 ADJOINT_PIPELINE: tuple[Pass, ...] = (
+    rematerialize_primal_reads,
     simplify,
     eliminate_common_subexpressions,
     eliminate_dead_code,

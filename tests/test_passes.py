@@ -20,6 +20,7 @@ from cfgrad.passes import (
     ADJOINT_PIPELINE,
     eliminate_common_subexpressions,
     eliminate_dead_code,
+    rematerialize_primal_reads,
     run_passes,
     simplify,
 )
@@ -230,6 +231,57 @@ def test_gradients_with_and_without_the_simplifier_are_bitwise_equal(expr):
             patch.setattr(cfgrad.reverse, "ADJOINT_PIPELINE", without)
             plain_grads = cg.grad(lambda x, y: f(x, y), argnums=(0, 1))(*args)
     assert bits(simplified_grads) == bits(plain_grads)
+
+
+# -- recomputing cheap forward values in adjoints -------------------------------------
+
+
+def heat_like(u, n):
+    """The cubic reaction term of examples/heat.py: the adjoint of u * u * u reads u and
+    u * u of every iteration."""
+    return cnp.sum(cg.fori_loop(0, n, lambda i, u: u - 0.1 * (u * u * u), u) ** 2)
+
+
+WITHOUT_REMATERIALIZING = tuple(p for p in ADJOINT_PIPELINE
+                                if p is not rematerialize_primal_reads)
+
+
+def test_a_product_of_values_the_adjoint_reads_is_recomputed_not_kept():
+    u = np.linspace(-1.0, 1.0, 5)
+    adjoint = cg.adjoint(cg.lower(heat_like, u, 4))
+    reads = {line.split("= ")[1] for line in lines(adjoint) if "Primal" in line}
+    assert reads == {"Primal ^%1", "Primal ^%9"}, reads  # u in the loop, not %4 = u * u
+    assert "mul %13, %14" in " ".join(lines(adjoint))  # u * u of two reads of u
+    _, pullback = cg.vjp(heat_like, u, 4)
+    grad = pullback(1.0)[0]
+    assert pullback.stats.loops[0].peak_bytes == 4 * u.nbytes  # u alone, not u * u too
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cfgrad.reverse, "ADJOINT_PIPELINE", WITHOUT_REMATERIALIZING)
+        _, kept = cg.vjp(lambda u, n: heat_like(u, n), u, 4)
+        assert bits([kept(1.0)[0]]) == bits([grad])
+    assert kept.stats.loops[0].peak_bytes == 2 * 4 * u.nbytes
+
+
+def test_outside_loops_nothing_is_recomputed():
+    """A forward value outside any loop stays where the forward run left it: reading it
+    costs nothing, recomputing it would."""
+    adjoint = cg.adjoint(cg.lower(lambda x: cnp.log(x[0] * x[1]), np.array([2.0, 3.0])))
+    assert "Primal ^%2" in " ".join(lines(adjoint))  # x[0] * x[1] read, not recomputed
+
+
+@settings(max_examples=40, deadline=None)
+@given(expr=expressions(3))
+def test_gradients_of_loops_with_and_without_recomputing_are_bitwise_equal(expr):
+    def f(x, y):
+        return cnp.sum(cg.fori_loop(0, 3, lambda i, c: evaluate(expr, c, y) * 0.5 + x, x))
+
+    args = (np.array([-0.0, 0.5, 1.5, -2.0]), 0.75)
+    with np.errstate(all="ignore"):
+        grads = cg.grad(f, argnums=(0, 1))(*args)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(cfgrad.reverse, "ADJOINT_PIPELINE", WITHOUT_REMATERIALIZING)
+            kept = cg.grad(lambda x, y: f(x, y), argnums=(0, 1))(*args)
+    assert bits(grads) == bits(kept)
 
 
 # -- JVP programs --------------------------------------------------------------------
