@@ -1,7 +1,7 @@
 """Reaction–diffusion stepping reversed in bounded memory: StoreAll, Binomial and Online.
 
 Run `python examples/heat.py` (about a minute at full size, N = 100 000 points and
-T = 2000 steps, and 3.2 GB of memory for StoreAll; `--n` and `--steps` choose smaller
+T = 2000 steps, and 1.6 GB of memory for StoreAll; `--n` and `--steps` choose smaller
 sizes).
 
 The explicit scheme for the 1-D heat equation with a cubic (Allen–Cahn) reaction term on a
@@ -14,10 +14,11 @@ with D = MU * dx^2 / dt (MU = D dt / dx^2 is the diffusion number; the scheme is
 for MU <= 1/2). The loss is the final energy E = 0.5 * sum(u_T^2) * dx and the gradient is
 taken with respect to the initial state u_0, a vector of n values.
 
-Every step's adjoint reads that step's u and u*u (the derivative of u*u*u), so reversing
-the loop by storing everything (`StoreAll`) holds 2T arrays of n floats: 3.2 GB at full
-size. `Binomial(10)` (a `fori_loop`, T known on entry) holds at most 10 states u and one
-step's two arrays, and pays the revolve minimum of recomputed steps; `Online(10)` runs the
+Every step's adjoint reads that step's u and u*u (the derivative of u*u*u); it recomputes
+u*u from u rather than keeping it (passes.rematerialize_primal_reads), so reversing the
+loop by storing everything (`StoreAll`) holds T arrays of n floats: 1.6 GB at full size.
+`Binomial(10)` (a `fori_loop`, T known on entry) holds at most 10 states u and one step's
+array, and pays the revolve minimum of recomputed steps; `Online(10)` runs the
 same stepping as a `while_loop` on a time bound (t < t_end), whose trip count is known only
 when it exits.
 
