@@ -74,9 +74,23 @@ RK23_H0 = 1e-3
 RK23_MAX_STEPS = 1000  # the JAX version's static maximum
 
 
-def brusselator(y, p):
+def brusselator(y, p, xp=cnp):
+    """The Brusselator's right-hand side, for any array namespace `xp` (cfgrad.numpy
+    traced, numpy for the hand-written gradient)."""
     x, z = y[0], y[1]
-    return cnp.stack([p[0] + x * x * z - (p[1] + 1.0) * x, p[1] * x - x * x * z])
+    return xp.stack([p[0] + x * x * z - (p[1] + 1.0) * x, p[1] * x - x * x * z])
+
+
+def bogacki_shampine(y, h, p, rtol, xp=cnp):
+    """One trial step of RK23 from y: (y_new, the error's scaled RMS norm, k1, k2)."""
+    k1 = brusselator(y, p, xp)
+    k2 = brusselator(y + 0.5 * h * k1, p, xp)
+    k3 = brusselator(y + 0.75 * h * k2, p, xp)
+    y_new = y + h * (2.0 / 9.0 * k1 + 1.0 / 3.0 * k2 + 4.0 / 9.0 * k3)
+    k4 = brusselator(y_new, p, xp)
+    err = h * (-5.0 / 72.0 * k1 + 1.0 / 12.0 * k2 + 1.0 / 9.0 * k3 - 1.0 / 8.0 * k4)
+    scale = ATOL + rtol * xp.maximum(xp.abs(y), xp.abs(y_new))
+    return y_new, xp.maximum(xp.sqrt(xp.mean((err / scale) ** 2)), 1e-10), k1, k2
 
 
 def rk23(p, y0, t_end, rtol):
@@ -84,14 +98,7 @@ def rk23(p, y0, t_end, rtol):
     t, y, h = 0.0, y0, RK23_H0
     while t < t_end:
         h = min(h, t_end - t)
-        k1 = brusselator(y, p)
-        k2 = brusselator(y + 0.5 * h * k1, p)
-        k3 = brusselator(y + 0.75 * h * k2, p)
-        y_new = y + h * (2.0 / 9.0 * k1 + 1.0 / 3.0 * k2 + 4.0 / 9.0 * k3)
-        k4 = brusselator(y_new, p)
-        err = h * (-5.0 / 72.0 * k1 + 1.0 / 12.0 * k2 + 1.0 / 9.0 * k3 - 1.0 / 8.0 * k4)
-        scale = ATOL + rtol * cnp.maximum(cnp.abs(y), cnp.abs(y_new))
-        err_norm = cnp.maximum(cnp.sqrt(cnp.mean((err / scale) ** 2)), 1e-10)
+        y_new, err_norm, _, _ = bogacki_shampine(y, h, p, rtol)
         factor = 0.9 * err_norm ** (-1.0 / 3.0)
         if err_norm <= 1.0:
             t = t_end if h >= t_end - t else t + h
@@ -101,11 +108,6 @@ def rk23(p, y0, t_end, rtol):
             h = h * max(factor, 0.2)
         h = cg.stop_gradient(h)
     return cnp.sum(y * y)
-
-
-def brusselator_np(y: np.ndarray, p: np.ndarray) -> np.ndarray:
-    x, z = y[0], y[1]
-    return np.array([p[0] + x * x * z - (p[1] + 1.0) * x, p[1] * x - x * x * z])
 
 
 def brusselator_vjp(y: np.ndarray, p: np.ndarray, v: np.ndarray) -> tuple[np.ndarray,
@@ -130,14 +132,7 @@ def rk23_grad_by_hand(p: np.ndarray, y0: np.ndarray, t_end: float,
     rejected = 0
     while t < t_end:
         h = min(h, t_end - t)
-        k1 = brusselator_np(y, p)
-        k2 = brusselator_np(y + 0.5 * h * k1, p)
-        k3 = brusselator_np(y + 0.75 * h * k2, p)
-        y_new = y + h * (2.0 / 9.0 * k1 + 1.0 / 3.0 * k2 + 4.0 / 9.0 * k3)
-        k4 = brusselator_np(y_new, p)
-        err = h * (-5.0 / 72.0 * k1 + 1.0 / 12.0 * k2 + 1.0 / 9.0 * k3 - 1.0 / 8.0 * k4)
-        scale = ATOL + rtol * np.maximum(np.abs(y), np.abs(y_new))
-        err_norm = max(np.sqrt(np.mean((err / scale) ** 2)), 1e-10)
+        y_new, err_norm, k1, k2 = bogacki_shampine(y, h, p, rtol, np)
         factor = 0.9 * err_norm ** (-1.0 / 3.0)
         if err_norm <= 1.0:
             kept.append((y, h, k1, k2))
@@ -170,23 +165,12 @@ def rk23_args(quick: bool) -> tuple:
 def rk23_jax(jax: Any, jnp: Any) -> Callable:
     lax = jax.lax
 
-    def f(y, p):
-        x, z = y[0], y[1]
-        return jnp.stack([p[0] + x * x * z - (p[1] + 1.0) * x, p[1] * x - x * x * z])
-
     def loss(p, y0, t_end, rtol):
         def step(carry, _):
             t, y, h = carry
             active = t < t_end
             h = jnp.where(active, jnp.minimum(h, t_end - t), h)  # finite work when masked
-            k1 = f(y, p)
-            k2 = f(y + 0.5 * h * k1, p)
-            k3 = f(y + 0.75 * h * k2, p)
-            y_new = y + h * (2.0 / 9.0 * k1 + 1.0 / 3.0 * k2 + 4.0 / 9.0 * k3)
-            k4 = f(y_new, p)
-            err = h * (-5.0 / 72.0 * k1 + 1.0 / 12.0 * k2 + 1.0 / 9.0 * k3 - 1.0 / 8.0 * k4)
-            scale = ATOL + rtol * jnp.maximum(jnp.abs(y), jnp.abs(y_new))
-            err_norm = jnp.maximum(jnp.sqrt(jnp.mean((err / scale) ** 2)), 1e-10)
+            y_new, err_norm, _, _ = bogacki_shampine(y, h, p, rtol, jnp)
             factor = 0.9 * err_norm ** (-1.0 / 3.0)
             accept = active & (err_norm <= 1.0)
             t_next = jnp.where(h >= t_end - t, t_end, t + h)
