@@ -409,10 +409,11 @@ def rematerialize_primal_reads(program: Program) -> None:
     `b` anyway, reads `v` once, and `v` is computed in a loop. The loops then keep `a`
     and `b` for the adjoint but no longer `v`: for the heat workload's `u * u`, half the
     tape. (Outside loops a forward value costs nothing to keep: it stays where the
-    forward run left it.) The same operation on
-    the same operands: the same bits. A read happens where the forward iteration it
-    belongs to is the restored one, and `a`, `b` belong to that iteration or an
-    enclosing one (they are operands of `v`), so the new reads see the values `op` saw.
+    forward run left it.) The same operation on the same operands: the same bits. A read
+    happens where the forward iteration it belongs to is the restored one, and `a`, `b`
+    belong to that iteration or an enclosing one (they are operands of `v`), and are kept
+    for every iteration since the adjoint reads them, so the new reads see the values
+    `op` saw.
 
     A no-op on programs that are not adjoints."""
     forward = program.forward
