@@ -6,6 +6,9 @@ numpy subset, computing what the entry's numpy implementation computes. A value 
 () is a native scalar there, so the shapes decide between scalar and array code. What
 one expression cannot say is a helper of `kernels.py`, named `K.…` here. A kernel that
 meets a case it cannot compile raises `Unsupported` (native.py names it) with the reason.
+A kernel marked `constants = True` also takes `const`, which turns an array worked out
+while generating the code (the positions a constant index array reads) into the
+expression that reads it at run time.
 """
 
 from __future__ import annotations
@@ -349,8 +352,8 @@ def index_expression(spec: tuple, dynamic: list[str], shape: tuple[int, ...],
         elif isinstance(s, slice):
             items.append("slice(" + ", ".join("None" if v is None else repr(int(v))
                                               for v in (s.start, s.stop, s.step)) + ")")
-        elif isinstance(s, int | np.integer):
-            items.append(repr(int(s)))
+        elif isinstance(s, int | np.integer) or (isinstance(s, np.ndarray) and s.ndim == 0):
+            items.append(repr(int(s)))  # (numpy indexes with a 0-d array as with its int)
         else:
             raise Unsupported(f"{what} with an index array (compiled: basic indexing only)")
         axis += 1
@@ -361,17 +364,54 @@ def _array_indices(types: list[Any], first: int) -> bool:
     return any(t.shape != () for t in types[first:])
 
 
-def index(args, types, out, spec):
+def _positions(shape: tuple[int, ...], spec: tuple) -> np.ndarray | None:
+    """For an index spec with constant index arrays and no traced index, the flat (C
+    order) positions of an array of `shape` that `x[spec]` reads, in the order of the
+    result's entries: numpy's own indexing of the positions array, so every rule of
+    advanced indexing (broadcast arrays, where the indexed axes go) holds by
+    construction. None for basic indexing, which compiles as a subscript."""
+    if any(isinstance(s, str) for s in spec) or not any(
+            isinstance(s, np.ndarray) and s.ndim > 0 for s in spec):
+        return None
+    return np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)[spec]
+
+
+def _flat(arg: str, t: Any) -> str:
+    """An operand as a contiguous 1-D array (a scalar as one entry)."""
+    if t.shape == ():
+        return f"np.full(1, {arg})"
+    return f"np.ascontiguousarray({arg}).reshape(-1)"
+
+
+def index(args, types, out, spec, const):
     if _array_indices(types, 1):
         raise Unsupported("indexing with a traced index array (compiled: basic indexing)")
+    positions = _positions(types[0].shape, spec)
+    if positions is not None:  # a gather through constant positions
+        gathered = f"K.gather({_flat(args[0], types[0])}, {const(positions.reshape(-1))})"
+        return f"{gathered}[0]" if out.shape == () else f"{gathered}.reshape({out.shape})"
     return f"{args[0]}[{index_expression(spec, args[1:], types[0].shape, 'indexing')}]"
 
 
-def scatter_add(args, types, out, spec, shape):
+def scatter_add(args, types, out, spec, shape, const):
     if _array_indices(types, 1):
         raise Unsupported("scatter_add at a traced index array (compiled: basic indexing)")
+    positions = _positions(tuple(shape), spec)
+    if positions is not None:  # numpy's np.add.at: repeated positions accumulate, in order
+        if types[0].shape == ():
+            values = f"np.full({positions.size}, {args[0]})"
+        elif types[0].shape == positions.shape:
+            values = _flat(args[0], types[0])
+        else:
+            values = f"np.ascontiguousarray(np.broadcast_to({args[0]}, {positions.shape}))"
+            values += ".reshape(-1)"
+        return (f"K.add_at_positions(np.zeros({int(np.prod(shape))}, {_dt(out)}), "
+                f"{const(positions.reshape(-1))}, {values}).reshape({tuple(shape)})")
     sub = index_expression(spec, args[1:], tuple(shape), "scatter_add")
     return f"K.set_at(np.zeros({tuple(shape)}, {_dt(out)}), ({sub}), {args[0]})"
+
+
+index.constants = scatter_add.constants = True  # they take `const` (see native.kernel_source)
 
 
 def accumulate_index(args, types, out, spec):

@@ -160,6 +160,25 @@ def set_at(z, index, value):
 
 
 @numba.njit(cache=True)
+def gather(flat, positions):
+    """flat[positions]: advanced indexing with constant index arrays, their positions
+    worked out when the code was generated (kernel_sources._positions)."""
+    out = np.empty(positions.shape[0], flat.dtype)
+    for k in range(positions.shape[0]):
+        out[k] = flat[positions[k]]
+    return out
+
+
+@numba.njit(cache=True)
+def add_at_positions(z, positions, values):
+    """np.add.at(z, positions, values) on 1-D arrays: each value added where its position
+    says, one after another in order, so repeated positions accumulate as numpy's do."""
+    for k in range(positions.shape[0]):
+        z[positions[k]] += values[k]
+    return z
+
+
+@numba.njit(cache=True)
 def add_at(acc, index, value):
     """acc[index] += value in place, returning acc (a basic index: no repeats)."""
     acc[index] += value

@@ -136,8 +136,10 @@ def _ufunc_name(n: Node) -> str | None:
     return name if isinstance(prim.impl, np.ufunc) and name in _NUMBA_UFUNCS else None
 
 
-def kernel_source(n: Node, args: list[str]) -> str:
-    """The Numba expression computing node `n` from the operand expressions `args`."""
+def kernel_source(n: Node, args: list[str], const: Callable[[np.ndarray], str]) -> str:
+    """The Numba expression computing node `n` from the operand expressions `args`;
+    `const(array)` is the expression reading an array constant (for the kernels marked
+    as taking `const`: positions worked out when the code is generated)."""
     prim = PRIMITIVES.get(n.op)
     if prim is None:
         raise Unsupported(f"node `{n.op}` has no compiled form")
@@ -146,8 +148,9 @@ def kernel_source(n: Node, args: list[str]) -> str:
     types = [v.type for v in n.inputs]
     out = [o.type for o in n.outputs] if prim.multi_output else n.outputs[0].type
     if prim.kernel is not None:
+        extra = {"const": const} if getattr(prim.kernel, "constants", False) else {}
         try:
-            return prim.kernel(args, types, out, **n.params)
+            return prim.kernel(args, types, out, **n.params, **extra)
         except Unsupported as e:  # a kernel refusing these operands: say where they are
             raise Unsupported(f"{e} (at {n.loc})") from None
     name = _ufunc_name(n)
@@ -401,7 +404,8 @@ class _Writer:
             if _ufunc_name(n) is None:
                 lines += self.node(n)
                 continue
-            src = kernel_source(n, [pending.pop(v, None) or self.name(v) for v in n.inputs])
+            src = kernel_source(n, [pending.pop(v, None) or self.name(v) for v in n.inputs],
+                                self.module.constants)
             if n.outputs[0] in self.inlined:
                 pending[n.outputs[0]] = src
             else:
@@ -445,7 +449,7 @@ class _Writer:
                 got = ", ".join(["_"] * skip + outs) + ","
             return [self.module.invoke(fn, got, args)]
         if src is None:
-            src = kernel_source(n, [self.name(v) for v in n.inputs])
+            src = kernel_source(n, [self.name(v) for v in n.inputs], self.module.constants)
         if len(outs) == 1 and not PRIMITIVES[n.op].multi_output:
             t = n.outputs[0].type
             if t.shape == () and t.dtype.kind in "iu" and t.dtype.itemsize < 8:
