@@ -142,9 +142,9 @@ def test_jit_constant_index_arrays_gather_and_scatter_bitwise():
     assert parts(x, y)[1].shape == (2, 3, 3)  # numpy's own rule, traced
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (fused chains): the fused "
-                   "(-x) + x (likely LLVM rewriting it as x - x) gives a NaN of the other sign than the "
-                   "interpreter's (and unfused compiled code's); signbit sees it")
+@pytest.mark.xfail(strict=True, reason="BUG (fused chains): the fused (-x) + x "
+                   "(likely LLVM rewriting it as x - x) gives a NaN of the other sign than "
+                   "the interpreter's and unfused compiled code's; signbit sees it")
 def test_jit_fused_chain_keeps_nan_sign():
     def f(x):
         return cnp.signbit((-x) + x)
