@@ -443,17 +443,19 @@ def rematerialize_primal_reads(program: Program) -> None:
         b.nodes = nodes
 
 
-#: The passes an adjoint goes through, in order: recompute cheap forward values, simplify
-#: what the rules emitted, share subterms, drop what no result needs, then the loop
-#: passes, and drop what the accumulators' factored forms left dead.
+#: The passes an adjoint goes through, in order: simplify what the rules emitted, share
+#: subterms, drop what no result needs, then the loop passes, drop what the accumulators'
+#: factored forms left dead, and last recompute cheap forward values from the reads that
+#: are left (earlier, a read it counts on could still be dropped, and the loop would then
+#: keep the operands instead of the value: more, not less).
 ADJOINT_PIPELINE: tuple[Pass, ...] = (
-    rematerialize_primal_reads,
     simplify,
     eliminate_common_subexpressions,
     eliminate_dead_code,
     hoist_loop_invariants,
     accumulate_in_place,
     eliminate_dead_code,
+    rematerialize_primal_reads,
 )
 
 
