@@ -74,6 +74,20 @@ def softplus(args, types, out):
     return f"np.logaddexp({_zero(out)}, {args[0]})"
 
 
+def divide(args, types, out):
+    """`/` (Numba's is numpy's on reals); numpy's own algorithm on complex operands."""
+    if out.dtype.kind != "c":
+        return f"({args[0]} / {args[1]})"
+    real = "np.float32" if out.dtype == np.complex64 else "np.float64"
+    value = f"K.complex_divide({args[0]}, {args[1]}, {real}(1))"
+    if out.dtype == np.complex128:
+        return value
+    return f"np.complex64({value})" if out.shape == () else f"{value}.astype(np.complex64)"
+
+
+divide.elementwise = True  # an array expression Numba fuses, on reals (native._fusible_chains)
+
+
 def sigmoid(args, types, out):
     return f"K.sigmoid({args[0]}, {_dt(out)}(1))"
 

@@ -217,6 +217,32 @@ def sigmoid(x, one):
     return one / (one + e) if x >= 0 else e / (one + e)
 
 
+@numba.njit(cache=True)
+def _quotient(ar, ai, br, bi, one):
+    """(re, im) of (ar + i ai) / (br + i bi) as numpy computes it (Smith's method, in
+    numpy's complex `divide` loop: numpy/_core/src/umath, the same operations in the same
+    order); Numba's own complex division differs from it in the last bit."""
+    br_abs, bi_abs = abs(br), abs(bi)
+    if br_abs >= bi_abs:
+        if br_abs == 0 and bi_abs == 0:  # division by zero: a complex inf or nan
+            return ar / br_abs, ai / bi_abs
+        rat = bi / br
+        scl = one / (br + bi * rat)
+        return (ar + ai * rat) * scl, (ai - ar * rat) * scl
+    rat = br / bi
+    scl = one / (bi + br * rat)
+    return (ar * rat + ai) * scl, (ai * rat - ar) * scl
+
+
+@numba.vectorize(cache=True)
+def complex_divide(a, b, one):
+    """a / b for complex operands, entry by entry, as numpy divides; `one` a real of the
+    operands' precision (complex64 computes in float32, as numpy's loop does). The result
+    is complex128: a complex64 division casts it back, which is exact."""
+    re, im = _quotient(a.real, a.imag, b.real, b.imag, one)
+    return complex(re, im)
+
+
 @numba.vectorize(cache=True)
 def select(c, x, y):
     """np.where(c, x, y), broadcasting as numpy does (a ufunc compiles faster in Numba

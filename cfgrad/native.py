@@ -14,8 +14,9 @@ Numba's numpy subset and lets Numba compile that to machine code.
   longer on a state machine over block numbers, where every variable meets every arm.
 - Each node is its primitive's `kernel` (the derivative table's Numba source for it), or
   for an entry whose implementation is a numpy ufunc, the same ufunc under Numba.
-- Elementwise ufunc nodes on arrays are written as one expression where a result's only
-  use is the next such node of its block (`_fusible_chains`): Numba compiles an array
+- Elementwise nodes on arrays (numpy ufuncs, and kernels marked `elementwise`) are
+  written as one expression where a result's only use is a later such node of its block
+  (`_fusible_chains`): Numba compiles an array
   expression into one loop over the elements with no temporary arrays, where a statement
   per node would allocate and sweep memory once per node (3-4 times slower on arrays
   larger than the cache). The same scalar operations run in the same order per element
@@ -136,6 +137,17 @@ def _ufunc_name(n: Node) -> str | None:
     return name if isinstance(prim.impl, np.ufunc) and name in _NUMBA_UFUNCS else None
 
 
+def _elementwise(n: Node) -> bool:
+    """Whether `n` is written as an elementwise array expression Numba can fuse with
+    others: a numpy ufunc under Numba, or a kernel that says it is one (`elementwise`)
+    for float operands."""
+    if _ufunc_name(n) is not None:
+        return True
+    prim = PRIMITIVES.get(n.op)
+    return (prim is not None and getattr(prim.kernel, "elementwise", False) and not n.params
+            and all(v.type.dtype.kind == "f" for v in (*n.inputs, *n.outputs)))
+
+
 def kernel_source(n: Node, args: list[str], const: Callable[[np.ndarray], str]) -> str:
     """The Numba expression computing node `n` from the operand expressions `args`;
     `const(array)` is the expression reading an array constant (for the kernels marked
@@ -162,8 +174,8 @@ def kernel_source(n: Node, args: list[str], const: Callable[[np.ndarray], str]) 
 
 def _fusible_chains(program: Program, keep: set[Value]) -> set[Value]:
     """The values written into their consumer's expression rather than into a variable:
-    float array results of elementwise ufunc nodes whose only use in `program` is an
-    elementwise ufunc node later in the same block, with no stateful node between (an
+    float array results of elementwise nodes (`_elementwise`) whose only use in `program`
+    is an elementwise node later in the same block, with no stateful node between (an
     in-place `accumulate` could change an array the deferred expression reads). `keep`
     are values read from outside the program's nodes (the adjoint's `Primal` reads, the
     tapes), which need their variable."""
@@ -185,7 +197,7 @@ def _fusible_chains(program: Program, keep: set[Value]) -> set[Value]:
         for n in b.nodes:
             if is_fixed(n):
                 candidates.clear()
-            elif _ufunc_name(n) is not None:
+            elif _elementwise(n):
                 inlined.update(v for v in n.inputs
                                if v in candidates and uses[v] == 1 and v not in keep)
                 out = n.outputs[0].type
@@ -401,7 +413,7 @@ class _Writer:
         lines: list[str] = []
         pending: dict[Value, str] = {}
         for n in nodes:
-            if _ufunc_name(n) is None:
+            if not _elementwise(n):
                 lines += self.node(n)
                 continue
             src = kernel_source(n, [pending.pop(v, None) or self.name(v) for v in n.inputs],

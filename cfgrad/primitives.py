@@ -554,7 +554,7 @@ _register(Primitive(name="div", impl=np.true_divide, abstract=_elementwise_type(
                         None if ts[0] is None else ts[0] / xs[1],
                         None if ts[1] is None else -ts[1] * out / xs[1]),
                     family="elementwise", promote="float",
-                    notes="x / 0 gives ±inf or nan, as numpy"))
+                    notes="x / 0 gives ±inf or nan, as numpy", kernel=ks.divide))
 
 
 def _pow_dy(x, y, out):
