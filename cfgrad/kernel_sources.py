@@ -198,6 +198,8 @@ def sum_(args, types, out, axes, keepdims):
         f"{_dt(out)}({args[0]})" if t.shape == () else f"{args[0]}.astype({_dt(out)})")
     if t.shape == ():  # numpy adds the scalar to its 0 (-0.0 becomes 0.0)
         return f"({_zero(out)} + {x})"
+    if out.shape == ():  # every axis: a scalar, with no (1, 1) result array made for it
+        return f"K.total({x}, {_zero(out)})"
     if _block(t.shape, axes) is not None:
         return _over_block("K.sum3", "sum", [x], [t], out, axes, cast=False)
     return _apart(x, t, out, axes, product=False)

@@ -105,11 +105,11 @@ def _pairwise(a, start, n, zero):
 
 
 @numba.njit(cache=True)
-def total(x):
+def total(x, zero):
     """The sum of every entry of `x`, as numpy's `x.sum()` rounds it: the pairwise sum of
-    the entries added to numpy's initial 0."""
+    the entries added to numpy's initial 0 (`zero`, of the result's dtype: passed in, so
+    that a sum allocates nothing but what a non-contiguous `x` needs)."""
     flat = np.ascontiguousarray(x).ravel()
-    zero = np.zeros(1, flat.dtype)[0]
     return zero + _pairwise(flat, 0, flat.shape[0], zero)
 
 
