@@ -175,10 +175,10 @@ def kernel_source(n: Node, args: list[str], const: Callable[[np.ndarray], str]) 
 def _fusible_chains(program: Program, keep: set[Value]) -> set[Value]:
     """The values written into their consumer's expression rather than into a variable:
     float or complex array results of elementwise nodes (`_elementwise`) whose only use
-    in `program` is an elementwise node later in the same block, with no stateful node between (an
-    in-place `accumulate` could change an array the deferred expression reads). `keep`
-    are values read from outside the program's nodes (the adjoint's `Primal` reads, the
-    tapes), which need their variable."""
+    in `program` is an elementwise node later in the same block, with no stateful node
+    between (an in-place `accumulate` could change an array the deferred expression
+    reads). `keep` are values read from outside the program's nodes (the adjoint's
+    `Primal` reads, the tapes), which need their variable."""
     uses: Counter[Value] = Counter()
     for b in program.blocks:
         for n in b.nodes:
