@@ -6,10 +6,12 @@ once all get the right gradient."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,9 @@ import pytest
 
 import cfgrad as cg
 import cfgrad.numpy as cnp
+
+sys.path.insert(0, str(Path(__file__).parent))
+from threads import all_at_once  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
 
@@ -271,22 +276,16 @@ def test_first_calls_from_many_threads_all_get_the_right_gradient() -> None:
 
     expected = cg.grad(lambda x: slow_to_trace(x))(0.7)
     g = cg.grad(slow_to_trace)
-    start = threading.Barrier(8)
     results: list[Any] = []
 
-    def call() -> None:
-        start.wait()
+    def call(_: int) -> None:
         for _ in range(25):
             try:
                 results.append(g(0.7))
             except Exception as e:  # noqa: BLE001 - collected and reported below
                 results.append(e)
 
-    threads = [threading.Thread(target=call) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    all_at_once(call)
     assert len(results) == 200
     assert all(r == expected for r in results), [r for r in results if r != expected][:3]
 
@@ -337,22 +336,16 @@ def test_custom_rules_hold_while_other_threads_lower() -> None:
         return cnp.sin(x), x
 
     scaled_sin.defvjp(slow_forward, lambda x, ct: (100.0 * ct,))
-    start = threading.Barrier(8)
     results: list[Any] = []
 
     def worker(i: int) -> None:
-        start.wait()
         for j in range(10):
             if i % 2:  # a new shape each time: the rule is traced again
                 cg.lower(lambda x: cnp.sum(scaled_sin(x)), np.ones(10 * i + j + 1))
             else:
                 results.append(cg.grad(lambda x, j=j: scaled_sin(x) * 1.0)(0.5))
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    all_at_once(worker)
     assert results == [100.0] * 40
 
 

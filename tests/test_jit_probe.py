@@ -10,7 +10,6 @@ handful of Numba compiles.
 from __future__ import annotations
 
 import sys
-import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from cfgrad.checkpoint import Binomial, Online
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_jit import paired_leaves  # noqa: E402
+from threads import all_at_once  # noqa: E402
 
 
 def interpreted(f: Any) -> Any:
@@ -88,20 +88,14 @@ def test_first_calls_from_several_threads_compile(monkeypatch: Any, tmp_path: An
         return x * 3.25 - 0.125
 
     errors: list[BaseException] = []
-    barrier = threading.Barrier(8)
 
-    def call() -> None:
-        barrier.wait()
+    def call(_: int) -> None:
         try:
             assert cg.jit(f, fallback=False)(2.0) == 6.375
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             errors.append(e)
 
-    threads = [threading.Thread(target=call) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    all_at_once(call)
     assert not errors, errors
 
 
