@@ -392,10 +392,8 @@ def _positions(shape: tuple[int, ...], spec: tuple) -> np.ndarray | None:
     return np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)[spec]
 
 
-def _flat(arg: str, t: Any) -> str:
-    """An operand as a contiguous 1-D array (a scalar as one entry)."""
-    if t.shape == ():
-        return f"np.full(1, {arg})"
+def _flat(arg: str) -> str:
+    """An array operand as a contiguous 1-D array, its entries in C order."""
     return f"np.ascontiguousarray({arg}).reshape(-1)"
 
 
@@ -404,7 +402,7 @@ def index(args, types, out, spec, const):
         raise Unsupported("indexing with a traced index array (compiled: basic indexing)")
     positions = _positions(types[0].shape, spec)
     if positions is not None:  # a gather through constant positions
-        gathered = f"K.gather({_flat(args[0], types[0])}, {const(positions.reshape(-1))})"
+        gathered = f"K.gather({_flat(args[0])}, {const(positions.reshape(-1))})"
         return f"{gathered}[0]" if out.shape == () else f"{gathered}.reshape({out.shape})"
     return f"{args[0]}[{index_expression(spec, args[1:], types[0].shape, 'indexing')}]"
 
@@ -417,10 +415,9 @@ def scatter_add(args, types, out, spec, shape, const):
         if types[0].shape == ():
             values = f"np.full({positions.size}, {args[0]})"
         elif types[0].shape == positions.shape:
-            values = _flat(args[0], types[0])
+            values = _flat(args[0])
         else:
-            values = f"np.ascontiguousarray(np.broadcast_to({args[0]}, {positions.shape}))"
-            values += ".reshape(-1)"
+            values = _flat(f"np.broadcast_to({args[0]}, {positions.shape})")
         return (f"K.add_at_positions(np.zeros({int(np.prod(shape))}, {_dt(out)}), "
                 f"{const(positions.reshape(-1))}, {values}).reshape({tuple(shape)})")
     sub = index_expression(spec, args[1:], tuple(shape), "scatter_add")
