@@ -33,6 +33,7 @@ from .interpret import (
     as_runtime_value,
     differentiate,
     execute,
+    owned_results,
     repeating,
 )
 from .ir import Program, TensorType
@@ -76,8 +77,9 @@ class Lowering:
         self._plans: dict[frozenset[int] | None, GradPlan] = {}
         self._jvp: Compiled | None = None
         self._strategies: dict[Any, list[Any]] = {}
-        # value_and_grad's per-(argnums, has_aux) checks and seeds: (GradPlan, seeds)
-        self._grad_calls: dict[Any, tuple[GradPlan, list[Any]]] = {}
+        # value_and_grad's per-(argnums, has_aux) checks and seeds: (GradPlan, seeds, the
+        # positions of outputs then gradients that owned_results copies)
+        self._grad_calls: dict[Any, tuple[GradPlan, list[Any], frozenset[int]]] = {}
 
     def grad_plan(self, wrt: frozenset[int] | None) -> GradPlan:
         """The plan for differentiating the parameters in `wrt` (all when None), built
@@ -115,7 +117,8 @@ class Lowering:
         if events:
             m.sinks.append([])
         with np.errstate(all="ignore"):
-            return [as_runtime_value(o) for o in m.run(self.arguments(leaves))], m
+            outs = [as_runtime_value(o) for o in m.run(self.arguments(leaves))]
+        return owned_results(outs, self.compiled.shared_outputs), m
 
     def strategies(self, call_choice: Any) -> list[Any]:
         """Each loop's strategy for a call choosing `call_choice`; strategies compare by
@@ -347,6 +350,7 @@ class Pullback:
         self._tape = None
         with _running(self.checkpoint, tape.checked):
             results = [as_runtime_value(r) for r in tape.pullback(cts)]
+        results = owned_results(results, tape.plan.compiled.shared_outputs)
         self.stats = tape.stats
         grads = tuple(treelib.unflatten(program.in_tree, results))[: self._nargs]
         return _none_at_statics(grads, self._statics) if self._statics else grads
@@ -496,14 +500,21 @@ def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
                     _check_grad_io(program, args, nums, has_aux, name, holomorphic)
                     seeds = [np.ones((), program.outputs[0].type.dtype)[()]] + [
                         np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
+                    plan = entry.grad_plan(_param_indices(program, dnums))
+                    # the outputs and then the gradients are handed over as one list
+                    n = len(program.outputs)
+                    shared = entry.compiled.shared_outputs | {
+                        n + i for i in plan.compiled.shared_outputs}
                     prepared = entry._grad_calls[(dnums, has_aux, holomorphic)] = (
-                        entry.grad_plan(_param_indices(program, dnums)), seeds)
-        plan, seeds = prepared
+                        plan, seeds, frozenset(shared))
+        plan, seeds, shared = prepared
         tape = _forward(entry, plan, leaves, checkpoint, check=detect_anomaly)
-        out = treelib.unflatten(program.out_tree, tape.outputs)
         with _running(checkpoint, tape.checked):
             results = [as_runtime_value(r) for r in tape.pullback(seeds)]
-        per_arg = treelib.unflatten(program.in_tree, results)
+        results = owned_results(tape.outputs + results, shared)
+        n = len(program.outputs)
+        out = treelib.unflatten(program.out_tree, results[:n])
+        per_arg = treelib.unflatten(program.in_tree, results[n:])
         grads = per_arg[dnums[0]] if single else tuple(per_arg[i] for i in dnums)
         value_and_grad_fn.stats = tape.stats  # type: ignore[attr-defined]
         return out, grads
@@ -608,6 +619,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     m = Machine(entry.jvp, check=anomaly_detection_enabled())
     with np.errstate(all="ignore"):
         outs = [as_runtime_value(o) for o in m.run(entry.arguments(leaves) + tans)]
+    outs = owned_results(outs, entry.jvp.shared_outputs)
     n = len(program.outputs)
     return (treelib.unflatten(program.out_tree, outs[:n]),
             treelib.unflatten(program.out_tree, outs[n:]))

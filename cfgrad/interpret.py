@@ -117,6 +117,58 @@ def as_runtime_value(a: Any) -> Any:
     return a[()] if isinstance(a, np.ndarray) and a.ndim == 0 else a
 
 
+def shared_outputs(program: Program) -> frozenset[int]:
+    """The positions of `program`'s array outputs whose runtime value may be an array the
+    run did not make: an argument, a constant the cached program keeps, a view of either,
+    a forward value an adjoint reads, or what a sub-program or a user's rule returned.
+
+    Every array a transformation hands a user is the user's own (docs/api.md, "Results
+    are yours"): an in-place edit such as `g += wd * w` must change nothing else. Arrays a
+    primitive without `aliases` made in this run are new, so only these positions need a
+    copy (`owned_results`). Owned values are those of such primitives (of a `mutates` one
+    when the buffer it updates is owned) and the Phis whose every input is owned: the
+    greatest such set, so a loop carry that only ever holds new arrays is owned too.
+    Scalars (shape ()) run as immutable numpy scalars and are never listed."""
+    defined: dict[Value, Node | Phi] = {}
+    for b in program.blocks:
+        for phi in b.phis:
+            defined[phi.out] = phi
+        for n in b.nodes:
+            prim = PRIMITIVES.get(n.op)
+            if prim is not None and not prim.aliases:
+                for o in n.outputs:
+                    defined[o] = n
+    owned = set(defined)
+    changed = True
+    while changed:
+        changed = False
+        for v in list(owned):
+            d = defined[v]
+            if isinstance(d, Phi):
+                keep = all(i in owned for i in d.inputs)
+            else:
+                keep = not PRIMITIVES[d.op].mutates or d.inputs[0] in owned
+            if not keep:
+                owned.discard(v)
+                changed = True
+    return frozenset(i for i, v in enumerate(program.outputs)
+                     if v.type.shape != () and v not in owned)
+
+
+def owned_results(values: list[Any], shared: frozenset[int]) -> list[Any]:
+    """`values` (a run's outputs) with a copy at each position in `shared` and of any array
+    an earlier position holds already (two carries may end holding one array), so that
+    no two results, and no result and anything else, share memory."""
+    seen: set[int] = set()
+    out = list(values)
+    for i, v in enumerate(out):
+        if isinstance(v, np.ndarray):
+            if i in shared or id(v) in seen:
+                v = out[i] = v.copy()
+            seen.add(id(v))
+    return out
+
+
 @dataclass
 class LoopInfo:
     """What the interpreter needs of one loop region, resolved at compile time."""
@@ -188,6 +240,7 @@ class Compiled:
         self.block_fns = [self._gen_block(b) for b in blocks]
         self._checked: list[Any] | None = None
         self.return_slots = tuple(self.slot[v] for v in program.outputs)
+        self.shared_outputs = shared_outputs(program)
         self.param_slots = tuple(self.slot[v] for v in program.params)
 
     def _alloc(self, v: Value) -> int:

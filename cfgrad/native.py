@@ -72,6 +72,7 @@ from .interpret import (
     GradPlan,
     left_early_message,
     loop_limit_message,
+    owned_results,
 )
 from .ir import Block, Cond, Node, Program, RegionNest, Return, TensorType, Value
 from .kernel_sources import Unsupported
@@ -1001,8 +1002,9 @@ class NativeProgram:
             if self.compile_seconds is None:
                 self.compile(args)
             results = self._fn(self._constants, *args)
-        return [t.dtype.type(r) if t.shape == () else r
-                for r, t in zip(results, self._out_types)]
+        return owned_results([t.dtype.type(r) if t.shape == () else r
+                              for r, t in zip(results, self._out_types)],
+                             self.compiled.shared_outputs)
 
     def _recorded(self, args: list[Any], sink: list[tuple[str, RunStats]]) -> tuple:
         """Run the recording variant, its runs to `sink` in the interpreter's order; the

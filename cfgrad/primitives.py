@@ -78,6 +78,13 @@ class Primitive:
     # other entry, no caller and no per-node code of the interpreter has to know of it.
     deferred_result: bool = False
     deferred_inputs: tuple[int, ...] = ()
+    # A result may be an input itself or share an input's memory (a view: reshape, a basic
+    # index, np.real of a real array), or be an array the node does not own (a
+    # sub-program's constant, what a user's rule returns). Results handed to a user are
+    # copied where the value may be such a one (interpret.shared_outputs), so that no
+    # result aliases an argument, another result or anything a cached program keeps; a
+    # test holds every entry without the flag to its implementation's fresh arrays.
+    aliases: bool = False
     # Anomaly detection does not test the result: it computes nothing (`const`) or only
     # copies a value tested where it was made (`copy`).
     unchecked: bool = False
@@ -486,7 +493,8 @@ _register(Primitive(
     name="stop_gradient", impl=lambda x: x[()], abstract=_elementwise_type("stop_gradient"),
     family="elementwise",
     promote="none", nondiff=True, kernel=ks.identity,
-    notes="the identity whose derivative is taken as 0: no gradient flows through it"))
+    notes="the identity whose derivative is taken as 0: no gradient flows through it",
+    aliases=True))
 _unary("isfinite", np.isfinite, None, promote="none", out_dtype=np.bool_)
 _unary("logical_not", np.logical_not, None, promote="none", out_dtype=np.bool_)
 _unary("invert", np.invert, None, promote="none")
@@ -1382,7 +1390,7 @@ _register(Primitive(
     jvp=_einsum_jvp, family="linalg",
     notes="numpy's einsum on explicit subscripts (cnp.einsum expands '...' and the implicit "
           "output); linear in each operand: the VJP of an operand is an einsum of the "
-          "cotangent with the others"))
+          "cotangent with the others", aliases=True))
 
 
 def _solve_type(types: list[TensorType]) -> TensorType:
@@ -1852,7 +1860,7 @@ _register(Primitive(
     name="reshape", impl=lambda x, shape: x.reshape(shape), abstract=_reshape_type,
     vjp=lambda ct, xs, out, shape: (bind("reshape", ct, shape=xs[0].shape),),
     jvp=lambda ts, xs, out, shape: bind("reshape", ts[0], shape=shape),
-    family="shape", promote="none", kernel=ks.reshape))
+    family="shape", promote="none", kernel=ks.reshape, aliases=True))
 
 
 def _transpose_type(types: list[TensorType], axes: tuple[int, ...]) -> TensorType:
@@ -1867,7 +1875,7 @@ _register(Primitive(
     name="transpose", impl=lambda x, axes: x.transpose(axes), abstract=_transpose_type,
     vjp=lambda ct, xs, out, axes: (bind("transpose", ct, axes=tuple(np.argsort(axes).tolist())),),
     jvp=lambda ts, xs, out, axes: bind("transpose", ts[0], axes=axes),
-    family="shape", promote="none", kernel=ks.transpose))
+    family="shape", promote="none", kernel=ks.transpose, aliases=True))
 
 
 def _broadcast_to_type(types: list[TensorType], shape: tuple[int, ...]) -> TensorType:
@@ -1888,7 +1896,7 @@ _register(Primitive(
     vjp=lambda ct, xs, out, shape: (unbroadcast(ct, xs[0].shape),),
     jvp=lambda ts, xs, out, shape: bind("broadcast_to", ts[0], shape=shape),
     family="shape", promote="none",
-    notes="the result is a read-only view, as numpy's", kernel=ks.broadcast_to))
+    notes="the result is a read-only view, as numpy's", kernel=ks.broadcast_to, aliases=True))
 
 
 def _concat_type(types: list[TensorType], axis: int) -> TensorType:
@@ -1999,7 +2007,7 @@ _register(Primitive(
                                                                spec=spec),
     family="indexing", promote="none", dynamic=(1, 2, 3, 4, 5, 6, 7, 8),
     notes="numpy basic and integer-array indexing; '$' in spec marks a traced index input; "
-          "the VJP scatter-adds (repeated indices accumulate)", kernel=ks.index))
+          "the VJP scatter-adds (repeated indices accumulate)", kernel=ks.index, aliases=True))
 
 
 def _scatter_type(types: list[TensorType], spec: tuple, shape: tuple) -> TensorType:
@@ -2337,14 +2345,15 @@ _register(Primitive(
     name="real", impl=np.real, abstract=_complex_part_type("real"),
     vjp=lambda ct, xs, out: (bind("astype", ct, dtype=xs[0].dtype),),
     jvp=lambda ts, xs, out: bind("real", ts[0]), kernel=ks.real, family="complex", promote="none",
-    notes="the real part of a complex value; its cotangent is the real cotangent as complex"))
+    notes="the real part of a complex value; its cotangent is the real cotangent as complex",
+    aliases=True))
 # imag(z) = (z - conj z)/(2i): A = -i/2, B = i/2, so c -> -i c
 _register(Primitive(
     name="imag", impl=np.imag, abstract=_complex_part_type("imag"),
     vjp=lambda ct, xs, out: (ct * np.asarray(-1j, xs[0].dtype),),
     jvp=lambda ts, xs, out: bind("imag", ts[0]), kernel=ks.imag, family="complex", promote="none",
     notes="the imaginary part of a complex value; its cotangent is -1j times the real "
-          "cotangent (JAX's convention)"))
+          "cotangent (JAX's convention)", aliases=True))
 # conj(z): A = 0, B = 1, so c -> conj(c)
 _register(Primitive(
     name="conj", impl=np.conj, abstract=_conj_type,
@@ -2500,7 +2509,7 @@ def _const_type(types: list[TensorType], value: np.ndarray) -> TensorType:
 _register(Primitive(
     name="const", impl=lambda value: value, abstract=_const_type,
     family="constant", promote="none", nondiff=True, unchecked=True,
-    notes="a constant, materialized once when the program is compiled"))
+    notes="a constant, materialized once when the program is compiled", aliases=True))
 
 
 # -- Internals of the loop passes: in-place accumulation of a loop's gradient accumulators --
@@ -2629,7 +2638,7 @@ _register(Primitive(
           "(a `call` of its program) gives the cotangents; forward mode transposes bwd, "
           "which is linear in its cotangents, so both modes give the rule's derivative, "
           "with values from fwd; a derivative of the gradient differentiates fwd and bwd "
-          "as ordinary code"))
+          "as ordinary code", aliases=True))
 _register(Primitive(
     name="custom_jvp", impl=lambda *xs, rule: rule.primal(xs),
     abstract=lambda types, rule: rule.primal_types(),
@@ -2639,7 +2648,7 @@ _register(Primitive(
     notes="a cg.custom_jvp function: forward mode traces its JVP rule inline (values "
           "included); reverse mode "
           "transposes that rule (it must be linear in the tangents, as in JAX) by a "
-          "`vjp_call` of the rule's program with respect to the tangents"))
+          "`vjp_call` of the rule's program with respect to the tangents", aliases=True))
 
 # -- Effects (cfgrad.debug): a node that calls the user's function at run time with the
 # runtime values of its inputs. Its `callback` parameter (a debug.DebugCall) does the
@@ -2652,7 +2661,7 @@ _register(Primitive(
     multi_output=True, effect=True,
     notes="cg.debug.print / cg.debug.callback: calls its function with its inputs' runtime "
           "values where the program runs it, in program order; no results, no derivative; "
-          "not run again where a run repeats work (recomputation, the pullback)"))
+          "not run again where a run repeats work (recomputation, the pullback)", aliases=True))
 
 # -- Nested transformations (cfgrad.nested): a transformation applied inside another's trace
 # is one node standing for a sub-program. Its `of` parameter is the object that knows the
@@ -2667,7 +2676,7 @@ def _sub_program_primitive(name: str, notes: str) -> Primitive:
         abstract=lambda types, of: of.result_types(types),
         vjp=lambda cts, xs, outs, of: of.cotangents(cts, xs),
         jvp=lambda ts, xs, outs, of: of.outputs_and_tangents(ts, xs), family="transform",
-        promote="none", multi_output=True, jvp_gives_primal=True, notes=notes)
+        promote="none", multi_output=True, jvp_gives_primal=True, aliases=True, notes=notes)
 
 
 _register(_sub_program_primitive(
