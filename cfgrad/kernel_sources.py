@@ -110,6 +110,8 @@ def _reduced(args, types, out, axes, keepdims, whole: str, along: str) -> str:
     x, t = args[0], types[0]
     if t.shape == ():
         return x
+    if not axes:  # numpy reduces over no axis into a new array, never the input itself
+        return f"{x}.copy()"
     axes = tuple(sorted(a % t.ndim for a in axes))
     if len(axes) == t.ndim:
         value = whole.format(x)

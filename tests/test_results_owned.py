@@ -125,7 +125,9 @@ def test_forward_results_constants_arguments_and_swapped_carries(wrap):
         return cg.while_loop(lambda c: c[2] < 3, body, (x, x * 2.0, 0))[:2]
 
     for f in (lambda x: x, lambda x: (x, x), lambda x: np.ones(3), carries,
-              lambda x: cnp.reshape(x, (2, 1)), lambda x: x.T):
+              lambda x: cnp.reshape(x, (2, 1)), lambda x: x.T,
+              # a reduction over no axis is a new array (compiled, it was the input)
+              lambda x: (cnp.max(x, axis=()), cnp.min(x, axis=()))):
         g = wrap(f)
         assert_owned(lambda g=g: g(W), (W,))
 
