@@ -21,6 +21,7 @@ from . import nested
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
 from .anomaly import detect_anomaly as anomaly_mode
+from .caches import SIGNATURES_PER_FUNCTION, BoundedDict, static_key
 from .checkpoint import RunStats, check_strategy, resolve
 from .convert import converted, traced_as
 from .errors import ArgumentTypeError, ArgumentValueError, LoweringError
@@ -50,6 +51,9 @@ from .trace import lower as lower_traced
 from .trace_context import LOWERING_LOCK
 
 _SCALAR_KINDS = {bool: "b", int: "i", float: "f", complex: "c"}
+# How many checkpoint choices a lowering keeps resolved strategies for (a call may pass a
+# new `Binomial(k)` each time).
+STRATEGY_CHOICES = 64
 
 
 
@@ -76,7 +80,7 @@ class Lowering:
         self.compiled = Compiled(program)  # the one forward compilation, for every wrt
         self._plans: dict[frozenset[int] | None, GradPlan] = {}
         self._jvp: Compiled | None = None
-        self._strategies: dict[Any, list[Any]] = {}
+        self._strategies: dict[Any, list[Any]] = BoundedDict(STRATEGY_CHOICES)
         # value_and_grad's per-(argnums, has_aux) checks and seeds: (GradPlan, seeds, the
         # positions of outputs then gradients that owned_results copies)
         self._grad_calls: dict[Any, tuple[GradPlan, list[Any], frozenset[int]]] = {}
@@ -162,14 +166,15 @@ def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
     leaf_keys = tuple(map(leaf_key, leaves))
     if None in leaf_keys:
         check_arguments(fun, args, static_argnums, kwargs)  # raises, naming the argument
-    # a static value's type is part of its key: 2 and 2.0 are equal but trace differently
-    key = (in_tree, leaf_keys, tuple((i, type(args[i]), args[i]) for i in static_argnums),
+    # static values by type and bits: 2 and 2.0, 0.0 and -0.0 are equal but trace
+    # differently, and a NaN must find its own entry
+    key = (in_tree, leaf_keys, tuple((i, static_key(args[i])) for i in static_argnums),
            tuple(sorted(kwargs)) if kwargs else ())
     try:
         per_fun = _CACHE[fun]
     except KeyError:
         with LOWERING_LOCK:
-            per_fun = _CACHE.setdefault(fun, {})
+            per_fun = _CACHE.setdefault(fun, BoundedDict(SIGNATURES_PER_FUNCTION))
     except TypeError:  # not weak-referenceable: cache nothing
         per_fun = {}
     try:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from . import tree as treelib
+from .caches import SIGNATURES_PER_FUNCTION, BoundedDict
 from .convert import converted
 from .errors import ArgumentTypeError, TracerBoolError
 from .interpret import Compiled, Machine, as_runtime_value
@@ -325,7 +326,7 @@ class _CustomFunction:
     def __init__(self, fun: Callable):
         functools.update_wrapper(self, fun)
         self.fun = converted(fun)  # its Python control flow works on traced values too
-        self._rules: dict[Any, Any] = {}
+        self._rules: dict[Any, Any] = BoundedDict(SIGNATURES_PER_FUNCTION)
         self._rules_epoch = lowering_epoch()
         # what a call of the function is while code of its own is lowered (innermost last)
         self._inside: list[Callable] = []

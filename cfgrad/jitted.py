@@ -25,6 +25,7 @@ from . import nested
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
 from .api import argnums_tuple, leaf_key, lowered, static_positions
+from .caches import SIGNATURES_PER_FUNCTION, BoundedDict
 from .convert import traced_as
 from .errors import CompileError
 from .ir import Program
@@ -74,10 +75,11 @@ class Jitted:
         self._traced = traced_as(fun, autograph)
         self._statics = static_argnums
         self.fallback = fallback
-        self._runners: dict[int, tuple[Any, Any]] = {}  # id(Lowering) -> (Lowering, runner)
+        # id(Lowering) -> (Lowering, runner), as many as api keeps lowerings of a function
+        self._runners: dict[int, tuple[Any, Any]] = BoundedDict(SIGNATURES_PER_FUNCTION)
         # calls whose arguments are all leaves, by their leaf keys (api's cache key without
         # flattening): (Lowering, runner)
-        self._by_leaves: dict[tuple, tuple[Any, Any]] = {}
+        self._by_leaves: dict[tuple, tuple[Any, Any]] = BoundedDict(SIGNATURES_PER_FUNCTION)
         self.__name__ = f"jit({getattr(fun, '__name__', 'f')})"
         self.__doc__ = getattr(fun, "__doc__", None)
 

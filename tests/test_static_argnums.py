@@ -128,3 +128,50 @@ def test_bad_static_argnums():
         cg.grad(f, static_argnums=5)(0.7, 3, 1.3)
     with pytest.raises(cg.ArgumentTypeError, match="static_argnums must be an int"):
         cg.grad(f, static_argnums="n")
+
+
+@pytest.mark.parametrize("transform", ["value_and_grad", "jit"])
+def test_static_values_are_keyed_by_type_and_bits_at_every_depth(transform):
+    """0.0 and -0.0, 2 and 2.0 (inside a tuple) are equal in Python but trace different
+    programs: each gets its own entry (they shared one, and a call got the other's
+    result). A NaN finds its entry: it traces once (it traced on every call)."""
+    traced = []
+
+    def f(x, s):
+        traced.append(s)
+        return x / s[1] + cnp.sum(cnp.zeros(3, type(s[0][0])) + x)
+
+    call = (cg.jit(f, static_argnums=1) if transform == "jit"
+            else cg.value_and_grad(f, static_argnums=1))
+
+    def value(s):
+        out = call(3.0, s)
+        return out if transform == "jit" else out[0]
+
+    assert value(((2,), 0.0)) == np.inf
+    assert value(((2,), -0.0)) == -np.inf
+    assert value(((2.0,), -0.0)) == -np.inf
+    assert [(type(s[0][0]), bool(np.signbit(s[1]))) for s in traced] == [
+        (int, False), (int, True), (float, True)]
+    for _ in range(3):
+        assert np.isnan(value(((2,), float("nan"))))
+    assert len(traced) == 4
+
+
+def test_a_static_argument_taking_new_values_keeps_a_bounded_cache():
+    """A program calling with ever new static values (or shapes) keeps the signatures
+    traced last, not all of them (the cache grew without end)."""
+    from cfgrad.api import _CACHE
+    from cfgrad.caches import SIGNATURES_PER_FUNCTION
+
+    def f(x, s):
+        return x * s
+
+    jitted = cg.jit(f, static_argnums=1)
+    grad = cg.grad(f, static_argnums=1)
+    for s in range(SIGNATURES_PER_FUNCTION + 20):
+        assert jitted(2.0, float(s)) == 2.0 * s
+        assert grad(2.0, float(s)) == s
+    assert len(_CACHE[f]) == SIGNATURES_PER_FUNCTION
+    assert len(jitted._runners) <= SIGNATURES_PER_FUNCTION
+    assert grad(2.0, 1.0) == 1.0 and jitted(2.0, 1.0) == 2.0  # an evicted one traces again
