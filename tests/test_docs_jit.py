@@ -74,3 +74,18 @@ def test_compile_info_of_a_program_compiled_before_in_this_process() -> None:
     second = cg.jit(_twice).info(1.0)
     assert second.reused and not second.from_disk_cache
     assert first.from_disk_cache or first.reused or first.compile_seconds > 1e-3
+
+
+def test_compile_info_fields_are_the_pages_table() -> None:
+    """The page says how many fields `CompileInfo` has and lists each in a table: both
+    are the dataclass's fields (it said five and listed six)."""
+    import dataclasses
+
+    from cfgrad.jitted import CompileInfo
+
+    fields = [f.name for f in dataclasses.fields(CompileInfo)]
+    section = DOC[DOC.index("`CompileInfo` has"):]
+    words = {"five": 5, "six": 6, "seven": 7, "eight": 8}
+    count = words[re.match(r"`CompileInfo` has (\w+) fields", section).group(1)]
+    rows = re.findall(r"^\| `(\w+)` \|", section.split("\n\n")[1], re.M)
+    assert count == len(fields) and sorted(rows) == sorted(fields), (count, rows, fields)

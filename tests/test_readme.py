@@ -62,3 +62,50 @@ def test_explicit_form_is_the_same_function() -> None:
         for f in (namespace["cube_root"], namespace["cube_root_explicit"]):
             assert math.isclose(f(a), a ** (1 / 3), rel_tol=1e-12)
             assert math.isclose(cg.grad(f)(a), 1 / (3 * a ** (2 / 3)), rel_tol=1e-9)
+
+
+def test_runtime_dependencies_are_the_projects() -> None:
+    """The README's list of runtime dependencies is pyproject's."""
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.match(r"[A-Za-z0-9_-]+", d).group(0).lower() for d in declared}
+    sentence = re.search(r"Runtime dependencies: ([^.]*)\.", README).group(1)
+    listed = {w.lower() for w in re.findall(r"\b(numpy|rich|Numba|SciPy|\w+(?=,))\b", sentence)}
+    assert listed == names, (sentence, names)
+
+
+def test_heat_memory_figures_are_what_the_example_measures() -> None:
+    """The heat example's figures: StoreAll keeps every state (T arrays of n float64s),
+    Binomial(10) its 10 snapshots (a state and the int64 step counter each) and one
+    step's array. The law is checked on the
+    example's own functions at a small size (pullback.stats' peak_bytes), and the README's
+    numbers are the law at the example's full size, as examples/heat.py prints them."""
+    import importlib.util
+
+    import numpy as np
+
+    import cfgrad as cg
+    from cfgrad.checkpoint import Binomial, StoreAll
+
+    spec = importlib.util.spec_from_file_location("heat", ROOT / "examples" / "heat.py")
+    heat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(heat)
+    n, steps = 300, 40
+    u0 = heat.initial_state(n)
+    peak = {}
+    for strategy in (StoreAll(), Binomial(heat.SNAPSHOTS)):
+        _, pullback = cg.vjp(heat.final_energy, u0, steps, checkpoint=strategy)
+        pullback(1.0)
+        peak[type(strategy).__name__] = pullback.stats.loops[0].peak_bytes
+    def binomial(state: int) -> int:
+        return heat.SNAPSHOTS * (state + np.dtype(np.int64).itemsize) + state
+
+    state = n * np.dtype(np.float64).itemsize
+    assert peak == {"StoreAll": steps * state, "Binomial": binomial(state)}
+    m = re.search(r"\(([\d ]+) points, (\d+) steps\) `Binomial\(10\)` holds ([\d.]+) MiB.*?"
+                  r"`StoreAll\(\)`\s+holds ([\d,.]+) MiB", README, re.S)
+    full_n, full_steps = int(m.group(1).replace(" ", "")), int(m.group(2))
+    full_state = full_n * np.dtype(np.float64).itemsize
+    assert m.group(3) == heat.mib(binomial(full_state)).removesuffix(" MiB")
+    assert m.group(4) == heat.mib(full_steps * full_state).removesuffix(" MiB")
