@@ -40,7 +40,7 @@ class DebugCall:
 
     def __call__(self, *values: Any) -> tuple:
         traced = iter(values)
-        leaves = [self.statics[i] if i in self.statics else np.asarray(next(traced))
+        leaves = [self.statics[i] if i in self.statics else _read_only(next(traced))
                   for i in range(self.tree.num_leaves)]
         args, kwargs = treelib.unflatten(self.tree, leaves)
         self.fn(*args, **kwargs)
@@ -50,10 +50,19 @@ class DebugCall:
         return self.shown
 
 
+def _read_only(value: Any) -> np.ndarray:
+    """A read-only view of a runtime value: the callback sees the run's own arrays (an
+    argument, a constant of the cached program, a value the adjoint reads later), which
+    an in-place edit would change for the rest of the run and for later calls."""
+    view = np.asarray(value).view()
+    view.flags.writeable = False
+    return view
+
+
 def callback(callback: Callable[..., Any], *args: Any, ordered: bool = False,
              **kwargs: Any) -> None:
-    """Call `callback(*args, **kwargs)` when the program runs this point, with numpy
-    arrays for the traced values (other values as they are). Calls are always in program
+    """Call `callback(*args, **kwargs)` when the program runs this point, with read-only
+    numpy arrays for the traced values (other values as they are). Calls are always in program
     order: `ordered` is accepted for JAX's signature and changes nothing."""
     _emit(callback, args, kwargs, f"callback({getattr(callback, '__name__', 'fn')})")
 

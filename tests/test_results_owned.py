@@ -148,3 +148,17 @@ def test_a_loop_carry_holding_new_arrays_is_not_copied():
         return y, x, np.ones(2), cnp.reshape(y, (2, 1)), cg.fori_loop(0, 3, lambda i, c: c, x)
 
     assert shared_outputs(cg.lower(f, W)) == frozenset({1, 2, 3, 4})
+
+
+def test_a_debug_callback_cannot_edit_the_runs_values():
+    """A callback receives read-only views of the run's arrays (here the argument and a
+    constant of the cached program): an in-place edit raises instead of changing the
+    run and later calls."""
+    def f(x):
+        c = np.ones(2)
+        cg.debug.callback(lambda a, b: a.__iadd__(1.0), x, c + 0.0 * x)
+        return cnp.sum(x * c)
+
+    with pytest.raises(ValueError, match="read-only"):
+        cg.grad(f)(W)
+    np.testing.assert_array_equal(W, [1.0, 2.0])
