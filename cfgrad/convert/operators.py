@@ -17,11 +17,15 @@ own (`_Carry.initial`); that second tracing also gives loop variables first assi
 the body (`mid` of a bisection read after the loop) a starting value: zeros, which a run
 never reads unless the loop runs no iteration, where Python would raise
 `UnboundLocalError`.
+
+What cannot be converted is a `ConversionError`, which no `except` of converted code
+catches (`refused`).
 """
 
 from __future__ import annotations
 
 import operator
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -35,9 +39,10 @@ from ..ir import SourceLoc, TensorType, Value, type_of
 from ..trace import Trace, Tracer, argument_problem, cond, fori_loop, while_loop
 from ..trace_context import current_loc, current_trace, is_traced, tracing
 
-_TRY_NOTE = ("a `try` around control flow on traced values cannot catch errors of the "
-             "traced program, which happen when it runs, not when it is traced; move the "
-             "`try` outside the function being transformed")
+_TRY_NOTE = ("its handlers cannot catch errors of the traced program, which happen when it "
+             "runs, not when it is traced, and cfgrad does not trace a handler in place of "
+             "the code it refuses; move the control flow out of the `try`, or the `try` "
+             "outside the function being transformed")
 
 
 class Undefined:
@@ -85,14 +90,32 @@ def python_test(test: Any, what: str, instead: str) -> Any:
     return test
 
 
-def _predicate(test: Any, construct: str, loc: SourceLoc | None, guarded: bool) -> Any:
+def refused() -> bool:
+    """Whether the exception an `except` clause of converted code is handling is a
+    `ConversionError` (in an exception group, for `except*`): cfgrad's refusal of the
+    code being traced, which the clause re-raises before running (a handler traced in
+    place of the refused code would compute a value Python never computes)."""
+    active = sys.exception()
+    if isinstance(active, BaseExceptionGroup):
+        return active.subgroup(ConversionError) is not None
+    return isinstance(active, ConversionError)
+
+
+def _predicate(test: Any, construct: str, loc: SourceLoc | None, guarded: int | None
+               ) -> Any:
     """The traced scalar bool standing for the truth of `test`, a traced value. (The
     operators test `is_traced` first and find the user's line only then: on concrete
     values they must cost little more than the statement they run.)"""
-    if guarded:
-        raise ConversionError(f"the {construct}{_where(loc)} depends on a traced value "
-                              f"inside a `try`: {_TRY_NOTE}")
+    if guarded is not None:
+        raise _in_try(f"the {construct}{_where(loc)} depends on a traced value", loc, guarded)
     return _truth(test, f"the condition of the {construct}{_where(loc)}")
+
+
+def _in_try(what: str, loc: SourceLoc | None, try_line: int) -> ConversionError:
+    """The refusal of traced control flow in the body of the `try` (with handlers) at
+    `try_line` of the file of `loc`."""
+    where = SourceLoc(loc.file, try_line) if loc else f"line {try_line}"
+    return ConversionError(f"{what} inside the `try` at {where}: {_TRY_NOTE}")
 
 
 def _truth(test: Any, what: str) -> Any:
@@ -156,7 +179,7 @@ def _leaf_type(x: Any) -> TensorType:
 
 
 def if_stmt(test: Any, true_fn: Callable, false_fn: Callable, state: tuple,
-            outputs: tuple[str, ...] | None, guarded: bool = False) -> Any:
+            outputs: tuple[str, ...] | None, guarded: int | None = None) -> Any:
     """An `if`: the branches are functions of `state` returning the variables named in
     `outputs`, or, when `outputs` is None, the function's return value."""
     if not is_traced(test):
@@ -255,7 +278,7 @@ def if_exp(test: Any, true_thunk: Callable, false_thunk: Callable) -> Any:
     if not is_traced(test):
         return true_thunk() if test else false_thunk()
     loc = current_loc()
-    pred = _predicate(test, "conditional expression", loc, False)
+    pred = _predicate(test, "conditional expression", loc, None)
     names = ("the value of the conditional expression",)
     if _typing():
         return _typed_branches([true_thunk, false_thunk], (), names, loc, True)[0]
@@ -611,7 +634,7 @@ _PYTHON_KIND: dict[str, type] = {"b": bool, "i": int, "u": int, "f": float, "c":
 
 
 def while_stmt(test_fn: Callable, body_fn: Callable, state: tuple, names: tuple[str, ...],
-               guarded: bool = False) -> tuple:
+               guarded: int | None = None) -> tuple:
     """A `while`: Python iterations while the condition is concrete; from the first
     traced one, a `cg.while_loop` over the variables in `names`."""
     while True:
@@ -711,16 +734,16 @@ def traced_zip(*xs: Any) -> TracedIteration:
 
 
 def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: tuple,
-             names: tuple[str, ...], guarded: bool = False) -> tuple:
+             names: tuple[str, ...], guarded: int | None = None) -> tuple:
     """A `for`: over traced values (a traced array's rows, `range` with a traced bound,
     their `enumerate` and `zip`) a loop region; over anything else Python iterations. A
     `break` (`test_fn`, false once the loop should stop) that becomes traced in a `range`
     loop turns the remaining iterations into one region."""
     if traced_iterable(iterable):
         loc = current_loc()
-        if guarded:
-            raise ConversionError(f"the `for` loop{_where(loc)} iterates over traced "
-                                  f"values inside a `try`: {_TRY_NOTE}")
+        if guarded is not None:
+            raise _in_try(f"the `for` loop{_where(loc)} iterates over traced values", loc,
+                          guarded)
         return _traced_for(_as_iteration(iterable), test_fn, body_fn, state, names, loc)
     iterator = iter(iterable)
     position = 0

@@ -19,6 +19,9 @@ Three steps, in order, on a copy of the function's node:
    `for_stmt`, which runs them as Python or lowers them into regions; `and`, `or`, `not`,
    conditional expressions, chained comparisons and `assert` become calls too, and every
    call goes through `operators`' `call`, which converts the user functions it reaches.
+   Every `except` clause first re-raises a `ConversionError` (`operators.refused`):
+   cfgrad's refusal must reach the user, not have a handler traced in place of the
+   refused code.
 
 Generated nodes take the location of the statement they replace, so tracebacks, source
 locations in Programs and the errors of the runtime name the user's lines. AutoGraph
@@ -369,7 +372,7 @@ class Functionalize(ast.NodeTransformer):
         self.local = local  # the function's own variables (parameters and assigned)
         self.unassigned = unassigned  # those that may be read before any assignment
         self.cells = cells  # those a nested function reads
-        self.in_try = 0  # inside the body of a `try` with handlers
+        self.in_try: list[int] = []  # the lines of the `try`s with handlers it is inside
 
     # -- statements ---------------------------------------------------------------
     def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
@@ -405,7 +408,7 @@ class Functionalize(ast.NodeTransformer):
         return sorted((assigned(stmts) | changed) - self.outside)
 
     def _call(self, fn: str, args: list[ast.expr], at: ast.AST) -> ast.Call:
-        keywords = [ast.keyword("guarded", _const(True))] if self.in_try else []
+        keywords = [ast.keyword("guarded", _const(self.in_try[-1]))] if self.in_try else []
         return locate(ast.Call(_ops(fn), args, keywords), at)
 
     @staticmethod
@@ -500,13 +503,18 @@ class Functionalize(ast.NodeTransformer):
         return defs + [body, self._bind(carries, call, node)]
 
     def visit_Try(self, node: ast.Try) -> ast.Try:
-        guarded = bool(node.handlers)
-        self.in_try += guarded
+        """A `try`: traced control flow in its body is refused (`guarded`), and every
+        handler first lets a `cg.ConversionError` pass (`operators.refused`), so the
+        refusal reaches the user instead of the handler being traced in its place."""
+        self.in_try += [node.lineno] if node.handlers else []
         node.body = self.block(node.body)
-        self.in_try -= guarded
+        if node.handlers:
+            self.in_try.pop()
         for handler in node.handlers:
             handler.type = self.visit(handler.type) if handler.type else None
-            handler.body = self.block(handler.body)
+            refused = locate(ast.If(ast.Call(_ops("refused"), [], []), [
+                locate(ast.Raise(None, None), handler)], []), handler)
+            handler.body = [refused] + self.block(handler.body)
         node.orelse = self.block(node.orelse) if node.orelse else []
         node.finalbody = self.block(node.finalbody) if node.finalbody else []
         return node
