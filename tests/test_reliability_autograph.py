@@ -1,16 +1,21 @@
 """Reliability of the source conversion where Python's exceptions meet traced values.
 
-Regression of a broad `except` (cfgrad/convert) that caught cfgrad's own refusal and had
-its handler traced instead: a wrong value and gradient. Expected values come from plain
-Python on the same inputs, never from numbers cfgrad printed. The functions live in this
-file: conversion reads source.
+Regressions of two defects (cfgrad/convert): a broad `except` that caught cfgrad's own
+refusal and had its handler traced instead (a wrong value and gradient), and a `raise`
+under a traced condition that fired while tracing (no gradient even where Python raises
+nothing). Expected values come from plain Python on the same inputs, closed forms or
+finite differences, never from numbers cfgrad printed. The functions live in this file:
+conversion reads source.
 """
 
 import inspect
+import math
+import warnings
 
 import pytest
 
 import cfgrad as cg
+import cfgrad.numpy as cnp
 from cfgrad.convert import converted_source
 
 
@@ -18,6 +23,19 @@ def _line(fn, text):
     """The file line of the first line of `fn`'s source containing `text`."""
     lines, first = inspect.getsourcelines(fn)
     return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def _raises(error, message, thunk):
+    """That `thunk()` raises exactly `error(message)` (its type and its only argument)."""
+    with pytest.raises(error) as info:
+        thunk()
+    assert type(info.value) is error and info.value.args == (message,)
+    return info.value
+
+
+def _fd(f, x, *rest, h=1e-6):
+    """Central finite differences of `f` run as plain Python on concrete floats."""
+    return (f(x + h, *rest) - f(x - h, *rest)) / (2 * h)
 
 
 # -------------------------------------------------------------------------------------
@@ -124,3 +142,194 @@ def test_user_exceptions_while_tracing_are_still_caught():
 
 def test_every_handler_first_lets_a_conversion_error_pass():
     assert "if cfg__ops.refused():\n            raise" in converted_source(if_in_broad_try)
+
+
+# -------------------------------------------------------------------------------------
+# 3. a `raise` under a traced condition is a run-time check
+# -------------------------------------------------------------------------------------
+
+
+def safe_sqrt(x):
+    if x < 0:
+        raise ValueError("negative input")
+    return cnp.sqrt(x)
+
+
+def log_or_raise(x):
+    if x > 0:
+        y = cnp.log(x)
+    else:
+        raise ValueError("x must be positive")
+    return y * 2.0
+
+
+def clipped_square(x):
+    if x < 0:
+        raise ValueError("negative")
+    elif x > 10:
+        raise OverflowError("too large")
+    else:
+        y = x * x
+    return y
+
+
+def returns_else_raises(x):
+    if x >= 0:
+        return cnp.sin(x) * x
+    raise ArithmeticError("negative")
+
+
+def tripling(x):
+    while x < 100.0:
+        if x < 0:
+            raise ValueError("negative in the loop")
+        x = x * 3.0
+    return x
+
+
+def partial_sums(x, n):
+    total = 0
+    for i in range(n):
+        if x * i > 5:
+            raise ValueError("partial sum too large")
+        total = total + cnp.sin(x * i)
+    return total
+
+
+STRICT = True
+
+
+def nested_checks(x, y):
+    if x < 0:
+        if STRICT:
+            raise ValueError("strict: x < 0")
+        raise KeyError("lenient")
+    if x > 5:
+        if y < 0:
+            raise ValueError("x > 5 and y < 0")
+        raise KeyError("x > 5")
+    return x * y
+
+
+def chained(x):
+    if x < 0:
+        raise ValueError("negative") from KeyError("the cause")
+    return x * 2.0
+
+
+def reraised(x, table):
+    try:
+        scale = table["scale"]
+    except KeyError:
+        if x < 0:
+            raise
+        scale = 2.0
+    return scale * x
+
+
+class NeedsKeyword(Exception):
+    def __init__(self, message, *, code):
+        super().__init__(message)
+        self.code = code
+
+
+def uncopyable(x):
+    if x < 0:
+        raise NeedsKeyword("negative", code=7)
+    return x
+
+
+def test_raise_under_a_traced_condition_is_checked_when_the_program_runs():
+    assert cg.grad(safe_sqrt)(4.0) == 0.25
+    _raises(ValueError, "negative input", lambda: cg.grad(safe_sqrt)(-1.0))
+    _raises(ValueError, "negative input", lambda: cg.vjp(safe_sqrt, -1.0))
+    _raises(ValueError, "negative input", lambda: safe_sqrt(-1.0))  # Python's, the same
+    text = cg.lower(safe_sqrt, 4.0).text()
+    assert f"callback(raise ValueError)}} ; test_reliability_autograph.py:" \
+           f"{_line(safe_sqrt, 'raise')}" in text
+
+
+def test_raise_on_concrete_values_is_pythons_at_the_users_line():
+    with pytest.raises(ValueError) as info:
+        cg.autograph(safe_sqrt)(-1.0)
+    assert info.traceback[-1].lineno + 1 == _line(safe_sqrt, "raise")
+
+
+@pytest.mark.parametrize("fn", [log_or_raise, clipped_square, returns_else_raises])
+def test_the_gradient_is_that_of_the_path_that_does_not_raise(fn):
+    for x in (0.7, 2.5, 6.0):
+        value, grad = cg.value_and_grad(fn)(x)
+        assert math.isclose(value, fn(x), rel_tol=1e-12)
+        assert math.isclose(grad, _fd(fn, x), rel_tol=1e-6)
+
+
+@pytest.mark.parametrize(("fn", "x", "error", "message"), [
+    (log_or_raise, -1.0, ValueError, "x must be positive"),
+    (clipped_square, -1.0, ValueError, "negative"),
+    (clipped_square, 11.0, OverflowError, "too large"),
+    (returns_else_raises, -2.0, ArithmeticError, "negative"),
+    (tripling, -1.0, ValueError, "negative in the loop")])
+def test_the_branch_that_raises_raises_the_users_exception(fn, x, error, message):
+    _raises(error, message, lambda: fn(x))
+    _raises(error, message, lambda: cg.value_and_grad(fn)(x))
+
+
+def test_raise_in_loop_bodies():
+    assert cg.value_and_grad(tripling)(2.0) == (162.0, 81.0)
+    value, grad = cg.value_and_grad(partial_sums)(1.0, 4)
+    assert math.isclose(value, partial_sums(1.0, 4), rel_tol=1e-12)
+    assert math.isclose(grad, _fd(partial_sums, 1.0, 4), rel_tol=1e-6)
+    with pytest.raises(ValueError, match="partial sum too large"):
+        partial_sums(3.0, 4)
+    with pytest.raises(ValueError, match="partial sum too large"):
+        cg.value_and_grad(partial_sums)(3.0, 4)
+
+
+@pytest.mark.parametrize(("x", "y", "error", "message"), [
+    (-1.0, 2.0, ValueError, "strict: x < 0"), (6.0, -1.0, ValueError, "x > 5 and y < 0"),
+    (6.0, 1.0, KeyError, "x > 5")])
+def test_raises_nested_in_a_raising_branch(x, y, error, message):
+    with pytest.raises(error, match=message):
+        nested_checks(x, y)
+    with pytest.raises(error, match=message):
+        cg.grad(nested_checks)(x, y)
+
+
+def test_nested_checks_leave_the_other_path_alone():
+    assert cg.grad(nested_checks)(2.0, 3.0) == 3.0
+
+
+def test_raise_from_keeps_its_cause_and_bare_raise_reraises():
+    with pytest.raises(ValueError) as info:
+        cg.grad(chained)(-1.0)
+    assert isinstance(info.value.__cause__, KeyError)
+    assert info.value.__suppress_context__
+    assert cg.grad(chained)(1.0) == 2.0
+    assert cg.grad(reraised)(3.0, {}) == 2.0
+    with pytest.raises(KeyError, match="scale"):
+        cg.grad(reraised)(-3.0, {})
+
+
+def test_each_run_raises_its_own_exception():
+    grad = cg.grad(safe_sqrt)
+    errors = []
+    for _ in range(2):
+        with pytest.raises(ValueError) as info:
+            grad(-1.0)
+        errors.append(info.value)
+    assert errors[0] is not errors[1]
+    assert len(errors[1].__notes__) == 1  # cfgrad's note of where, once
+    for _ in range(2):  # an exception that cannot be copied is raised itself, notes once
+        with pytest.raises(NeedsKeyword) as info:
+            cg.grad(uncopyable)(-1.0)
+        assert info.value.code == 7 and len(info.value.__notes__) == 1
+
+
+def test_jit_runs_a_raising_check_in_the_interpreter():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cg.CompileWarning)
+        compiled = cg.jit(cg.grad(safe_sqrt))
+        assert compiled(4.0) == 0.25
+        _raises(ValueError, "negative input", lambda: compiled(-1.0))
+    with pytest.raises(cg.CompileError, match="debug_callback"):
+        cg.jit(safe_sqrt, fallback=False)(4.0)

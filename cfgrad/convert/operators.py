@@ -18,12 +18,15 @@ the body (`mid` of a bisection read after the loop) a starting value: zeros, whi
 never reads unless the loop runs no iteration, where Python would raise
 `UnboundLocalError`.
 
-What cannot be converted is a `ConversionError`, which no `except` of converted code
-catches (`refused`).
+Python's exceptions keep their meaning where they can: a `raise` ending a branch of a
+traced `if` becomes a check the program makes when it runs (a `debug_callback` node that
+raises); what cannot be converted is a `ConversionError` that no `except` of converted
+code catches (`refused`).
 """
 
 from __future__ import annotations
 
+import copy
 import operator
 import sys
 from collections.abc import Callable
@@ -179,15 +182,21 @@ def _leaf_type(x: Any) -> TensorType:
 
 
 def if_stmt(test: Any, true_fn: Callable, false_fn: Callable, state: tuple,
-            outputs: tuple[str, ...] | None, guarded: int | None = None) -> Any:
+            outputs: tuple[str, ...] | None, guarded: int | None = None,
+            raises: tuple[bool, bool] = (False, False), raise_later: bool = False) -> Any:
     """An `if`: the branches are functions of `state` returning the variables named in
-    `outputs`, or, when `outputs` is None, the function's return value."""
+    `outputs`, or, when `outputs` is None, the function's return value. A branch that
+    always raises (`raises`) takes one argument more, `raise_later` (`raised`): on a
+    Python condition the flag of the raising branch this `if` is in, if any."""
     if not is_traced(test):
-        return (true_fn if test else false_fn)(*state)
+        taken, raising = (true_fn, raises[0]) if test else (false_fn, raises[1])
+        return taken(*state, raise_later) if raising else taken(*state)
     loc = current_loc()
     pred = _predicate(test, "`if`", loc, guarded)
     returns = outputs is None
     names = ("the return value",) if returns else outputs
+    if any(raises):
+        return _raising_if(pred, (true_fn, false_fn), raises, state, returns)
     if _typing():
         joined = _typed_branches([true_fn, false_fn], state, names, loc, returns)
         return joined[0] if returns else joined
@@ -196,6 +205,42 @@ def if_stmt(test: Any, true_fn: Callable, false_fn: Callable, state: tuple,
                   lambda: branches.run(false_fn, state, "false"))
     joined = branches.join(result)
     return joined[0] if returns else joined
+
+
+def _raising_if(pred: Any, fns: tuple[Callable, Callable], raises: tuple[bool, bool],
+                state: tuple, returns: bool) -> Any:
+    """A traced `if` with a branch that always raises: that branch is a check (a `Cond`
+    whose case runs it up to its `raise`, which raises there when the program runs, see
+    `raised`), and the other branch, the only one after which the program goes on, runs
+    after it unconditionally, as the rest of the function does. Its values are the
+    `if`'s: no placeholder for the raising side, and only it is differentiated. Both
+    branches raising, nothing goes on (the rewriting hands nothing on from such an `if`).
+    A typing run leaves the checks out: they decide no type."""
+    if not _typing():
+        def case(fn: Callable, raising: bool) -> Callable[[], tuple]:
+            return (lambda: _run_to_raise(fn, state)) if raising else tuple
+        cond(pred, case(fns[0], raises[0]), case(fns[1], raises[1]))
+    going_on = [fn for fn, raising in zip(fns, raises) if not raising]
+    if going_on:
+        return going_on[0](*state)
+    return None if returns else ()
+
+
+class _Raised(BaseException):
+    """Unwinds a raising branch traced under a traced condition from its `raise`, which
+    `raised` has made a check, to `_run_to_raise` (a BaseException: no `except
+    Exception` of cfgrad's on the way mistakes it for a failure)."""
+
+
+def _run_to_raise(fn: Callable, state: tuple) -> tuple:
+    """A branch that always raises, traced up to its `raise` (on copies: its changes to
+    lists and dicts are not the other branch's). A `raise` under a traced `if` of its
+    own is that `if`'s check, after which the branch ends without `_Raised`."""
+    try:
+        fn(*_copies(state), True)
+    except _Raised:
+        pass
+    return ()
 
 
 class _Branches:
@@ -362,6 +407,76 @@ def extreme(largest: bool, values: Any) -> Any:
     for v in values[1:]:
         best = cnp.where(v > best if largest else v < best, v, best)
     return best
+
+
+_NO_CAUSE = object()  # `raise e` (not `raise e from c`)
+
+
+def raised(raise_later: bool, exception: Any, cause: Any = _NO_CAUSE) -> BaseException:
+    """The exception of a `raise` at the top level of a branch that always raises
+    (`raise exception from cause`), made an instance as Python's `raise` makes it. When
+    that branch is traced under a traced condition (`raise_later`), the exception becomes
+    a check of the program where the branch's case runs (a fresh copy raised each time
+    it runs, from the call that runs it) and the tracing of the branch ends; otherwise
+    it is handed back, for the `raise` statement to raise now."""
+    exception = _instance(exception, "exceptions must derive from BaseException")
+    if cause is not _NO_CAUSE:
+        # setting __cause__ also suppresses the context, as `raise ... from` does
+        exception.__cause__ = None if cause is None else _instance(
+            cause, "exception causes must derive from BaseException")
+    if raise_later:
+        callback(_RaiseWhenRun(exception))
+        raise _Raised
+    return exception
+
+
+def reraise(raise_later: bool) -> None:
+    """A bare `raise` at the top level of a branch that always raises: while the branch
+    is traced under a traced condition, the exception being handled (Python's
+    RuntimeError without one) becomes the check; otherwise the `raise` re-raises it."""
+    if raise_later:
+        active = sys.exception()
+        raised(True, active if active is not None else RuntimeError(
+            "No active exception to reraise"))
+
+
+def _instance(exception: Any, refusal: str) -> BaseException:
+    """`exception`, or an instance of it if it is an exception class (Python's rule)."""
+    if isinstance(exception, type) and issubclass(exception, BaseException):
+        made = exception()
+        if not isinstance(made, BaseException):
+            raise TypeError(f"calling {exception!r} should have returned an instance of "
+                            f"BaseException, not {type(made).__name__}")
+        return made
+    if not isinstance(exception, BaseException):
+        raise TypeError(refusal)
+    return exception
+
+
+class _RaiseWhenRun:
+    """The callback a `raise` under a traced condition becomes: raises a copy of the
+    exception the branch made when it was traced (each run its own, so notes and
+    tracebacks do not pile up on one object), or the exception itself where it cannot
+    be copied (an `__init__` whose arguments are not its `args`)."""
+
+    def __init__(self, exception: BaseException):
+        self.exception = exception
+        self.__name__ = f"raise {type(exception).__name__}"  # the node's text
+
+    def __call__(self) -> None:
+        raise self._fresh()
+
+    def _fresh(self) -> BaseException:
+        template = self.exception
+        try:
+            fresh = copy.copy(template)
+        except Exception:  # any failure of the class's own constructor
+            return template.with_traceback(None)
+        fresh.__cause__, fresh.__suppress_context__ = (template.__cause__,
+                                                      template.__suppress_context__)
+        if hasattr(template, "__notes__"):
+            fresh.__notes__ = list(template.__notes__)
+        return fresh
 
 
 def assert_(test: Any, message: Callable | None) -> None:
