@@ -1,11 +1,12 @@
 """Reliability of the source conversion where Python's exceptions meet traced values.
 
-Regressions of two defects (cfgrad/convert): a broad `except` that caught cfgrad's own
-refusal and had its handler traced instead (a wrong value and gradient), and a `raise`
-under a traced condition that fired while tracing (no gradient even where Python raises
-nothing). Expected values come from plain Python on the same inputs, closed forms or
-finite differences, never from numbers cfgrad printed. The functions live in this file:
-conversion reads source.
+Regressions of three defects (cfgrad/convert): a broad `except` that caught cfgrad's own
+refusal and had its handler traced instead (a wrong value and gradient), a `raise` under a
+traced condition that fired while tracing (no gradient even where Python raises nothing),
+and `range` with a traced step of zero that ran no iteration (Python raises). Expected
+values come from plain Python on the same inputs, closed forms or finite differences,
+never from numbers cfgrad printed. The functions live in this file: conversion reads
+source.
 """
 
 import inspect
@@ -333,3 +334,40 @@ def test_jit_runs_a_raising_check_in_the_interpreter():
         _raises(ValueError, "negative input", lambda: compiled(-1.0))
     with pytest.raises(cg.CompileError, match="debug_callback"):
         cg.jit(safe_sqrt, fallback=False)(4.0)
+
+
+# -------------------------------------------------------------------------------------
+# 4. `range` with a traced step of zero
+# -------------------------------------------------------------------------------------
+
+
+def stepped(x, step):
+    total = 0.0
+    for i in range(0, 10, step):
+        total = total + x * i
+    return total
+
+
+def stepped_with_break(x, step):
+    total = 0.0
+    for i in range(10, 0, step):
+        if total > 25.0:
+            break
+        total = total + x * i
+    return total
+
+
+ZERO_STEP = "range() arg 3 must not be zero"  # Python's message
+
+
+@pytest.mark.parametrize("fn", [stepped, stepped_with_break])
+def test_a_traced_range_step_of_zero_raises_pythons_value_error(fn):
+    _raises(ValueError, ZERO_STEP, lambda: fn(1.0, 0))
+    _raises(ValueError, ZERO_STEP, lambda: cg.value_and_grad(fn)(1.0, 0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cg.CompileWarning)
+        compiled = cg.jit(fn)
+        _raises(ValueError, ZERO_STEP, lambda: compiled(1.0, 0))
+        for step in (3, -3, 1, -1):
+            assert compiled(1.0, step) == fn(1.0, step)
+            assert cg.value_and_grad(fn)(1.0, step) == (fn(1.0, step), fn(1.0, step))

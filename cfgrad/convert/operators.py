@@ -19,9 +19,9 @@ never reads unless the loop runs no iteration, where Python would raise
 `UnboundLocalError`.
 
 Python's exceptions keep their meaning where they can: a `raise` ending a branch of a
-traced `if` becomes a check the program makes when it runs (a `debug_callback` node that
-raises); what cannot be converted is a `ConversionError` that no `except` of converted
-code catches (`refused`).
+traced `if`, and Python's own check of a traced `range` step, become checks the program
+makes when it runs (a `debug_callback` node that raises); what cannot be converted is a
+`ConversionError` that no `except` of converted code catches (`refused`).
 """
 
 from __future__ import annotations
@@ -809,10 +809,19 @@ def traced_range(*args: Any) -> TracedIteration:
             raise TypeError(f"range() {name} must be an integer scalar, got {_describe(v)}")
         if not is_traced(v):
             operator.index(v)  # Python's TypeError for a float or an array
-    if not is_traced(step) and step == 0:
-        raise ValueError("range() arg 3 must not be zero")
+    if is_traced(step):  # Python's check, made when the program runs
+        callback(_nonzero_step, step)
+    else:
+        _nonzero_step(step)
     length = cnp.maximum(-((start - stop) // step), 0)
     return TracedIteration(length, lambda k: start + k * step, "range()")
+
+
+def _nonzero_step(step: Any) -> None:
+    """Python's check of a `range` step, ValueError for zero (made when the program runs
+    for a traced one, where the trip count's floor division would make no iteration)."""
+    if step == 0:
+        raise ValueError("range() arg 3 must not be zero")
 
 
 def traced_iterable(x: Any) -> bool:
