@@ -1,12 +1,12 @@
 """Reliability of the source conversion where Python's exceptions meet traced values.
 
-Regressions of three defects (cfgrad/convert): a broad `except` that caught cfgrad's own
+Regressions of four defects (cfgrad/convert): a broad `except` that caught cfgrad's own
 refusal and had its handler traced instead (a wrong value and gradient), a `raise` under a
 traced condition that fired while tracing (no gradient even where Python raises nothing),
-and `range` with a traced step of zero that ran no iteration (Python raises). Expected
-values come from plain Python on the same inputs, closed forms or finite differences,
-never from numbers cfgrad printed. The functions live in this file: conversion reads
-source.
+`range` with a traced step of zero that ran no iteration (Python raises), and a recursion
+that ends on a traced condition, which hit Python's RecursionError. Expected values come
+from plain Python on the same inputs, closed forms or finite differences, never from
+numbers cfgrad printed. The functions live in this file: conversion reads source.
 """
 
 import inspect
@@ -371,3 +371,53 @@ def test_a_traced_range_step_of_zero_raises_pythons_value_error(fn):
         for step in (3, -3, 1, -1):
             assert compiled(1.0, step) == fn(1.0, step)
             assert cg.value_and_grad(fn)(1.0, step) == (fn(1.0, step), fn(1.0, step))
+
+
+# -------------------------------------------------------------------------------------
+# 12. a recursion that ends on a traced condition
+# -------------------------------------------------------------------------------------
+
+
+def fact(n, x):
+    return x if n <= 0 else n * fact(n - 1, x)
+
+
+def fact_if(n, x):
+    if n <= 0:
+        return x
+    return n * fact_if(n - 1, x)
+
+
+def halving(x):
+    while x > 1.0:
+        x = halving(x / 2.0)
+    return x
+
+
+def bounded(x, depth):
+    if depth == 0:
+        return x
+    if x > 0:
+        return bounded(x * 2.0, depth - 1)
+    return bounded(x * 3.0, depth - 1)
+
+
+@pytest.mark.parametrize(("fn", "args", "argnums", "construct"), [
+    (fact, (3, 2.0), 1, "conditional expression"), (fact_if, (3, 2.0), 1, "`if`"),
+    (halving, (8.0,), 0, "`while` loop")])
+def test_recursion_on_a_traced_condition_is_a_conversion_error(fn, args, argnums, construct):
+    assert fn(*args) in (12.0, 1.0)  # Python ends the recursion on the values
+    with pytest.raises(cg.ConversionError) as info:
+        cg.grad(fn, argnums=argnums)(*args)
+    message = str(info.value)
+    line = _line(fn, "return x if" if fn is fact else "if n" if fn is fact_if else "while")
+    assert message.startswith(f"`{fn.__name__}` recursed past Python's recursion limit")
+    assert f"the {construct} at test_reliability_autograph.py:{line}" in message
+    assert "cg.while_loop" in message and "static_argnums" in message
+    assert len(info.traceback) < 50  # raised where the stack is short again
+
+
+def test_recursion_that_a_static_argument_ends_still_works():
+    assert cg.grad(bounded, static_argnums=1)(1.0, 4) == 16.0
+    assert cg.grad(bounded, static_argnums=1)(-1.0, 3) == 27.0
+    assert cg.grad(fact, argnums=1, static_argnums=0)(3, 2.0) == 6.0

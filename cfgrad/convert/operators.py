@@ -21,7 +21,8 @@ never reads unless the loop runs no iteration, where Python would raise
 Python's exceptions keep their meaning where they can: a `raise` ending a branch of a
 traced `if`, and Python's own check of a traced `range` step, become checks the program
 makes when it runs (a `debug_callback` node that raises); what cannot be converted is a
-`ConversionError` that no `except` of converted code catches (`refused`).
+`ConversionError` that no `except` of converted code catches (`refused`), including a
+recursion that ends on a traced condition (`_recursion_checked`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from __future__ import annotations
 import copy
 import operator
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -41,6 +44,7 @@ from ..errors import ConversionError, LoweringError
 from ..ir import SourceLoc, TensorType, Value, type_of
 from ..trace import Trace, Tracer, argument_problem, cond, fori_loop, while_loop
 from ..trace_context import current_loc, current_trace, is_traced, tracing
+from .rewrite import PREFIX
 
 _TRY_NOTE = ("its handlers cannot catch errors of the traced program, which happen when it "
              "runs, not when it is traced, and cfgrad does not trace a handler in place of "
@@ -176,6 +180,59 @@ def _leaf_type(x: Any) -> TensorType:
     return x.value.type if isinstance(x, Tracer) else type_of(x)
 
 
+class _Depth(threading.local):
+    """How many traced `if`s and loops this thread is tracing, one inside the other."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
+_TRACED_DEPTH = _Depth()
+
+
+@contextmanager
+def _recursion_checked(construct: str, loc: SourceLoc | None, fn: Callable) -> Iterator[None]:
+    """Around the tracing of a traced `if` or loop (`fn`, one of its generated
+    functions): Python's RecursionError there is a recursion whose end depends on a
+    traced value (both branches are traced, so the one that recurses always is). It
+    becomes a `ConversionError` naming the innermost such construct, the one in the
+    recursion, raised by the outermost, where the stack is short again."""
+    _TRACED_DEPTH.value += 1
+    try:
+        yield
+    except RecursionError as e:
+        where = getattr(e, "_cfgrad_where", None)
+        if where is None:
+            where = e._cfgrad_where = (construct, loc, fn)  # type: ignore[attr-defined]
+        if _TRACED_DEPTH.value > 1:
+            raise
+        raise _endless(*where) from None
+    finally:
+        _TRACED_DEPTH.value -= 1
+
+
+def _endless(construct: str, loc: SourceLoc | None, fn: Callable) -> ConversionError:
+    return ConversionError(
+        f"`{_function_of(fn)}` recursed past Python's recursion limit while cfgrad "
+        f"traced the {construct}{_where(loc)}, "
+        "whose condition is traced: cfgrad traces both branches of such an `if` (and the "
+        "body of such a loop), so a recursion that ends on a traced condition never ends "
+        "when traced. Write it as a loop (a `while` on that condition, or "
+        "cg.while_loop), or make the argument that ends it static (static_argnums) so "
+        "that the condition is a Python value")
+
+
+def _function_of(fn: Callable) -> str:
+    """The user's function a generated branch, loop body or thunk belongs to, by its
+    qualified name (`fact.<locals>.cfg__if_true_3`, `fact.<locals>.<lambda>`: `fact`)."""
+    parts = fn.__qualname__.split(".")
+    if parts[-1] == "<lambda>":  # a conditional expression's thunk
+        parts = parts[:-2] or parts
+    while len(parts) > 2 and parts[-2] == "<locals>" and parts[-1].startswith(PREFIX):
+        del parts[-2:]
+    return ".".join(parts)
+
+
 # ---------------------------------------------------------------------------------
 # if
 # ---------------------------------------------------------------------------------
@@ -195,14 +252,15 @@ def if_stmt(test: Any, true_fn: Callable, false_fn: Callable, state: tuple,
     pred = _predicate(test, "`if`", loc, guarded)
     returns = outputs is None
     names = ("the return value",) if returns else outputs
-    if any(raises):
-        return _raising_if(pred, (true_fn, false_fn), raises, state, returns)
-    if _typing():
-        joined = _typed_branches([true_fn, false_fn], state, names, loc, returns)
-        return joined[0] if returns else joined
-    branches = _Branches(names, loc, returns)
-    result = cond(pred, lambda: branches.run(true_fn, state, "true"),
-                  lambda: branches.run(false_fn, state, "false"))
+    with _recursion_checked("`if`", loc, true_fn):
+        if any(raises):
+            return _raising_if(pred, (true_fn, false_fn), raises, state, returns)
+        if _typing():
+            joined = _typed_branches([true_fn, false_fn], state, names, loc, returns)
+            return joined[0] if returns else joined
+        branches = _Branches(names, loc, returns)
+        result = cond(pred, lambda: branches.run(true_fn, state, "true"),
+                      lambda: branches.run(false_fn, state, "false"))
     joined = branches.join(result)
     return joined[0] if returns else joined
 
@@ -325,11 +383,12 @@ def if_exp(test: Any, true_thunk: Callable, false_thunk: Callable) -> Any:
     loc = current_loc()
     pred = _predicate(test, "conditional expression", loc, None)
     names = ("the value of the conditional expression",)
-    if _typing():
-        return _typed_branches([true_thunk, false_thunk], (), names, loc, True)[0]
-    branches = _Branches(names, loc, single=True)
-    result = cond(pred, lambda: branches.run(true_thunk, (), "true"),
-                  lambda: branches.run(false_thunk, (), "false"))
+    with _recursion_checked("conditional expression", loc, true_thunk):
+        if _typing():
+            return _typed_branches([true_thunk, false_thunk], (), names, loc, True)[0]
+        branches = _Branches(names, loc, single=True)
+        result = cond(pred, lambda: branches.run(true_thunk, (), "true"),
+                      lambda: branches.run(false_thunk, (), "false"))
     return branches.join(result)[0]
 
 
@@ -757,7 +816,8 @@ def while_stmt(test_fn: Callable, body_fn: Callable, state: tuple, names: tuple[
         if is_traced(test):
             loc = current_loc()
             pred = _predicate(test, "`while` loop", loc, guarded)
-            return _traced_while(test_fn, body_fn, state, names, pred, loc)
+            with _recursion_checked("`while` loop", loc, body_fn):
+                return _traced_while(test_fn, body_fn, state, names, pred, loc)
         if not test:
             return state
         state = body_fn(*state)
@@ -868,7 +928,8 @@ def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: 
         if guarded is not None:
             raise _in_try(f"the `for` loop{_where(loc)} iterates over traced values", loc,
                           guarded)
-        return _traced_for(_as_iteration(iterable), test_fn, body_fn, state, names, loc)
+        with _recursion_checked("`for` loop", loc, body_fn):
+            return _traced_for(_as_iteration(iterable), test_fn, body_fn, state, names, loc)
     iterator = iter(iterable)
     position = 0
     while True:
@@ -878,8 +939,9 @@ def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: 
                 loc = current_loc()
                 pred = _predicate(test, "`for` loop's `break`", loc, guarded)
                 if isinstance(iterable, range):
-                    return _traced_for(_rest_of(iterable[position:]), test_fn, body_fn,
-                                       state, names, loc, pred)
+                    with _recursion_checked("`for` loop", loc, body_fn):
+                        return _traced_for(_rest_of(iterable[position:]), test_fn, body_fn,
+                                           state, names, loc, pred)
                 raise ConversionError(
                     f"the `for` loop{_where(loc)} iterates over a Python "
                     f"{type(iterable).__name__} and leaves it with `break` or `return` "
