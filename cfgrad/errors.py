@@ -69,7 +69,9 @@ class ConversionError(LoweringError):
     """Python control flow on traced values that the conversion cannot turn into regions:
     a variable assigned on one branch of a traced `if` only, a loop variable whose shape
     or dtype changes, a `break` out of a loop over a Python list under a traced condition,
-    a `try` around traced control flow. The message names the construct and the line."""
+    a `try` around traced control flow, a recursion that ends on a traced condition. The
+    message names the construct and the line. No `except` clause of a converted function
+    catches it (each lets it pass first), so it is never traded for a traced handler."""
 
 
 class CompileError(CfgradError):

@@ -37,7 +37,7 @@ def test_the_page_has_its_examples() -> None:
     printed = "\n".join(out.group(2) for _, _, out in EXAMPLES)
     assert len(EXAMPLES) >= 8
     for promised in ("assigned on one branch only", "changes the shape or dtype of",
-                     "iterates over a Python list", "inside a `try`", "region loop#0 while",
+                     "iterates over a Python list", "inside the `try` at", "region loop#0 while",
                      "UnboundLocalError", "cfg__ops.if_stmt"):
         assert promised in printed, promised
 

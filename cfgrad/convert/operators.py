@@ -17,12 +17,22 @@ own (`_Carry.initial`); that second tracing also gives loop variables first assi
 the body (`mid` of a bisection read after the loop) a starting value: zeros, which a run
 never reads unless the loop runs no iteration, where Python would raise
 `UnboundLocalError`.
+
+Python's exceptions keep their meaning where they can: a `raise` ending a branch of a
+traced `if`, and Python's own check of a traced `range` step, become checks the program
+makes when it runs (a `debug_callback` node that raises); what cannot be converted is a
+`ConversionError` that no `except` of converted code catches (`refused`), including a
+recursion that ends on a traced condition (`_recursion_checked`).
 """
 
 from __future__ import annotations
 
+import copy
 import operator
-from collections.abc import Callable
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -34,10 +44,12 @@ from ..errors import ConversionError, LoweringError
 from ..ir import SourceLoc, TensorType, Value, type_of
 from ..trace import Trace, Tracer, argument_problem, cond, fori_loop, while_loop
 from ..trace_context import current_loc, current_trace, is_traced, tracing
+from .rewrite import PREFIX
 
-_TRY_NOTE = ("a `try` around control flow on traced values cannot catch errors of the "
-             "traced program, which happen when it runs, not when it is traced; move the "
-             "`try` outside the function being transformed")
+_TRY_NOTE = ("its handlers cannot catch errors of the traced program, which happen when it "
+             "runs, not when it is traced, and cfgrad does not trace a handler in place of "
+             "the code it refuses; move the control flow out of the `try`, or the `try` "
+             "outside the function being transformed")
 
 
 class Undefined:
@@ -85,14 +97,32 @@ def python_test(test: Any, what: str, instead: str) -> Any:
     return test
 
 
-def _predicate(test: Any, construct: str, loc: SourceLoc | None, guarded: bool) -> Any:
+def refused() -> bool:
+    """Whether the exception an `except` clause of converted code is handling is a
+    `ConversionError` (in an exception group, for `except*`): cfgrad's refusal of the
+    code being traced, which the clause re-raises before running (a handler traced in
+    place of the refused code would compute a value Python never computes)."""
+    active = sys.exception()
+    if isinstance(active, BaseExceptionGroup):
+        return active.subgroup(ConversionError) is not None
+    return isinstance(active, ConversionError)
+
+
+def _predicate(test: Any, construct: str, loc: SourceLoc | None, guarded: int | None
+               ) -> Any:
     """The traced scalar bool standing for the truth of `test`, a traced value. (The
     operators test `is_traced` first and find the user's line only then: on concrete
     values they must cost little more than the statement they run.)"""
-    if guarded:
-        raise ConversionError(f"the {construct}{_where(loc)} depends on a traced value "
-                              f"inside a `try`: {_TRY_NOTE}")
+    if guarded is not None:
+        raise _in_try(f"the {construct}{_where(loc)} depends on a traced value", loc, guarded)
     return _truth(test, f"the condition of the {construct}{_where(loc)}")
+
+
+def _in_try(what: str, loc: SourceLoc | None, try_line: int) -> ConversionError:
+    """The refusal of traced control flow in the body of the `try` (with handlers) at
+    `try_line` of the file of `loc`."""
+    where = SourceLoc(loc.file, try_line) if loc else f"line {try_line}"
+    return ConversionError(f"{what} inside the `try` at {where}: {_TRY_NOTE}")
 
 
 def _truth(test: Any, what: str) -> Any:
@@ -150,29 +180,125 @@ def _leaf_type(x: Any) -> TensorType:
     return x.value.type if isinstance(x, Tracer) else type_of(x)
 
 
+class _Depth(threading.local):
+    """How many traced `if`s and loops this thread is tracing, one inside the other."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
+_TRACED_DEPTH = _Depth()
+
+
+@contextmanager
+def _recursion_checked(construct: str, loc: SourceLoc | None, fn: Callable) -> Iterator[None]:
+    """Around the tracing of a traced `if` or loop (`fn`, one of its generated
+    functions): Python's RecursionError there is a recursion whose end depends on a
+    traced value (both branches are traced, so the one that recurses always is). It
+    becomes a `ConversionError` naming the innermost such construct, the one in the
+    recursion, raised by the outermost, where the stack is short again."""
+    _TRACED_DEPTH.value += 1
+    try:
+        yield
+    except RecursionError as e:
+        where = getattr(e, "_cfgrad_where", None)
+        if where is None:
+            where = e._cfgrad_where = (construct, loc, fn)  # type: ignore[attr-defined]
+        if _TRACED_DEPTH.value > 1:
+            raise
+        raise _endless(*where) from None
+    finally:
+        _TRACED_DEPTH.value -= 1
+
+
+def _endless(construct: str, loc: SourceLoc | None, fn: Callable) -> ConversionError:
+    return ConversionError(
+        f"`{_function_of(fn)}` recursed past Python's recursion limit while cfgrad "
+        f"traced the {construct}{_where(loc)}, "
+        "whose condition is traced: cfgrad traces both branches of such an `if` (and the "
+        "body of such a loop), so a recursion that ends on a traced condition never ends "
+        "when traced. Write it as a loop (a `while` on that condition, or "
+        "cg.while_loop), or make the argument that ends it static (static_argnums) so "
+        "that the condition is a Python value")
+
+
+def _function_of(fn: Callable) -> str:
+    """The user's function a generated branch, loop body or thunk belongs to, by its
+    qualified name (`fact.<locals>.cfg__if_true_3`, `fact.<locals>.<lambda>`: `fact`)."""
+    parts = fn.__qualname__.split(".")
+    if parts[-1] == "<lambda>":  # a conditional expression's thunk
+        parts = parts[:-2] or parts
+    while len(parts) > 2 and parts[-2] == "<locals>" and parts[-1].startswith(PREFIX):
+        del parts[-2:]
+    return ".".join(parts)
+
+
 # ---------------------------------------------------------------------------------
 # if
 # ---------------------------------------------------------------------------------
 
 
 def if_stmt(test: Any, true_fn: Callable, false_fn: Callable, state: tuple,
-            outputs: tuple[str, ...] | None, guarded: bool = False) -> Any:
+            outputs: tuple[str, ...] | None, guarded: int | None = None,
+            raises: tuple[bool, bool] = (False, False), raise_later: bool = False) -> Any:
     """An `if`: the branches are functions of `state` returning the variables named in
-    `outputs`, or, when `outputs` is None, the function's return value."""
+    `outputs`, or, when `outputs` is None, the function's return value. A branch that
+    always raises (`raises`) takes one argument more, `raise_later` (`raised`): on a
+    Python condition the flag of the raising branch this `if` is in, if any."""
     if not is_traced(test):
-        return (true_fn if test else false_fn)(*state)
+        taken, raising = (true_fn, raises[0]) if test else (false_fn, raises[1])
+        return taken(*state, raise_later) if raising else taken(*state)
     loc = current_loc()
     pred = _predicate(test, "`if`", loc, guarded)
     returns = outputs is None
     names = ("the return value",) if returns else outputs
-    if _typing():
-        joined = _typed_branches([true_fn, false_fn], state, names, loc, returns)
-        return joined[0] if returns else joined
-    branches = _Branches(names, loc, returns)
-    result = cond(pred, lambda: branches.run(true_fn, state, "true"),
-                  lambda: branches.run(false_fn, state, "false"))
+    with _recursion_checked("`if`", loc, true_fn):
+        if any(raises):
+            return _raising_if(pred, (true_fn, false_fn), raises, state, returns)
+        if _typing():
+            joined = _typed_branches([true_fn, false_fn], state, names, loc, returns)
+            return joined[0] if returns else joined
+        branches = _Branches(names, loc, returns)
+        result = cond(pred, lambda: branches.run(true_fn, state, "true"),
+                      lambda: branches.run(false_fn, state, "false"))
     joined = branches.join(result)
     return joined[0] if returns else joined
+
+
+def _raising_if(pred: Any, fns: tuple[Callable, Callable], raises: tuple[bool, bool],
+                state: tuple, returns: bool) -> Any:
+    """A traced `if` with a branch that always raises: that branch is a check (a `Cond`
+    whose case runs it up to its `raise`, which raises there when the program runs, see
+    `raised`), and the other branch, the only one after which the program goes on, runs
+    after it unconditionally, as the rest of the function does. Its values are the
+    `if`'s: no placeholder for the raising side, and only it is differentiated. Both
+    branches raising, nothing goes on (the rewriting hands nothing on from such an `if`).
+    A typing run leaves the checks out: they decide no type."""
+    if not _typing():
+        def case(fn: Callable, raising: bool) -> Callable[[], tuple]:
+            return (lambda: _run_to_raise(fn, state)) if raising else tuple
+        cond(pred, case(fns[0], raises[0]), case(fns[1], raises[1]))
+    going_on = [fn for fn, raising in zip(fns, raises) if not raising]
+    if going_on:
+        return going_on[0](*state)
+    return None if returns else ()
+
+
+class _Raised(BaseException):
+    """Unwinds a raising branch traced under a traced condition from its `raise`, which
+    `raised` has made a check, to `_run_to_raise` (a BaseException: no `except
+    Exception` of cfgrad's on the way mistakes it for a failure)."""
+
+
+def _run_to_raise(fn: Callable, state: tuple) -> tuple:
+    """A branch that always raises, traced up to its `raise` (on copies: its changes to
+    lists and dicts are not the other branch's). A `raise` under a traced `if` of its
+    own is that `if`'s check, after which the branch ends without `_Raised`."""
+    try:
+        fn(*_copies(state), True)
+    except _Raised:
+        pass
+    return ()
 
 
 class _Branches:
@@ -255,13 +381,14 @@ def if_exp(test: Any, true_thunk: Callable, false_thunk: Callable) -> Any:
     if not is_traced(test):
         return true_thunk() if test else false_thunk()
     loc = current_loc()
-    pred = _predicate(test, "conditional expression", loc, False)
+    pred = _predicate(test, "conditional expression", loc, None)
     names = ("the value of the conditional expression",)
-    if _typing():
-        return _typed_branches([true_thunk, false_thunk], (), names, loc, True)[0]
-    branches = _Branches(names, loc, single=True)
-    result = cond(pred, lambda: branches.run(true_thunk, (), "true"),
-                  lambda: branches.run(false_thunk, (), "false"))
+    with _recursion_checked("conditional expression", loc, true_thunk):
+        if _typing():
+            return _typed_branches([true_thunk, false_thunk], (), names, loc, True)[0]
+        branches = _Branches(names, loc, single=True)
+        result = cond(pred, lambda: branches.run(true_thunk, (), "true"),
+                      lambda: branches.run(false_thunk, (), "false"))
     return branches.join(result)[0]
 
 
@@ -339,6 +466,76 @@ def extreme(largest: bool, values: Any) -> Any:
     for v in values[1:]:
         best = cnp.where(v > best if largest else v < best, v, best)
     return best
+
+
+_NO_CAUSE = object()  # `raise e` (not `raise e from c`)
+
+
+def raised(raise_later: bool, exception: Any, cause: Any = _NO_CAUSE) -> BaseException:
+    """The exception of a `raise` at the top level of a branch that always raises
+    (`raise exception from cause`), made an instance as Python's `raise` makes it. When
+    that branch is traced under a traced condition (`raise_later`), the exception becomes
+    a check of the program where the branch's case runs (a fresh copy raised each time
+    it runs, from the call that runs it) and the tracing of the branch ends; otherwise
+    it is handed back, for the `raise` statement to raise now."""
+    exception = _instance(exception, "exceptions must derive from BaseException")
+    if cause is not _NO_CAUSE:
+        # setting __cause__ also suppresses the context, as `raise ... from` does
+        exception.__cause__ = None if cause is None else _instance(
+            cause, "exception causes must derive from BaseException")
+    if raise_later:
+        callback(_RaiseWhenRun(exception))
+        raise _Raised
+    return exception
+
+
+def reraise(raise_later: bool) -> None:
+    """A bare `raise` at the top level of a branch that always raises: while the branch
+    is traced under a traced condition, the exception being handled (Python's
+    RuntimeError without one) becomes the check; otherwise the `raise` re-raises it."""
+    if raise_later:
+        active = sys.exception()
+        raised(True, active if active is not None else RuntimeError(
+            "No active exception to reraise"))
+
+
+def _instance(exception: Any, refusal: str) -> BaseException:
+    """`exception`, or an instance of it if it is an exception class (Python's rule)."""
+    if isinstance(exception, type) and issubclass(exception, BaseException):
+        made = exception()
+        if not isinstance(made, BaseException):
+            raise TypeError(f"calling {exception!r} should have returned an instance of "
+                            f"BaseException, not {type(made).__name__}")
+        return made
+    if not isinstance(exception, BaseException):
+        raise TypeError(refusal)
+    return exception
+
+
+class _RaiseWhenRun:
+    """The callback a `raise` under a traced condition becomes: raises a copy of the
+    exception the branch made when it was traced (each run its own, so notes and
+    tracebacks do not pile up on one object), or the exception itself where it cannot
+    be copied (an `__init__` whose arguments are not its `args`)."""
+
+    def __init__(self, exception: BaseException):
+        self.exception = exception
+        self.__name__ = f"raise {type(exception).__name__}"  # the node's text
+
+    def __call__(self) -> None:
+        raise self._fresh()
+
+    def _fresh(self) -> BaseException:
+        template = self.exception
+        try:
+            fresh = copy.copy(template)
+        except Exception:  # any failure of the class's own constructor
+            return template.with_traceback(None)
+        fresh.__cause__, fresh.__suppress_context__ = (template.__cause__,
+                                                      template.__suppress_context__)
+        if hasattr(template, "__notes__"):
+            fresh.__notes__ = list(template.__notes__)
+        return fresh
 
 
 def assert_(test: Any, message: Callable | None) -> None:
@@ -611,7 +808,7 @@ _PYTHON_KIND: dict[str, type] = {"b": bool, "i": int, "u": int, "f": float, "c":
 
 
 def while_stmt(test_fn: Callable, body_fn: Callable, state: tuple, names: tuple[str, ...],
-               guarded: bool = False) -> tuple:
+               guarded: int | None = None) -> tuple:
     """A `while`: Python iterations while the condition is concrete; from the first
     traced one, a `cg.while_loop` over the variables in `names`."""
     while True:
@@ -619,7 +816,8 @@ def while_stmt(test_fn: Callable, body_fn: Callable, state: tuple, names: tuple[
         if is_traced(test):
             loc = current_loc()
             pred = _predicate(test, "`while` loop", loc, guarded)
-            return _traced_while(test_fn, body_fn, state, names, pred, loc)
+            with _recursion_checked("`while` loop", loc, body_fn):
+                return _traced_while(test_fn, body_fn, state, names, pred, loc)
         if not test:
             return state
         state = body_fn(*state)
@@ -671,10 +869,19 @@ def traced_range(*args: Any) -> TracedIteration:
             raise TypeError(f"range() {name} must be an integer scalar, got {_describe(v)}")
         if not is_traced(v):
             operator.index(v)  # Python's TypeError for a float or an array
-    if not is_traced(step) and step == 0:
-        raise ValueError("range() arg 3 must not be zero")
+    if is_traced(step):  # Python's check, made when the program runs
+        callback(_nonzero_step, step)
+    else:
+        _nonzero_step(step)
     length = cnp.maximum(-((start - stop) // step), 0)
     return TracedIteration(length, lambda k: start + k * step, "range()")
+
+
+def _nonzero_step(step: Any) -> None:
+    """Python's check of a `range` step, ValueError for zero (made when the program runs
+    for a traced one, where the trip count's floor division would make no iteration)."""
+    if step == 0:
+        raise ValueError("range() arg 3 must not be zero")
 
 
 def traced_iterable(x: Any) -> bool:
@@ -711,17 +918,18 @@ def traced_zip(*xs: Any) -> TracedIteration:
 
 
 def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: tuple,
-             names: tuple[str, ...], guarded: bool = False) -> tuple:
+             names: tuple[str, ...], guarded: int | None = None) -> tuple:
     """A `for`: over traced values (a traced array's rows, `range` with a traced bound,
     their `enumerate` and `zip`) a loop region; over anything else Python iterations. A
     `break` (`test_fn`, false once the loop should stop) that becomes traced in a `range`
     loop turns the remaining iterations into one region."""
     if traced_iterable(iterable):
         loc = current_loc()
-        if guarded:
-            raise ConversionError(f"the `for` loop{_where(loc)} iterates over traced "
-                                  f"values inside a `try`: {_TRY_NOTE}")
-        return _traced_for(_as_iteration(iterable), test_fn, body_fn, state, names, loc)
+        if guarded is not None:
+            raise _in_try(f"the `for` loop{_where(loc)} iterates over traced values", loc,
+                          guarded)
+        with _recursion_checked("`for` loop", loc, body_fn):
+            return _traced_for(_as_iteration(iterable), test_fn, body_fn, state, names, loc)
     iterator = iter(iterable)
     position = 0
     while True:
@@ -731,8 +939,9 @@ def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: 
                 loc = current_loc()
                 pred = _predicate(test, "`for` loop's `break`", loc, guarded)
                 if isinstance(iterable, range):
-                    return _traced_for(_rest_of(iterable[position:]), test_fn, body_fn,
-                                       state, names, loc, pred)
+                    with _recursion_checked("`for` loop", loc, body_fn):
+                        return _traced_for(_rest_of(iterable[position:]), test_fn, body_fn,
+                                           state, names, loc, pred)
                 raise ConversionError(
                     f"the `for` loop{_where(loc)} iterates over a Python "
                     f"{type(iterable).__name__} and leaves it with `break` or `return` "

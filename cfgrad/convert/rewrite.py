@@ -19,6 +19,11 @@ Three steps, in order, on a copy of the function's node:
    `for_stmt`, which runs them as Python or lowers them into regions; `and`, `or`, `not`,
    conditional expressions, chained comparisons and `assert` become calls too, and every
    call goes through `operators`' `call`, which converts the user functions it reaches.
+   A branch that always raises takes a flag saying whether it is traced under a traced
+   condition, and the `raise`s at its top level ask `operators.raised` for their
+   exception, which makes it a run-time check then. Every `except` clause first re-raises
+   a `ConversionError` (`operators.refused`): cfgrad's refusal must reach the user, not
+   have a handler traced in place of the refused code.
 
 Generated nodes take the location of the statement they replace, so tracebacks, source
 locations in Programs and the errors of the runtime name the user's lines. AutoGraph
@@ -46,6 +51,9 @@ from .scopes import (
 
 OPS = "cfg__ops"  # the name converted code calls the runtime by (a closure cell)
 PREFIX = "cfg__"  # the prefix of every name the conversion makes up
+# the last parameter of a branch that always raises: true while it is traced under a
+# traced condition, where its `raise` becomes a check of the program (`operators.raised`)
+RAISE_LATER = f"{PREFIX}raise_later"
 
 # calls that read the calling frame: wrapping them in `call` would change what they see
 _FRAME_CALLS = frozenset({"super", "locals", "globals", "vars", "eval", "exec", "dir"})
@@ -298,6 +306,20 @@ def always_returns(stmts: list[ast.stmt]) -> bool:
     return False
 
 
+def always_raises(stmts: list[ast.stmt]) -> bool:
+    """Whether every path through `stmts` ends in `raise` (through nested `if`s), none
+    leaving first by `return`, `break` or `continue`: a branch that is only a check."""
+    for stmt in stmts:
+        if isinstance(stmt, ast.Raise):
+            return True
+        if isinstance(stmt, ast.If) and always_raises(stmt.body) and always_raises(
+                stmt.orelse):
+            return True
+        if _contains([stmt], (ast.Return, ast.Break, ast.Continue)):
+            return False
+    return False
+
+
 def _returns_in_ifs(stmt: ast.stmt) -> bool:
     """Whether an `if` returns on some path through its nested `if`s alone."""
     if isinstance(stmt, ast.Return):
@@ -369,7 +391,10 @@ class Functionalize(ast.NodeTransformer):
         self.local = local  # the function's own variables (parameters and assigned)
         self.unassigned = unassigned  # those that may be read before any assignment
         self.cells = cells  # those a nested function reads
-        self.in_try = 0  # inside the body of a `try` with handlers
+        self.in_try: list[int] = []  # the lines of the `try`s with handlers it is inside
+        # rewriting the top level of a branch that always raises: its `raise` statements
+        # (and the `if`s that hand its flag on) read the branch's RAISE_LATER
+        self.raise_later = False
 
     # -- statements ---------------------------------------------------------------
     def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
@@ -404,9 +429,36 @@ class Functionalize(ast.NodeTransformer):
         changed = assigned(stmts, mutations=True) & self.local
         return sorted((assigned(stmts) | changed) - self.outside)
 
-    def _call(self, fn: str, args: list[ast.expr], at: ast.AST) -> ast.Call:
-        keywords = [ast.keyword("guarded", _const(True))] if self.in_try else []
+    def _call(self, fn: str, args: list[ast.expr], at: ast.AST,
+              keywords: list[ast.keyword] | None = None) -> ast.Call:
+        keywords = ([ast.keyword("guarded", _const(self.in_try[-1]))] if self.in_try
+                    else []) + (keywords or [])
         return locate(ast.Call(_ops(fn), args, keywords), at)
+
+    def _rewritten(self, stmts: list[ast.stmt], raise_later: bool) -> list[ast.stmt]:
+        """`stmts` rewritten, at the top level of a branch that always raises or not."""
+        outer, self.raise_later = self.raise_later, raise_later
+        try:
+            return self.block(stmts)
+        finally:
+            self.raise_later = outer
+
+    def _branch(self, name: str, state: list[str], stmts: list[ast.stmt], raises: bool,
+                ret: ast.Return | None, at: ast.AST) -> ast.FunctionDef:
+        """One branch of an `if` as a function of `state` (ending in `ret` when given);
+        one that always raises takes the flag RAISE_LATER too."""
+        body = self._rewritten(stmts, raises)
+        return self._def(name, state + [RAISE_LATER] if raises else state,
+                         self._ended(body, ret) if ret is not None else body, at)
+
+    def _raising(self, raises: tuple[bool, bool]) -> list[ast.keyword]:
+        """The `if_stmt` arguments of an `if` with a branch that always raises: which, and
+        in a branch that always raises itself, that branch's flag, which a Python
+        condition hands on to the branch it takes."""
+        if not any(raises):
+            return []
+        return [ast.keyword("raises", _const(raises))] + (
+            [ast.keyword("raise_later", _name(RAISE_LATER))] if self.raise_later else [])
 
     @staticmethod
     def _tuple(names: list[str], store: bool = False) -> ast.Tuple:
@@ -415,6 +467,7 @@ class Functionalize(ast.NodeTransformer):
     def visit_If(self, node: ast.If) -> list[ast.stmt]:
         test = self.visit(node.test)
         line = node.lineno
+        raises = (always_raises(node.body), always_raises(node.orelse))
         if _returns_in_ifs(node):
             if not (always_returns(node.body) and always_returns(node.orelse)):
                 # a return left inside a with/try: this `if` must stay Python
@@ -424,20 +477,25 @@ class Functionalize(ast.NodeTransformer):
                 node.body, node.orelse = self.block(node.body), self.block(node.orelse)
                 return [node]
             state = self._state(node.body + node.orelse)
-            true = self._def(f"{PREFIX}if_true_{line}", state, self.block(node.body), node)
-            false = self._def(f"{PREFIX}if_false_{line}", state, self.block(node.orelse), node)
+            true = self._branch(f"{PREFIX}if_true_{line}", state, node.body, raises[0], None,
+                                node)
+            false = self._branch(f"{PREFIX}if_false_{line}", state, node.orelse, raises[1],
+                                 None, node)
             call = self._call("if_stmt", [test, _name(true.name), _name(false.name),
-                                          self._tuple(state), _const(None)], node)
+                                          self._tuple(state), _const(None)], node,
+                              self._raising(raises))
             return [true, false, locate(ast.Return(call), node)]
         state = self._state(node.body + node.orelse)
-        outs = [n for n in state if n in getattr(node, LIVE_OUT) or n in self.cells]
+        # nothing follows an `if` whose branches both raise: it hands nothing on
+        outs = [] if all(raises) else [
+            n for n in state if n in getattr(node, LIVE_OUT) or n in self.cells]
         ret = ast.Return(self._tuple(outs))
-        true = self._def(f"{PREFIX}if_true_{line}", state,
-                         self._ended(self.block(node.body), ret), node)
-        false = self._def(f"{PREFIX}if_false_{line}", state,
-                          self._ended(self.block(node.orelse), ret), node)
+        true = self._branch(f"{PREFIX}if_true_{line}", state, node.body, raises[0], ret, node)
+        false = self._branch(f"{PREFIX}if_false_{line}", state, node.orelse, raises[1], ret,
+                             node)
         call = self._call("if_stmt", [test, _name(true.name), _name(false.name),
-                                      self._tuple(state), _const(tuple(outs))], node)
+                                      self._tuple(state), _const(tuple(outs))], node,
+                          self._raising(raises))
         return [true, false, self._bind(outs, call, node)]
 
     def _fresh(self, body: list[ast.stmt], carries: list[str]) -> list[ast.stmt]:
@@ -470,9 +528,8 @@ class Functionalize(ast.NodeTransformer):
         ret = ast.Return(self._tuple(carries))
         test = self._def(f"{PREFIX}loop_test_{line}", carries,
                          [ast.Return(self.visit(node.test))], node)
-        body = self._def(f"{PREFIX}loop_body_{line}", carries,
-                         self._ended(self._fresh(node.body, carries) + self.block(node.body),
-                                     ret), node)
+        body = self._def(f"{PREFIX}loop_body_{line}", carries, self._ended(
+            self._fresh(node.body, carries) + self._rewritten(node.body, False), ret), node)
         call = self._call("while_stmt", [_name(test.name), _name(body.name),
                                          self._tuple(carries), _const(tuple(carries))], node)
         return [test, body, self._bind(carries, call, node)]
@@ -485,7 +542,8 @@ class Functionalize(ast.NodeTransformer):
         item = f"{PREFIX}item"
         bind_target = locate(ast.Assign([node.target], _name(item)), node.target)
         body = self._def(f"{PREFIX}loop_body_{line}", carries + [item], self._ended(
-            self._fresh(node.body, carries) + [bind_target] + self.block(node.body), ret), node)
+            self._fresh(node.body, carries) + [bind_target] + self._rewritten(node.body, False),
+            ret), node)
         flag = getattr(node, BREAK_FLAG, None)
         defs: list[ast.stmt] = []
         test: ast.expr = _const(None)
@@ -500,15 +558,21 @@ class Functionalize(ast.NodeTransformer):
         return defs + [body, self._bind(carries, call, node)]
 
     def visit_Try(self, node: ast.Try) -> ast.Try:
-        guarded = bool(node.handlers)
-        self.in_try += guarded
-        node.body = self.block(node.body)
-        self.in_try -= guarded
+        """A `try`: traced control flow in its body is refused (`guarded`), and every
+        handler first lets a `cg.ConversionError` pass (`operators.refused`), so the
+        refusal reaches the user instead of the handler being traced in its place. (A
+        `raise` inside is not at a raising branch's top level: a handler may catch it.)"""
+        self.in_try += [node.lineno] if node.handlers else []
+        node.body = self._rewritten(node.body, False)
+        if node.handlers:
+            self.in_try.pop()
         for handler in node.handlers:
             handler.type = self.visit(handler.type) if handler.type else None
-            handler.body = self.block(handler.body)
-        node.orelse = self.block(node.orelse) if node.orelse else []
-        node.finalbody = self.block(node.finalbody) if node.finalbody else []
+            refused = locate(ast.If(ast.Call(_ops("refused"), [], []), [
+                locate(ast.Raise(None, None), handler)], []), handler)
+            handler.body = [refused] + self._rewritten(handler.body, False)
+        node.orelse = self._rewritten(node.orelse, False) if node.orelse else []
+        node.finalbody = self._rewritten(node.finalbody, False) if node.finalbody else []
         return node
 
     visit_TryStar = visit_Try
@@ -516,8 +580,22 @@ class Functionalize(ast.NodeTransformer):
     def visit_With(self, node: ast.With) -> ast.With:
         for item in node.items:
             item.context_expr = self.visit(item.context_expr)
-        node.body = self.block(node.body)
+        node.body = self._rewritten(node.body, False)  # its exit may swallow a `raise`
         return node
+
+    def visit_Raise(self, node: ast.Raise) -> list[ast.stmt] | ast.stmt:
+        """At the top level of a branch that always raises, the exception goes through
+        `operators.raised`, which makes it a check of the program while the branch is
+        traced under a traced condition (and hands it back to be raised otherwise); a
+        bare `raise` there asks `operators.reraise` first."""
+        self.generic_visit(node)
+        if not self.raise_later:
+            return node
+        if node.exc is None:
+            ask = locate(ast.Expr(ast.Call(_ops("reraise"), [_name(RAISE_LATER)], [])), node)
+            return [ask, node]
+        args = [_name(RAISE_LATER), node.exc] + ([node.cause] if node.cause else [])
+        return locate(ast.Raise(locate(ast.Call(_ops("raised"), args, []), node), None), node)
 
     def visit_Assert(self, node: ast.Assert) -> ast.stmt:
         """Under `if __debug__:`, which `python -O` compiles away, as it does `assert`."""
