@@ -4,8 +4,9 @@ what is covered and each difference from numpy).
 
 This module only assembles the namespace; each part owns one family of functions:
 
-- `core`: creation, the operators' arithmetic, basic reductions, shapes, indexing and
-  JAX's indexed updates (the `.at` of traced values);
+- `core`: creation (`cg.Array`, the numpy array with `.at` its constructors return), the
+  operators' arithmetic, basic reductions, shapes, indexing and JAX's indexed updates
+  (the `.at` of traced values and Arrays);
 - `statistics`: cumulative sums and products, sorting and searching, quantiles, the
   NaN-ignoring reductions, average/cov/corrcoef, differences, integrals, interpolation;
 - `complex`: real and imaginary parts, conjugate, angle;
@@ -14,7 +15,7 @@ This module only assembles the namespace; each part owns one family of functions
 - `indexed`: dynamic slices (`cg.dynamic_slice`, `cg.dynamic_update_slice`);
 - `elementwise`: the rest of the elementwise math and the float predicates;
 - `creation`: the remaining array constructors (`identity`, `tri`, `logspace`,
-  `geomspace`, `copy`) and `ndim`/`shape`/`size`;
+  `geomspace`, `copy`; Arrays too) and `ndim`/`shape`/`size`;
 - `polynomial`: numpy's `poly*` functions on coefficient arrays and `vander`;
 - `contractions`: einsum, tensordot, dot, inner, outer, kron, the vector and matrix
   products of numpy 2, trace, cross, convolve and correlate;

@@ -4,7 +4,9 @@ normalizes arguments with.
 
 Each function normalizes numpy-style arguments (axis, keepdims, shapes) and applies a
 primitive from the derivative table, or composes a few. On concrete arrays the result is
-computed at once with numpy; on traced values it is recorded in the Program.
+computed at once with numpy; on traced values it is recorded in the Program. The
+constructors return `Array`s, numpy arrays with the `.at` of traced values, which lives
+here beside the arrays that have it.
 """
 
 from __future__ import annotations
@@ -118,6 +120,26 @@ def _axes(x: Any, axis: Any, function: str) -> tuple[int, ...]:
 # -- creation ------------------------------------------------------------------------
 
 
+class Array(_np.ndarray):
+    """A numpy array with JAX's indexed updates, `x.at[idx].set(v)` and its kin, as
+    traced values have them: what cfgrad.numpy's constructors return, so that a function
+    updating an array it made runs the same with and without a transformation (numpy's
+    arrays have no `.at`; every JAX array has it).
+
+    Nothing else differs from numpy's ndarray, whose subclass it is: numpy's operators,
+    ufuncs, methods and views keep it an Array (as numpy keeps any subclass),
+    `np.asarray` gives a plain ndarray of the same memory, and cfgrad's transformations
+    take it as any numpy array and return plain numpy arrays."""
+
+    __slots__ = ()
+
+    @property
+    def at(self) -> _IndexUpdateHelper:
+        """`x.at[idx].set(v)`, `.add`, `.multiply`, `.min`, `.max`, `.get`: each a new
+        Array (`x` is left as it was), with the same values as traced."""
+        return _IndexUpdateHelper(self)
+
+
 def _holds_traced(x: Any) -> bool:
     """Whether `x` is traced or a (nested) list or tuple holding a traced value."""
     if isinstance(x, list | tuple):
@@ -156,40 +178,40 @@ def asarray(x: Any, dtype: Any = None) -> Any:
     trace = current_trace()
     if trace is not None:
         return trace.tracer(trace.const(_np.asarray(x, dtype=dtype)))
-    return _np.asarray(x, dtype=dtype)
+    return _np.asarray(x, dtype=dtype).view(Array)
 
 
 def array(x: Any, dtype: Any = None, copy: bool = True, ndmin: int = 0) -> Any:
     """numpy's array: `asarray`, with leading axes of length 1 up to `ndmin` axes; a
     concrete array outside a trace is copied unless `copy=False`."""
     if not is_traced(x) and current_trace() is None:
-        return _np.array(x, dtype=dtype, copy=copy or None, ndmin=ndmin)
+        return _np.array(x, dtype=dtype, copy=copy or None, ndmin=ndmin).view(Array)
     out = asarray(x, dtype)
     missing = operator.index(ndmin) - out.ndim
     return reshape(out, (1,) * missing + tuple(out.shape)) if missing > 0 else out
 
 
-def zeros(shape: Any, dtype: Any = float) -> _np.ndarray:
-    return _np.zeros(shape, dtype)
+def zeros(shape: Any, dtype: Any = float) -> Array:
+    return _np.zeros(shape, dtype).view(Array)
 
 
-def ones(shape: Any, dtype: Any = float) -> _np.ndarray:
-    return _np.ones(shape, dtype)
+def ones(shape: Any, dtype: Any = float) -> Array:
+    return _np.ones(shape, dtype).view(Array)
 
 
 def full(shape: Any, fill_value: Any, dtype: Any = None) -> Any:
     if is_traced(fill_value):
         value = fill_value if dtype is None else astype(fill_value, dtype)
         return broadcast_to(value, shape)
-    return _np.full(shape, fill_value, dtype)
+    return _np.full(shape, fill_value, dtype).view(Array)
 
 
-def zeros_like(x: Any, dtype: Any = None) -> _np.ndarray:
-    return _np.zeros(_shape(x), dtype or _dtype(x))
+def zeros_like(x: Any, dtype: Any = None) -> Array:
+    return zeros(_shape(x), dtype or _dtype(x))
 
 
-def ones_like(x: Any, dtype: Any = None) -> _np.ndarray:
-    return _np.ones(_shape(x), dtype or _dtype(x))
+def ones_like(x: Any, dtype: Any = None) -> Array:
+    return ones(_shape(x), dtype or _dtype(x))
 
 
 def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Any = None) -> Any:
@@ -212,11 +234,11 @@ def _concrete_length(function: str, what: str, value: Any) -> None:
             "cnp.arange(n) + offset.")
 
 
-def arange(*args: Any, dtype: Any = None) -> _np.ndarray:
+def arange(*args: Any, dtype: Any = None) -> Array:
     """numpy's arange; its bounds must be concrete (the result's length depends on them)."""
     for name, bound in zip(("start" if len(args) > 1 else "stop", "stop", "step"), args):
         _concrete_length("arange", name, bound)
-    return _np.arange(*args, dtype=dtype)
+    return _np.arange(*args, dtype=dtype).view(Array)
 
 
 def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
@@ -228,8 +250,9 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
     along `axis` of the result (0: first)."""
     _concrete_length("linspace", "num", num)
     if not is_traced(start) and not is_traced(stop):
-        return _np.linspace(start, stop, num, endpoint=endpoint, retstep=retstep, dtype=dtype,
-                            axis=axis)
+        y = _np.linspace(start, stop, num, endpoint=endpoint, retstep=retstep, dtype=dtype,
+                         axis=axis)
+        return (y[0].view(Array), y[1]) if retstep else y.view(Array)
     num = operator.index(num)
     if num < 0:
         raise ValueError(f"cnp.linspace: num={num} must be non-negative")
@@ -260,11 +283,11 @@ def _first_axis_to(y: Any, axis: int) -> Any:
     return transpose(y, tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, n)))
 
 
-def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> _np.ndarray:
+def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> Array:
     """numpy's eye: ones on the `k`-th diagonal (above the main one for k > 0)."""
     for name, size in (("N", N), ("M", M), ("k", k)):
         _concrete_length("eye", name, size)
-    return _np.eye(N, M, k, dtype=dtype)
+    return _np.eye(N, M, k, dtype=dtype).view(Array)
 
 
 # -- elementwise -----------------------------------------------------------------------
@@ -355,7 +378,7 @@ def round(a: Any, decimals: int = 0) -> Any:
     tens, hundreds, …), computed as numpy does (scale, round, unscale). Its derivative is
     0, like floor's. Python's `round(x)` and `round(x, n)` on a traced value call this."""
     if not is_traced(a):
-        return _np.round(a, decimals)
+        return _np.round(_np.asarray(a), decimals)
     decimals = operator.index(decimals)
     if a.dtype == _np.bool_:  # as numpy does
         return astype(a, _np.float16)
@@ -951,8 +974,16 @@ class _IndexedRef:
         v = broadcast_to(astype(asarray(values), x.dtype), shape)
         if op == "add":
             added = bind("scatter_add", v, *ix.dynamic, spec=ix.spec, shape=_shape(base))
-            return x + ix.trimmed(added)
-        return ix.trimmed(bind("scatter", base, v, *ix.dynamic, spec=ix.spec, op=op))
+            return self._kept(x + ix.trimmed(added))
+        return self._kept(ix.trimmed(bind("scatter", base, v, *ix.dynamic, spec=ix.spec,
+                                          op=op)))
+
+    def _kept(self, out: Any) -> Any:
+        """An update of an Array as an Array (so that updates chain, eagerly as traced);
+        of a traced value or a plain numpy array, as it is."""
+        if type(self.x) is Array and not is_traced(out):
+            return _np.asarray(out).view(Array)
+        return out
 
     def set(self, values: Any, *, indices_are_sorted: bool = False,
             unique_indices: bool = False, mode: Any = None) -> Any:
@@ -994,11 +1025,14 @@ class _IndexedRef:
         x = ix.x
         base = ix.extended(x, _np.asarray(_fill_value(x.dtype, fill_value), x.dtype)) \
             if fill else x
-        return bind("index", base, *ix.dynamic, spec=ix.spec)
+        out = bind("index", base, *ix.dynamic, spec=ix.spec)
+        # what x[idx] gives for an Array: an Array, or a numpy scalar for one element
+        return out.view(Array) if type(x) is Array and type(out) is _np.ndarray else out
 
 
 class _IndexUpdateHelper:
-    """The `.at` property of a traced value: `x.at[idx]` gives the updates at idx."""
+    """The `.at` property of a traced value or an Array: `x.at[idx]` gives the updates at
+    idx, computed now on concrete operands and traced on traced ones, by the same code."""
 
     __slots__ = ("x",)
 
