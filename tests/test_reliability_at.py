@@ -53,9 +53,11 @@ CONSTRUCTED = [
     (lambda: cnp.zeros(3), np.zeros(3)),
     (lambda: cnp.ones((2, 2), np.float32), np.ones((2, 2), np.float32)),
     (lambda: cnp.full(3, 2.5), np.full(3, 2.5)),
+    (lambda: cnp.empty((2, 3)), np.zeros((2, 3))),  # JAX's empty: zeros
     (lambda: cnp.zeros_like(F23), np.zeros_like(F23)),
     (lambda: cnp.ones_like(F23, dtype=int), np.ones_like(F23, dtype=int)),
     (lambda: cnp.full_like(F23, 7.0), np.full_like(F23, 7.0)),
+    (lambda: cnp.empty_like(F23), np.zeros_like(F23)),
     (lambda: cnp.eye(3, 4, 1), np.eye(3, 4, 1)),
     (lambda: cnp.identity(2), np.identity(2)),
     (lambda: cnp.tri(3), np.tri(3)),
@@ -316,9 +318,9 @@ def test_arrays_with_numpy_pickle_and_printing() -> None:
     assert type(cnp.sin(a)) is np.ndarray  # cfgrad.numpy's other functions: plain
 
 
-CREATION = {"asarray", "array", "copy", "zeros", "ones", "full", "zeros_like", "ones_like",
-            "full_like", "arange", "linspace", "logspace", "geomspace", "eye", "identity",
-            "tri"}
+CREATION = {"asarray", "array", "copy", "zeros", "ones", "full", "empty", "zeros_like",
+            "ones_like", "full_like", "empty_like", "arange", "linspace", "logspace",
+            "geomspace", "eye", "identity", "tri"}
 
 
 def test_only_the_constructors_make_arrays() -> None:

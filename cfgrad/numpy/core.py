@@ -195,6 +195,12 @@ def zeros(shape: Any, dtype: Any = float) -> Array:
     return _np.zeros(shape, dtype).view(Array)
 
 
+def empty(shape: Any, dtype: Any = float) -> Array:
+    """JAX's empty: zeros (numpy's leaves the memory as it was, which would make results
+    depend on what ran before)."""
+    return zeros(shape, dtype)
+
+
 def ones(shape: Any, dtype: Any = float) -> Array:
     return _np.ones(shape, dtype).view(Array)
 
@@ -208,6 +214,11 @@ def full(shape: Any, fill_value: Any, dtype: Any = None) -> Any:
 
 def zeros_like(x: Any, dtype: Any = None) -> Array:
     return zeros(_shape(x), dtype or _dtype(x))
+
+
+def empty_like(x: Any, dtype: Any = None) -> Array:
+    """JAX's empty_like: zeros, as `empty`."""
+    return zeros_like(x, dtype)
 
 
 def ones_like(x: Any, dtype: Any = None) -> Array:
