@@ -211,6 +211,20 @@ def test_a_function_using_at_has_one_value_with_and_without_transformations() ->
     cg.testing.check_grads(loss, (x,))
 
 
+def test_at_in_a_loop_carry_runs_eagerly_and_traced() -> None:
+    """A carry made by a constructor and updated with `.at`: a Python loop of Arrays
+    eagerly, a loop region of traced values under cg.grad."""
+    def f(x):
+        def body(i, acc):
+            return acc.at[i].set(x[i] * i)
+        return cnp.sum(cg.fori_loop(0, 3, body, cnp.zeros(3)) ** 2)
+
+    x = np.array([1.5, -2.0, 0.5])
+    value, grad = cg.value_and_grad(f)(x)
+    assert_same_bits(value, f(x))
+    np.testing.assert_allclose(grad, 2 * x * np.arange(3.0) ** 2, rtol=1e-15)
+
+
 @given(st.data())
 def test_each_update_eagerly_equals_traced(data: st.DataObject) -> None:
     n = data.draw(st.integers(1, 5), label="n")
@@ -313,8 +327,9 @@ def test_arrays_with_numpy_pickle_and_printing() -> None:
     view = np.asarray(a)
     assert type(view) is np.ndarray and np.shares_memory(view, a)
     # numpy keeps an Array an Array (as it keeps any subclass), as JAX keeps its arrays
-    for kept in (a + 1, np.sin(a), a[1:], a.reshape(3, 1), a.T, a.copy(), -a):
+    for kept in (a + 1, np.sin(a), a[1:], a.reshape(3, 1), a.T, a.copy(), -a, a.sum()):
         assert type(kept) is cg.Array
+    assert a.sum().shape == () and a[1] == 1.0 and type(a[1]) is np.float64
     assert type(cnp.sin(a)) is np.ndarray  # cfgrad.numpy's other functions: plain
 
 
