@@ -34,13 +34,14 @@ from .irparse import parse_program
 from .jacobians import hessian, jacfwd, jacrev
 from .jitted import CompileWarning, jit
 from .numerics import LossScaler, clip_by_global_norm, clip_by_value
+from .numpy.core import Array
 from .numpy.indexed import dynamic_slice, dynamic_update_slice
 from .reverse import adjoint
 from .trace import cond, fori_loop, scan, switch, while_loop
 
 __all__ = [
-    "AnomalyError", "ArgumentTypeError", "ArgumentValueError", "CfgradError", "CompileError",
-    "CompileWarning", "ConversionError",
+    "AnomalyError", "ArgumentTypeError", "ArgumentValueError", "Array", "CfgradError",
+    "CompileError", "CompileWarning", "ConversionError",
     "LoopLimitError",
     "LossScaler", "LoweringError", "NonFiniteError", "PathInstabilityError", "Program",
     "ReplayMismatchError", "ScalerStateError", "TracerBoolError", "VerifyError",

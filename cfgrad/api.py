@@ -38,6 +38,7 @@ from .interpret import (
     repeating,
 )
 from .ir import Program, TensorType
+from .numpy.core import Array
 from .trace import (
     TRACEABLE_DTYPES,
     Tracer,
@@ -107,8 +108,10 @@ class Lowering:
 
     def arguments(self, leaves: list[Any]) -> list[Any]:
         """Flat argument leaves as runtime values of the parameters' dtypes (Python
-        scalars converted, arrays passed as they are)."""
-        return [as_runtime_value(x if isinstance(x, np.ndarray | np.generic)
+        scalars converted, numpy arrays passed as they are, a subclass such as `cg.Array`
+        as a plain array of the same memory: the interpreter's results, gradients
+        included, are plain numpy arrays whatever the arguments were)."""
+        return [as_runtime_value(x if type(x) is np.ndarray or isinstance(x, np.generic)
                                  else np.asarray(x, p.type.dtype))
                 for x, p in zip(leaves, self.program.params)]
 
@@ -147,7 +150,7 @@ def leaf_key(x: Any) -> Any:
     kind = _SCALAR_KINDS.get(type(x))
     if kind is not None:
         return kind if kind != "i" or -2**63 <= x < 2**63 else None
-    if type(x) is np.ndarray and x.dtype.name in TRACEABLE_DTYPES:
+    if (type(x) is np.ndarray or type(x) is Array) and x.dtype.name in TRACEABLE_DTYPES:
         return (x.shape, x.dtype.char)
     if argument_problem(x) is not None:
         return None

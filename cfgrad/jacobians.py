@@ -168,7 +168,7 @@ def _jacrev(fun: Callable, argnums: int | Sequence[int], has_aux: bool, checkpoi
             out_shape = out_types[k][0]
             in_shape, in_dtype = inputs.types[a][l]
             if not rows[k]:  # an empty output: no rows to stack
-                return cnp.zeros(out_shape + in_shape, in_dtype)
+                return np.zeros(out_shape + in_shape, in_dtype)
             return cnp.reshape(cnp.stack([r[a][l] for r in rows[k]]), out_shape + in_shape)
 
         jac = _assemble(out_types, out_tree, inputs.types, inputs.trees, single, block)
@@ -230,7 +230,7 @@ def _jacfwd(fun: Callable, argnums: int | Sequence[int], has_aux: bool, caller: 
             in_shape = inputs.types[a][l][0]
             cols = columns[a][l]
             if not cols:  # an empty input leaf: no columns to stack
-                return cnp.zeros(out_shape + in_shape, _leaf_type(template[k])[1])
+                return np.zeros(out_shape + in_shape, _leaf_type(template[k])[1])
             return cnp.reshape(cnp.stack([c[1][k] for c in cols], axis=-1),
                                out_shape + in_shape)
 

@@ -237,7 +237,7 @@ class Tracer:
     @property
     def at(self) -> Any:
         """JAX's indexed updates: `x.at[idx].set(v)`, `.add`, `.multiply`, `.min`, `.max`,
-        `.get` (cfgrad.numpy.indexed)."""
+        `.get` (cfgrad.numpy.core), as an Array has them."""
         return cfgrad_numpy.NAMESPACE["_at"](self)
 
     def __getattr__(self, name: str) -> Any:

@@ -4,16 +4,18 @@ what is covered and each difference from numpy).
 
 This module only assembles the namespace; each part owns one family of functions:
 
-- `core`: creation, the operators' arithmetic, basic reductions, shapes and indexing;
+- `core`: creation (`cg.Array`, the numpy array with `.at` its constructors return), the
+  operators' arithmetic, basic reductions, shapes, indexing and JAX's indexed updates
+  (the `.at` of traced values and Arrays);
 - `statistics`: cumulative sums and products, sorting and searching, quantiles, the
   NaN-ignoring reductions, average/cov/corrcoef, differences, integrals, interpolation;
 - `complex`: real and imaginary parts, conjugate, angle;
 - `manipulation`: joining, splitting, padding, repeating, gathering, diagonals, triangles,
   index grids and the axis shuffles;
-- `indexed`: JAX's indexed updates (the `.at` of traced values) and dynamic slices;
+- `indexed`: dynamic slices (`cg.dynamic_slice`, `cg.dynamic_update_slice`);
 - `elementwise`: the rest of the elementwise math and the float predicates;
 - `creation`: the remaining array constructors (`identity`, `tri`, `logspace`,
-  `geomspace`, `copy`) and `ndim`/`shape`/`size`;
+  `geomspace`, `copy`; Arrays too) and `ndim`/`shape`/`size`;
 - `polynomial`: numpy's `poly*` functions on coefficient arrays and `vander`;
 - `contractions`: einsum, tensordot, dot, inner, outer, kron, the vector and matrix
   products of numpy 2, trace, cross, convolve and correlate;
@@ -27,14 +29,13 @@ from .contractions import *  # noqa: F403
 from .contractions import __all__ as _contractions_names
 from .core import *  # noqa: F403
 from .core import __all__ as _core_names
-from .core import _getitem
+from .core import _getitem, _IndexUpdateHelper
 from .creation import *  # noqa: F403
 from .creation import __all__ as _creation_names
 from .elementwise import *  # noqa: F403
 from .elementwise import __all__ as _elementwise_names
 from .indexed import *  # noqa: F403
 from .indexed import __all__ as _indexed_names
-from .indexed import _IndexUpdateHelper
 from .manipulation import *  # noqa: F403
 from .manipulation import __all__ as _manipulation_names
 from .polynomial import *  # noqa: F403

@@ -14,7 +14,7 @@ import numpy as _np
 
 from ..primitives import bind
 from ..trace_context import is_traced
-from .core import _conj, _dtype, _shape, public_names, zeros
+from .core import _conj, _dtype, _shape, public_names
 
 
 def real(val: Any) -> Any:
@@ -28,7 +28,7 @@ def imag(val: Any) -> Any:
     """The imaginary part; zeros of a real input's shape and dtype (no derivative)."""
     if _dtype(val).kind == "c":
         return bind("imag", val)
-    return zeros(_shape(val), _dtype(val))
+    return _np.zeros(_shape(val), _dtype(val))
 
 
 def conj(x: Any) -> Any:

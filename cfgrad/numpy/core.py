@@ -1,9 +1,12 @@
 """The first part of `cfgrad.numpy`: creation, the arithmetic of the operators, the basic
-reductions, shapes and indexing, and the helpers every other part normalizes arguments with.
+reductions, shapes, indexing and JAX's indexed updates, and the helpers every other part
+normalizes arguments with.
 
 Each function normalizes numpy-style arguments (axis, keepdims, shapes) and applies a
 primitive from the derivative table, or composes a few. On concrete arrays the result is
-computed at once with numpy; on traced values it is recorded in the Program.
+computed at once with numpy; on traced values it is recorded in the Program. The
+constructors return `Array`s, numpy arrays with the `.at` of traced values, which lives
+here beside the arrays that have it.
 """
 
 from __future__ import annotations
@@ -117,6 +120,26 @@ def _axes(x: Any, axis: Any, function: str) -> tuple[int, ...]:
 # -- creation ------------------------------------------------------------------------
 
 
+class Array(_np.ndarray):
+    """A numpy array with JAX's indexed updates, `x.at[idx].set(v)` and its kin, as
+    traced values have them: what cfgrad.numpy's constructors return, so that a function
+    updating an array it made runs the same with and without a transformation (numpy's
+    arrays have no `.at`; every JAX array has it).
+
+    Nothing else differs from numpy's ndarray, whose subclass it is: numpy's operators,
+    ufuncs, methods and views keep it an Array (as numpy keeps any subclass),
+    `np.asarray` gives a plain ndarray of the same memory, and cfgrad's transformations
+    take it as any numpy array and return plain numpy arrays."""
+
+    __slots__ = ()
+
+    @property
+    def at(self) -> _IndexUpdateHelper:
+        """`x.at[idx].set(v)`, `.add`, `.multiply`, `.min`, `.max`, `.get`: each a new
+        Array (`x` is left as it was), with the same values as traced."""
+        return _IndexUpdateHelper(self)
+
+
 def _holds_traced(x: Any) -> bool:
     """Whether `x` is traced or a (nested) list or tuple holding a traced value."""
     if isinstance(x, list | tuple):
@@ -155,40 +178,51 @@ def asarray(x: Any, dtype: Any = None) -> Any:
     trace = current_trace()
     if trace is not None:
         return trace.tracer(trace.const(_np.asarray(x, dtype=dtype)))
-    return _np.asarray(x, dtype=dtype)
+    return _np.asarray(x, dtype=dtype).view(Array)
 
 
 def array(x: Any, dtype: Any = None, copy: bool = True, ndmin: int = 0) -> Any:
     """numpy's array: `asarray`, with leading axes of length 1 up to `ndmin` axes; a
     concrete array outside a trace is copied unless `copy=False`."""
     if not is_traced(x) and current_trace() is None:
-        return _np.array(x, dtype=dtype, copy=copy or None, ndmin=ndmin)
+        return _np.array(x, dtype=dtype, copy=copy or None, ndmin=ndmin).view(Array)
     out = asarray(x, dtype)
     missing = operator.index(ndmin) - out.ndim
     return reshape(out, (1,) * missing + tuple(out.shape)) if missing > 0 else out
 
 
-def zeros(shape: Any, dtype: Any = float) -> _np.ndarray:
-    return _np.zeros(shape, dtype)
+def zeros(shape: Any, dtype: Any = float) -> Array:
+    return _np.zeros(shape, dtype).view(Array)
 
 
-def ones(shape: Any, dtype: Any = float) -> _np.ndarray:
-    return _np.ones(shape, dtype)
+def empty(shape: Any, dtype: Any = float) -> Array:
+    """JAX's empty: zeros (numpy's leaves the memory as it was, which would make results
+    depend on what ran before)."""
+    return zeros(shape, dtype)
+
+
+def ones(shape: Any, dtype: Any = float) -> Array:
+    return _np.ones(shape, dtype).view(Array)
 
 
 def full(shape: Any, fill_value: Any, dtype: Any = None) -> Any:
     if is_traced(fill_value):
         value = fill_value if dtype is None else astype(fill_value, dtype)
         return broadcast_to(value, shape)
-    return _np.full(shape, fill_value, dtype)
+    return _np.full(shape, fill_value, dtype).view(Array)
 
 
-def zeros_like(x: Any, dtype: Any = None) -> _np.ndarray:
-    return _np.zeros(_shape(x), dtype or _dtype(x))
+def zeros_like(x: Any, dtype: Any = None) -> Array:
+    return zeros(_shape(x), dtype or _dtype(x))
 
 
-def ones_like(x: Any, dtype: Any = None) -> _np.ndarray:
-    return _np.ones(_shape(x), dtype or _dtype(x))
+def empty_like(x: Any, dtype: Any = None) -> Array:
+    """JAX's empty_like: zeros, as `empty`."""
+    return zeros_like(x, dtype)
+
+
+def ones_like(x: Any, dtype: Any = None) -> Array:
+    return ones(_shape(x), dtype or _dtype(x))
 
 
 def full_like(x: Any, fill_value: Any, dtype: Any = None, shape: Any = None) -> Any:
@@ -211,11 +245,11 @@ def _concrete_length(function: str, what: str, value: Any) -> None:
             "cnp.arange(n) + offset.")
 
 
-def arange(*args: Any, dtype: Any = None) -> _np.ndarray:
+def arange(*args: Any, dtype: Any = None) -> Array:
     """numpy's arange; its bounds must be concrete (the result's length depends on them)."""
     for name, bound in zip(("start" if len(args) > 1 else "stop", "stop", "step"), args):
         _concrete_length("arange", name, bound)
-    return _np.arange(*args, dtype=dtype)
+    return _np.arange(*args, dtype=dtype).view(Array)
 
 
 def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
@@ -227,8 +261,9 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
     along `axis` of the result (0: first)."""
     _concrete_length("linspace", "num", num)
     if not is_traced(start) and not is_traced(stop):
-        return _np.linspace(start, stop, num, endpoint=endpoint, retstep=retstep, dtype=dtype,
-                            axis=axis)
+        y = _np.linspace(start, stop, num, endpoint=endpoint, retstep=retstep, dtype=dtype,
+                         axis=axis)
+        return (y[0].view(Array), y[1]) if retstep else y.view(Array)
     num = operator.index(num)
     if num < 0:
         raise ValueError(f"cnp.linspace: num={num} must be non-negative")
@@ -259,11 +294,11 @@ def _first_axis_to(y: Any, axis: int) -> Any:
     return transpose(y, tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, n)))
 
 
-def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> _np.ndarray:
+def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> Array:
     """numpy's eye: ones on the `k`-th diagonal (above the main one for k > 0)."""
     for name, size in (("N", N), ("M", M), ("k", k)):
         _concrete_length("eye", name, size)
-    return _np.eye(N, M, k, dtype=dtype)
+    return _np.eye(N, M, k, dtype=dtype).view(Array)
 
 
 # -- elementwise -----------------------------------------------------------------------
@@ -354,7 +389,7 @@ def round(a: Any, decimals: int = 0) -> Any:
     tens, hundreds, …), computed as numpy does (scale, round, unscale). Its derivative is
     0, like floor's. Python's `round(x)` and `round(x, n)` on a traced value call this."""
     if not is_traced(a):
-        return _np.round(a, decimals)
+        return _np.round(_np.asarray(a), decimals)
     decimals = operator.index(decimals)
     if a.dtype == _np.bool_:  # as numpy does
         return astype(a, _np.float16)
@@ -819,6 +854,216 @@ def _getitem(x: Any, index: Any) -> Any:
     dynamic: list[Any] = []
     spec = tuple(_normalize_index_item(item, dynamic) for item in items)
     return bind("index", x, *dynamic, spec=spec)
+
+
+# -- indexed updates ----------------------------------------------------------------------
+# JAX's `x.at[idx]` (set, add, multiply, min, max, get), functional as in JAX: an update
+# returns a new array. An index is normalized once into the `index`/`scatter` primitives'
+# spec: negative integers count from the end, and an out-of-bounds integer index is
+# handled by `mode` as in JAX: updates drop it ("drop", the default) or clamp it ("clip");
+# `get` clamps it (the default) or gives `fill_value` ("fill"). Dropping points the index
+# at one extra slot appended to its axis, which is sliced off again, so it costs no
+# data-dependent shape.
+
+
+_UPDATE_MODES = (None, "drop", "fill", "clip", "promise_in_bounds")
+
+
+class _Index:
+    """An index normalized against `x`'s shape for `mode`: the spec and its traced index
+    inputs, and the axes that got an extra slot (where dropped or filled entries point)."""
+
+    def __init__(self, x: Any, index: Any, extra_slot: bool):
+        items = index if isinstance(index, tuple) else (index,)
+        self.x = x
+        shape = _shape(x)
+        self.padded: list[int] = []
+        dynamic: list[Any] = []
+        spec = []
+        for item, axis in zip(items, _axes_of(x, items)):
+            item = _normalize_index_item(item, dynamic)
+            if axis is None or isinstance(item, slice):
+                spec.append(item)
+                continue
+            n = shape[axis]
+            i = dynamic.pop() if isinstance(item, str) else item
+            i = where(i < 0, i + n, i)
+            if extra_slot:
+                i = where((i >= 0) & (i < n), i, n)
+                if axis not in self.padded:
+                    self.padded.append(axis)
+            else:
+                i = clip(i, 0, builtins.max(n - 1, 0))
+            if is_traced(i):
+                dynamic.append(i)
+                spec.append("$")
+            else:
+                i = _np.asarray(i, _np.int64)
+                spec.append(int(i) if i.ndim == 0 else i)
+        self.spec, self.dynamic = tuple(spec), dynamic
+
+    def extended(self, x: Any, fill: Any) -> Any:
+        """`x` with one slot of `fill` appended to each padded axis."""
+        for axis in self.padded:
+            shape = list(_shape(x))
+            shape[axis] = 1
+            x = concatenate([x, full(tuple(shape), fill, x.dtype)], axis=axis)
+        return x
+
+    def trimmed(self, x: Any) -> Any:
+        """`x` without the appended slots."""
+        if not self.padded:
+            return x
+        shape = _shape(self.x)
+        return x[tuple(slice(0, shape[a]) if a in self.padded else slice(None)
+                       for a in range(len(shape)))]
+
+    def selected_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape indexing an array of `shape` with the spec gives."""
+        probes = iter([_np.zeros(_shape(d), _np.int64) for d in self.dynamic])
+        view = _np.broadcast_to(_np.zeros(()), shape)
+        return view[tuple(next(probes) if isinstance(s, str) else s
+                          for s in self.spec)].shape
+
+
+def _mode(mode: Any, what: str) -> Any:
+    if mode not in _UPDATE_MODES:
+        raise ArgumentValueError(f"x.at[…].{what}: mode must be one of {_UPDATE_MODES[1:]} (or "
+                                 f"None), got {mode!r}")
+    return mode
+
+
+def _axes_of(x: Any, items: tuple) -> list[int | None]:
+    """The axis of `x` each index item selects on, or the `LoweringError` `x[…]` gives
+    for more items than `x` has axes."""
+    axes = _item_axes(items, _ndim(x))
+    if builtins.any(axis is not None and axis >= _ndim(x) for axis in axes):
+        what = x.value.type if is_traced(x) else f"an array of shape {_shape(x)}"
+        loc = current_loc()
+        raise LoweringError(f"x.at[…]: indexing {what} with {len(axes)} items: too many "
+                            f"indices for an array of {_ndim(x)} dimensions"
+                            f"{f' at {loc}' if loc else ''}")
+    return axes
+
+
+def _block(x: Any, index: Any) -> tuple[list[Any], Any, tuple] | None:
+    """For an index with windows `i:i + k` (traced i, concrete k): the start of the block
+    they select on each axis of `x` (0 where there is no window), the block (taken as
+    `x[idx]` takes it: windows first, as `cg.dynamic_slice`) and the rest of the index,
+    which applies within the block; None for an index without windows. Updating the
+    block and writing it back makes several windows select their outer product, the
+    block, as reading does."""
+    items = index if isinstance(index, tuple) else (index,)
+    starts: list[Any] = [0] * _ndim(x)
+    windowed = False
+    for item, axis in zip(items, _axes_of(x, items)):
+        if _window_size(item) is not None:
+            starts[axis], windowed = item.start, True
+    if not windowed:
+        return None
+    inner, rest = _traced_windows(x, items)
+    return starts, inner, rest
+
+
+class _IndexedRef:
+    """`x.at[idx]`: the update methods of JAX's `_IndexUpdateRef`."""
+
+    def __init__(self, x: Any, index: Any):
+        self.x, self.index = x, index
+
+    def _update(self, op: str, values: Any, mode: Any) -> Any:
+        block = _block(self.x, self.index)
+        if block is not None:
+            starts, inner, rest = block
+            updated = _IndexedRef(inner, rest)._update(op, values, mode)
+            return _write_block(self.x, updated, starts)
+        drop = _mode(mode, op) in (None, "drop", "fill", "promise_in_bounds")
+        ix = _Index(self.x, self.index, extra_slot=drop)
+        x = ix.x
+        base = ix.extended(x, _np.zeros((), x.dtype))
+        shape = ix.selected_shape(_shape(base))
+        v = broadcast_to(astype(asarray(values), x.dtype), shape)
+        if op == "add":
+            added = bind("scatter_add", v, *ix.dynamic, spec=ix.spec, shape=_shape(base))
+            return self._kept(x + ix.trimmed(added))
+        return self._kept(ix.trimmed(bind("scatter", base, v, *ix.dynamic, spec=ix.spec,
+                                          op=op)))
+
+    def _kept(self, out: Any) -> Any:
+        """An update of an Array as an Array (so that updates chain, eagerly as traced);
+        of a traced value or a plain numpy array, as it is."""
+        if type(self.x) is Array and not is_traced(out):
+            return _np.asarray(out).view(Array)
+        return out
+
+    def set(self, values: Any, *, indices_are_sorted: bool = False,
+            unique_indices: bool = False, mode: Any = None) -> Any:
+        """x with x[idx] = values; of a repeated index, the last update is written (JAX
+        leaves the order unspecified) and only it gets a gradient."""
+        return self._update("set", values, mode)
+
+    def add(self, values: Any, *, indices_are_sorted: bool = False,
+            unique_indices: bool = False, mode: Any = None) -> Any:
+        """x with values added at idx; repeated indices accumulate."""
+        return self._update("add", values, mode)
+
+    def multiply(self, values: Any, *, indices_are_sorted: bool = False,
+                 unique_indices: bool = False, mode: Any = None) -> Any:
+        """x with x[idx] multiplied by values; repeated indices multiply them all."""
+        return self._update("mul", values, mode)
+
+    mul = multiply
+
+    def min(self, values: Any, *, indices_are_sorted: bool = False,
+            unique_indices: bool = False, mode: Any = None) -> Any:
+        """x with x[idx] = minimum(x[idx], values), over repeated indices too."""
+        return self._update("min", values, mode)
+
+    def max(self, values: Any, *, indices_are_sorted: bool = False,
+            unique_indices: bool = False, mode: Any = None) -> Any:
+        """x with x[idx] = maximum(x[idx], values), over repeated indices too."""
+        return self._update("max", values, mode)
+
+    def get(self, *, indices_are_sorted: bool = False, unique_indices: bool = False,
+            mode: Any = None, fill_value: Any = None) -> Any:
+        """x[idx]; an out-of-bounds index is clamped, or gives `fill_value` (NaN for floats,
+        as JAX) with mode="fill"."""
+        block = _block(self.x, self.index)
+        if block is not None:
+            return _IndexedRef(block[1], block[2]).get(mode=mode, fill_value=fill_value)
+        fill = _mode(mode, "get") == "fill"
+        ix = _Index(self.x, self.index, extra_slot=fill)
+        x = ix.x
+        base = ix.extended(x, _np.asarray(_fill_value(x.dtype, fill_value), x.dtype)) \
+            if fill else x
+        out = bind("index", base, *ix.dynamic, spec=ix.spec)
+        # what x[idx] gives for an Array: an Array, or a numpy scalar for one element
+        return out.view(Array) if type(x) is Array and type(out) is _np.ndarray else out
+
+
+class _IndexUpdateHelper:
+    """The `.at` property of a traced value or an Array: `x.at[idx]` gives the updates at
+    idx, computed now on concrete operands and traced on traced ones, by the same code."""
+
+    __slots__ = ("x",)
+
+    def __init__(self, x: Any):
+        self.x = x
+
+    def __getitem__(self, index: Any) -> _IndexedRef:
+        return _IndexedRef(self.x, index)
+
+
+def _write_block(operand: Any, update: Any, starts: list[Any]) -> Any:
+    """`operand` with `update` written as the block at `starts` (integer scalars, traced or
+    not), each start clamped so the block fits: `lax.dynamic_update_slice`, whose
+    arguments `cg.dynamic_update_slice` checks, and the write-back of `x.at` on windows."""
+    shape, sizes = _shape(operand), _shape(update)
+    index = tuple(
+        _window_rows(n, s, k).reshape(
+            tuple(k if b == a else 1 for b in range(len(shape))))
+        for a, (s, n, k) in enumerate(zip(starts, shape, sizes)))
+    return _IndexedRef(operand, index).set(update, mode="clip")
 
 
 def public_names(namespace: dict[str, Any], module: str) -> list[str]:

@@ -1,10 +1,10 @@
 """`cfgrad.numpy`'s array constructors beyond `core`'s (`identity`, `tri`, `logspace`,
 `geomspace`, `copy`) and the shape queries `ndim`, `shape`, `size`.
 
-Constructors from shapes return concrete numpy arrays, which enter a Program as
-constants; `logspace` and `geomspace` with a traced end are traced (compositions of
-`linspace` and `power`, so differentiable in their ends, with numpy's values and
-endpoints exact as numpy and JAX give them). The shape queries return Python ints and
+Constructors return concrete `Array`s (core's numpy arrays with `.at`), which enter a
+Program as constants; `logspace` and `geomspace` with a traced end are traced
+(compositions of `linspace` and `power`, so differentiable in their ends, with numpy's
+values and endpoints exact as numpy and JAX give them). The shape queries return Python ints and
 tuples for traced values too: shapes are fixed while a function is traced.
 """
 
@@ -16,6 +16,7 @@ import numpy as _np
 
 from ..trace_context import is_traced
 from .core import (
+    Array,
     _concrete_length,
     _first_axis_to,
     _ndim,
@@ -32,23 +33,24 @@ from .core import (
 from .elementwise import log10
 
 
-def identity(n: int, dtype: Any = None) -> _np.ndarray:
+def identity(n: int, dtype: Any = None) -> Array:
     """The n×n identity matrix (float64 unless `dtype` says otherwise)."""
     _concrete_length("identity", "n", n)
-    return _np.identity(n, dtype=float if dtype is None else dtype)
+    return _np.identity(n, dtype=float if dtype is None else dtype).view(Array)
 
 
-def tri(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> _np.ndarray:
+def tri(N: int, M: int | None = None, k: int = 0, dtype: Any = float) -> Array:
     """Ones at and below the `k`-th diagonal of an N×M array, zeros above."""
     for name, size in (("N", N), ("M", M), ("k", k)):
         _concrete_length("tri", name, size)
-    return _np.tri(N, M, k, dtype=dtype)
+    return _np.tri(N, M, k, dtype=dtype).view(Array)
 
 
 def copy(a: Any) -> Any:
-    """A copy of `a`; a traced value is returned as it is (traced values are immutable,
-    so no later write can tell the two apart), with the identity's derivative."""
-    return a if is_traced(a) else _np.array(a, copy=True)
+    """A copy of `a` (an Array); a traced value is returned as it is (traced values are
+    immutable, so no later write can tell the two apart), with the identity's
+    derivative."""
+    return a if is_traced(a) else _np.array(a, copy=True).view(Array)
 
 
 def ndim(a: Any) -> int:
@@ -87,7 +89,7 @@ def logspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
     differentiable in start, stop and base when they are traced."""
     _concrete_length("logspace", "num", num)
     if not _traced(start, stop, base):
-        return _np.logspace(start, stop, num, endpoint, base, dtype, axis)
+        return _np.logspace(start, stop, num, endpoint, base, dtype, axis).view(Array)
     shape = _np.broadcast_shapes(_shape(start), _shape(stop), _shape(base))
     exponents = _behind_samples(linspace(start, stop, num, endpoint), len(shape))
     y = _first_axis_to(power(_behind_samples(asarray(base), len(shape), 1), exponents), axis)
@@ -101,7 +103,7 @@ def geomspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
     when they are traced (the derivative of the first sample in `start` is 1, as JAX)."""
     _concrete_length("geomspace", "num", num)
     if not _traced(start, stop):
-        return _np.geomspace(start, stop, num, endpoint, dtype, axis)
+        return _np.geomspace(start, stop, num, endpoint, dtype, axis).view(Array)
     direction = sign(start)
     lo, hi = start / direction, stop / direction
     y = logspace(log10(lo), log10(hi), num, endpoint)

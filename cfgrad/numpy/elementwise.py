@@ -96,7 +96,7 @@ def fabs(x: Any) -> Any:
 
 def positive(x: Any) -> Any:
     """+x: the value itself (numpy copies it; traced values are immutable anyway)."""
-    return x if is_traced(x) else _np.positive(x)
+    return x if is_traced(x) else _np.positive(_np.asarray(x))
 
 
 def deg2rad(x: Any) -> Any:

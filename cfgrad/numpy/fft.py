@@ -20,7 +20,19 @@ import numpy as _np
 
 from ..errors import ArgumentValueError
 from ..primitives import DUAL_NORM, FFT_NORMS, bind, complex_dtype
-from .core import _axes, _axis, _conj, _dtype, _getitem, _ndim, _shape, astype, public_names, roll
+from .core import (
+    _array,
+    _axes,
+    _axis,
+    _conj,
+    _dtype,
+    _getitem,
+    _ndim,
+    _shape,
+    astype,
+    public_names,
+    roll,
+)
 
 
 def _norm(function: str, norm: str | None) -> str:
@@ -198,12 +210,12 @@ def ihfft(a: Any, n: int | None = None, axis: int = -1, norm: str | None = None)
 def fftfreq(n: int, d: Any = 1.0) -> Any:
     """The sample frequencies of an fft of length n and sample spacing d (a traced d is
     fine: the result is k / (n d))."""
-    return _np.fft.fftfreq(n) / d
+    return _np.fft.fftfreq(n) / _array(d)
 
 
 def rfftfreq(n: int, d: Any = 1.0) -> Any:
     """The sample frequencies of an rfft of length n and sample spacing d."""
-    return _np.fft.rfftfreq(n) / d
+    return _np.fft.rfftfreq(n) / _array(d)
 
 
 def _shifted(x: Any, axes: int | Sequence[int] | None, inverse: bool) -> Any:

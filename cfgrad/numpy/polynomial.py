@@ -20,6 +20,7 @@ import numpy as _np
 from ..errors import ArgumentValueError
 from ..trace_context import is_traced
 from .core import (
+    _array,
     _concrete_length,
     _dtype,
     _getitem,
@@ -85,8 +86,8 @@ def polyval(p: Any, x: Any) -> Any:
     """The polynomial with coefficients `p` at the points `x`, by Horner's rule as numpy
     (`y = y * x + p[i]` from the highest coefficient down)."""
     p, x = _weakly_typed(p, x)
-    p = _atleast_1d(p)
-    y = zeros(_shape(x), _dtype(x))
+    p, x = _atleast_1d(p), _array(x)  # plain: numpy's operators would keep an Array one
+    y = _np.zeros(_shape(x), _dtype(x))
     for i in range(_shape(p)[0]):
         y = y * x + p[i]
     return y

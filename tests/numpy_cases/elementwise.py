@@ -225,6 +225,10 @@ EXAMPLES = {
     "zeros": [ex(3), ex((2, 3)), ex((2,), int)],
     "ones": [ex(3), ex((2, 3)), ex((2,), bool)],
     "zeros_like": [ex(F23), ex(I23), ex(F23, kwargs=dict(dtype=int))],
+    # JAX's empty and empty_like are zeros (numpy's leave the memory as it was)
+    "empty": [ex(3, reference=np.zeros), ex((2,), int, reference=np.zeros)],
+    "empty_like": [ex(F23, reference=np.zeros_like), ex(I23, reference=np.zeros_like),
+                   ex(F23, kwargs=dict(dtype=int), reference=np.zeros_like)],
     "ones_like": [ex(F23), ex(I23), ex(B3)],
     "full": [ex((2, 3), np.array(1.5)), ex(3, F0, np.float64), ex((2, 4), F4),
              ex((2,), 7)],
