@@ -359,7 +359,8 @@ def complex_text(value: complex) -> str:
 def format_param(value: Any) -> str:
     """A parseable literal for a static node parameter (see irparse.eval_param)."""
     if isinstance(value, np.ndarray):
-        if value.size > 1 and (value == value.flat[0]).all():  # zeros of an accumulator, …
+        # zeros of an accumulator, a parsed `full` (a broadcast view: no comparison needed)…
+        if value.size > 1 and (not any(value.strides) or (value == value.flat[0]).all()):
             return f"full({value.shape!r}, {format_param(value.flat[0])}, {value.dtype.name!r})"
         shape = f", shape={value.shape!r}" if value.size == 0 and value.ndim != 1 else ""
         items = format_param(value.tolist()) if value.dtype.kind == "c" else repr(value.tolist())
