@@ -272,6 +272,9 @@ class Program:
         self.in_tree: Any = None
         self.out_tree: Any = None
         self.forward: Program | None = None  # set on adjoint programs
+        # where the traced function is defined (its def line): the line of the nodes that
+        # cfgrad emits on its own; a derived program keeps its source's (None: parsed text)
+        self.loc: SourceLoc | None = None
 
     # -- queries -----------------------------------------------------------------
     @property
