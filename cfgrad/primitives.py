@@ -133,7 +133,11 @@ PRIMITIVES: dict[str, Primitive] = {}
 def _register(p: Primitive) -> Primitive:
     """Enter `p` in the table, its shape rule checking the parameters' names first: a
     traced `bind` with a wrong one is then a LoweringError, as a wrong value is. A
-    `real_only` entry's shape rule refuses complex inputs (and `bind` eager ones)."""
+    `real_only` entry's shape rule refuses complex inputs (and `bind` eager ones). An
+    entry whose implementation is a numpy ufunc takes the dtypes numpy's type resolution
+    accepts, and gives the dtype it gives: `bitwise_and` of floats, `invert` of f64 and
+    `sign` of bool are a LoweringError when traced and a VerifyError when parsed, not a
+    numpy error when the program runs (or, compiled, a number numpy would refuse)."""
     assert p.name not in PRIMITIVES, p.name
     rule = p.abstract
 
@@ -144,10 +148,40 @@ def _register(p: Primitive) -> Primitive:
             raise LoweringError(problem)
         if p.real_only and any(t.dtype.kind == "c" for t in types):
             raise LoweringError(_complex_refused(p.name, types))
-        return rule(types, **params)
+        result = rule(types, **params)
+        if isinstance(p.impl, np.ufunc):
+            problem = _ufunc_problem(p, tuple(t.dtype for t in types), result.dtype)
+            if problem is not None:
+                raise LoweringError(problem)
+        return result
 
     p = PRIMITIVES[p.name] = dataclasses.replace(p, abstract=abstract)
     return p
+
+
+@functools.lru_cache(maxsize=4096)
+def _ufunc_dtype(ufunc: np.ufunc, dtypes: tuple[np.dtype, ...]) -> np.dtype | None:
+    """The result dtype numpy's type resolution gives `ufunc` for inputs of `dtypes` (what
+    a call does), or None when it has no loop for them."""
+    try:
+        return ufunc.resolve_dtypes(dtypes + (None,) * ufunc.nout)[-1]
+    except TypeError:  # numpy's "no loop matching" and "not supported" errors
+        return None
+
+
+def _ufunc_problem(p: Primitive, dtypes: tuple[np.dtype, ...],
+                   declared: np.dtype | None = None) -> str | None:
+    """Why numpy's ufunc `p.impl` does not compute `p` on inputs of `dtypes` with the
+    result dtype `declared` (None: any), or None when it does."""
+    gives = _ufunc_dtype(p.impl, dtypes)
+    if gives is not None and (declared is None or gives == declared):
+        return None
+    shown = ", ".join(map(str, dtypes))
+    if gives is None:
+        return (f"{p.name} is not defined for inputs of dtype {shown}: numpy's "
+                f"{p.impl.__name__} has no loop for them (convert them with astype first)")
+    return (f"{p.name} of inputs of dtype {shown}: numpy's {p.impl.__name__} gives "
+            f"{gives}, not {declared} (convert them with astype first)")
 
 
 def _complex_refused(name: str, inputs: Any) -> str:
@@ -253,6 +287,10 @@ def bind(name: str, *args: Any, **params: Any) -> Any:
               else np.asarray(a, dtype=dtype) for i, a in enumerate(args)]
     if prim.real_only and any(a.dtype.kind == "c" for a in arrays):
         raise ArgumentTypeError(_complex_refused(name, arrays))
+    if isinstance(prim.impl, np.ufunc):
+        problem = _ufunc_problem(prim, tuple(a.dtype for a in arrays))
+        if problem is not None:
+            raise ArgumentTypeError(problem)
     return prim.impl(*arrays, **params)
 
 
@@ -707,11 +745,12 @@ def _i1_slope(x, y):
     return bind("i0", x) - bind("where", zero, 0.5, y / bind("where", zero, 1.0, x))
 
 
+# real only: numpy's i0 refuses complex input, and _i1_impl's sum is of real numbers
 _unary("i0", np.i0, lambda x, y: bind("i1", x),
-       "modified Bessel function of the first kind, order 0; derivative I1(x)")
+       "modified Bessel function of the first kind, order 0; derivative I1(x)", real_only=True)
 _unary("i1", _i1_impl, _i1_slope,
        "modified Bessel function of the first kind, order 1 (the derivative of i0; not in "
-       "cfgrad.numpy); derivative I0(x) - I1(x)/x, 1/2 at 0")
+       "cfgrad.numpy); derivative I0(x) - I1(x)/x, 1/2 at 0", real_only=True)
 _unary("ceil", np.ceil, None, "derivative 0 (undefined at integers, taken as 0)")
 _unary("trunc", np.trunc, None, "derivative 0 (undefined at integers, taken as 0)")
 _unary("signbit", np.signbit, None, promote="none", out_dtype=np.bool_)
