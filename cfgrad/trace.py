@@ -998,17 +998,18 @@ def trace_nested(fun: Callable, leaves: list[Any], name: str,
     leaves, then one per value of an enclosing trace `fun` closes over, which are
     returned too, so the enclosing trace can pass them to the node it emits. `home` as
     for `trace_program`. An enclosing trace of cfgrad's own wrapper (`grad(f)` lowered by
-    itself), which has no home, takes this one's: the nodes it emits for `f` stand for
+    itself), which has no home, takes this one's once it is traced (this one may have
+    taken its own from `f`, for `grad(grad(f))`): the nodes it emits for `f` stand for
     `f`, and carry its def line."""
     params = [Value(x.value.type if isinstance(x, Tracer) else type_of(x), f"a{i}")
               for i, x in enumerate(leaves)]
     outer = current_trace()
     trace = Trace(name, capture=True, home=definition(fun if home is None else home))
-    if outer is not None and outer.home is None:
-        outer.home = trace.home
     with tracing(trace):
         out_leaves, out_tree = treelib.flatten(fun(*(trace.tracer(p) for p in params)))
         outputs = [trace.value_of(x) for x in out_leaves]
+    if outer is not None and outer.home is None:
+        outer.home = trace.home
     assert trace.captured is not None
     captured = list(trace.captured.values())
     program = trace.finish(params + [v for _, v in captured], outputs)

@@ -396,6 +396,16 @@ def test_every_node_of_a_derived_program_has_a_line_of_the_function(fun, args):
         assert stray_lines(program, fun) == [], program.text()
 
 
+@pytest.mark.parametrize("fun, args", [(cube_root, (8.0,)), (seeds.cond_example, (1.0, 2.0))],
+                         ids=["cube_root", "cond_example"])
+def test_grad_of_grad_lowered_by_itself_has_lines_of_the_function(fun, args):
+    """`grad(grad(f))`'s program and its sub-programs hold nodes that stand for f (and for
+    grad(f)): they carry f's lines, not the line that lowered them."""
+    of_grad = cg.lower(cg.grad(cg.grad(fun)), *args)
+    for program in (of_grad, cg.adjoint(of_grad)):
+        assert stray_lines(program, fun) == [], program.text()
+
+
 def test_the_readme_adjoint_tags_the_false_branch_with_the_if():
     program = cg.adjoint(cg.lower(cube_root, 8.0))
     _, lines = lines_of(cube_root)
