@@ -503,6 +503,11 @@ class Binomial(Online):
         return any(pos == t for pos, _ in rec.path)
 
 
+#: The strategies a loop or a call may choose (their reprs are what `checkpoint=` prints in
+#: the IR text, and what the parser and the command line accept).
+STRATEGIES: tuple[type, ...] = (StoreAll, Recompute, EveryK, Online, Binomial)
+
+
 def first_path(trips: int, snapshots: int) -> list[tuple[int, int]]:
     """The snapshots the sweep stores under the revolve schedule: (iteration, slots left for
     the rest of the loop from there), starting with the initial carry."""

@@ -156,7 +156,8 @@ def _output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--svg", metavar="FILE", help="also save the output as SVG")
     p.add_argument("--html", metavar="FILE", help="also save the output as HTML")
     p.add_argument("--width", type=int, metavar="COLUMNS",
-                   help="render for this many columns (default: the terminal's)")
+                   help="render for this many columns, 20 to 1000 (default: the terminal's, "
+                   "at most 1000)")
     p.add_argument("--no-color", action="store_true",
                    help="no colours (as with the NO_COLOR environment variable)")
 
@@ -410,7 +411,7 @@ def parse_strategy(text: str) -> Any:
     names = {form.partition("(")[0] for form in STRATEGY_FORMS}
     try:
         node = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, MemoryError, RecursionError):  # (nested beyond the parser's means)
         node = None
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
             and node.func.id in names):
@@ -440,10 +441,14 @@ def _arrays(x: Any) -> Any:
 
 
 def _console(ns: argparse.Namespace) -> Console:
-    if ns.width is not None and ns.width < 20:
-        raise UsageError(f"--width {ns.width} is too narrow (at least 20 columns)")
-    return Console(width=ns.width, no_color=True if ns.no_color else None,
-                   record=bool(ns.svg or ns.html))
+    low, high = inspector.MIN_WIDTH, inspector.MAX_WIDTH
+    if ns.width is not None and not low <= ns.width <= high:
+        raise UsageError(f"--width {ns.width}: the views are laid out for {low} to {high} "
+                         "columns")
+    console = Console(width=ns.width, no_color=True if ns.no_color else None,
+                      record=bool(ns.svg or ns.html))
+    console.width = min(console.width, high)  # a terminal (or COLUMNS) wider than that
+    return console
 
 
 def _check_outputs(ns: argparse.Namespace) -> None:

@@ -109,13 +109,14 @@ class _Signature:
         self.check_leaves(what, leaves, self.result_types, f" (what {self.name} returns)")
         return leaves
 
-    def lower(self, fun: Callable, types: list[TensorType], name: str,
+    def lower(self, fun: Callable, types: list[TensorType], name: str, home: Callable,
               calls: Callable | None = None) -> Program:
         """Trace `fun` on leaves of `types`, with the function's own calls inside it
-        calling `calls` (by default its primal; see _CustomFunction.calls_become)."""
+        calling `calls` (by default its primal; see _CustomFunction.calls_become); `home`
+        is the user's function (the primal or a rule) that `fun` wraps."""
         with self.fn.calls_become(calls or self.fn.fun):
             try:
-                return trace_program(fun, tuple(_dummies(types)), name=name)
+                return trace_program(fun, tuple(_dummies(types)), name=name, home=home)
             except TracerBoolError as exc:  # the line is named; say why it was traced
                 exc.add_note(f"(while tracing {name}: a {self.fn.node_op} function and its "
                              "rules are traced like any function under cfgrad's "
@@ -128,7 +129,7 @@ class _Signature:
             out_leaves, self.out_tree = treelib.flatten(self.fn.fun(*self.args(leaves)))
             return out_leaves
 
-        program = self.lower(primal_flat, self.in_types, self.name)
+        program = self.lower(primal_flat, self.in_types, self.name, self.fn.fun)
         self.result_types = [v.type for v in program.outputs]
         self.n_out = len(self.result_types)
         return program
@@ -150,7 +151,7 @@ class _VJPRule(_Signature):
             res_leaves, self.res_tree = treelib.flatten(result[1])
             return out_leaves + res_leaves
 
-        self.fwd_program = self.lower(fwd_flat, in_types, f"{self.name}.fwd",
+        self.fwd_program = self.lower(fwd_flat, in_types, f"{self.name}.fwd", fn.fwd,
                                       calls=fn.within_rules)
         self.fwd_compiled = Compiled(self.fwd_program)
         self.out_types = [v.type for v in self.fwd_program.outputs]
@@ -245,7 +246,7 @@ class _VJPRule(_Signature):
 
         types = self.out_types[self.n_out:] + self.out_types[: self.n_out]
         # bwd runs only in pullbacks, for the first time there: its debug prints show
-        self._backward_call = Call(self.lower(bwd_flat, types, f"{self.name}.bwd",
+        self._backward_call = Call(self.lower(bwd_flat, types, f"{self.name}.bwd", self.bwd_rule,
                                               calls=self.fn.within_rules), first_run=True)
 
 
@@ -310,7 +311,7 @@ class _JVPRule(_Signature):
                 return self._rule_outputs(list(leaves[:n]), list(leaves[n:]))[1]
 
             program = self.lower(linear, self.in_types + self.in_types,
-                                 f"{self.name}.jvp_rule")
+                                 f"{self.name}.jvp_rule", self.jvp_rule)
             self._transpose_pullback = Pullback(program, tuple(n + i for i in self.float_inputs),
                                                 None)
         return self._transpose_pullback
@@ -470,7 +471,7 @@ def custom_root(f: Callable, initial_guess: Any, solve: Callable, tangent_solve:
     def f_flat(*xs: Any) -> Any:
         return f(treelib.unflatten(x_tree, list(xs)))
 
-    program, captured = trace_nested(f_flat, x_leaves, f"custom_root({name})")
+    program, captured = trace_nested(f_flat, x_leaves, f"custom_root({name})", home=f)
     residual = Call(program)
     n = len(x_leaves)
 

@@ -91,7 +91,7 @@ def _place_region(nr: Region, r: Region, starts: dict[Block, Block], ends: dict[
 def build_jvp(fwd: Program) -> Program:
     """Parameters: the primals, then one tangent per float primal. Results: the outputs,
     then one tangent per output (zeros for non-float outputs)."""
-    t = Trace(f"{fwd.name}.jvp")
+    t = Trace(f"{fwd.name}.jvp", home=fwd.loc, derived=True)  # nodes: the copied node's line
     t.counters = _next_region_numbers(fwd)
     # every tracer lives in the top scope (or, inside a rule's cond or loop, below it);
     # its region follows the block being copied, so a rule's regions nest in that one

@@ -90,6 +90,9 @@ from .nodespec import KIND_BY_NAME, PRIMITIVE
 from .reverse import adjoint as adjoint_of
 
 DEFAULT_FOLD = 40  # blocks with more rows than this show their head and tail only
+#: The widths views are laid out for: narrower, a row's columns cannot fit; wider, every
+#: line is padded to a width no screen shows, and the output (and its memory) grows with it.
+MIN_WIDTH, MAX_WIDTH = 20, 1000
 
 STYLE = {k.name: k.style for k in KIND_BY_NAME.values()}
 TYPE_STYLE = "dim"
@@ -1358,6 +1361,11 @@ def view(target: Any, *args: Any, adjoint: bool = False, run: bool = False,
          checkpoint: Any = None, schedule: bool = False,
          expand: bool = False) -> RenderableType:
     """The renderable `inspect` prints (see `inspect` for the arguments)."""
+    if fold is not None and (isinstance(fold, bool) or not isinstance(fold, int | np.integer)):
+        raise ArgumentTypeError(f"inspect: fold must be a number of rows or None, got {fold!r}")
+    if fold is not None and fold < 0:
+        raise ArgumentValueError(f"inspect: fold must be 0 or more rows (None or 0: never "
+                                 f"fold), got {fold}")
     if isinstance(target, Block):
         if adjoint or run or schedule:
             raise ArgumentValueError("inspect: a Block is shown on its own; adjoint=True, "
@@ -1422,9 +1430,11 @@ def inspect(target: Any, *args: Any, adjoint: bool = False, run: bool = False,
     and adds each loop's checkpoint schedule to the run view; `expand=True` adds the
     sub-programs that nested transformations' `call` / `vjp_call` nodes stand for (their
     mirrored views with `adjoint=True`). Blocks with more than `fold` rows show their first
-    and last rows only (`fold=None` shows everything).
+    and last rows only (`fold=None` or 0 shows everything). The view is laid out for the
+    console's width, at most `MAX_WIDTH` (1000) columns.
 
     Returns None, like `rich.inspect`: use `cfgrad.inspector.view` for the renderable."""
-    (console or Console()).print(view(target, *args, adjoint=adjoint, run=run, fold=fold,
-                                      values=values, checkpoint=checkpoint,
-                                      schedule=schedule, expand=expand))
+    console = console or Console()
+    console.print(view(target, *args, adjoint=adjoint, run=run, fold=fold, values=values,
+                       checkpoint=checkpoint, schedule=schedule, expand=expand),
+                  width=min(console.width, MAX_WIDTH))

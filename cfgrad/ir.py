@@ -272,6 +272,9 @@ class Program:
         self.in_tree: Any = None
         self.out_tree: Any = None
         self.forward: Program | None = None  # set on adjoint programs
+        # where the traced function is defined (its def line): the line of the nodes that
+        # cfgrad emits on its own; a derived program keeps its source's (None: parsed text)
+        self.loc: SourceLoc | None = None
 
     # -- queries -----------------------------------------------------------------
     @property
@@ -359,7 +362,8 @@ def complex_text(value: complex) -> str:
 def format_param(value: Any) -> str:
     """A parseable literal for a static node parameter (see irparse.eval_param)."""
     if isinstance(value, np.ndarray):
-        if value.size > 1 and (value == value.flat[0]).all():  # zeros of an accumulator, …
+        # zeros of an accumulator, a parsed `full` (a broadcast view: no comparison needed)…
+        if value.size > 1 and (not any(value.strides) or (value == value.flat[0]).all()):
             return f"full({value.shape!r}, {format_param(value.flat[0])}, {value.dtype.name!r})"
         shape = f", shape={value.shape!r}" if value.size == 0 and value.ndim != 1 else ""
         items = format_param(value.tolist()) if value.dtype.kind == "c" else repr(value.tolist())

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -84,6 +85,17 @@ _REGION_TAIL = re.compile(
     r"(?:\s+checkpoint=(?P<checkpoint>.*?))?(?:\s+max_iters=(?P<max_iters>\d+))?\s*$")
 _LOOP_KINDS = ("while", "fori", "scan")
 
+# Limits that keep the work of parsing proportional to the text (docs/ir.md, Parsing):
+#: an integer literal has at most Python's default number of digits for printing an int
+#: (so every int cfgrad prints reads back, and a message can quote it); a hexadecimal
+#: literal, which Python reads without that limit, is held to the same size
+_INT_LIMIT = 10 ** sys.int_info.default_max_str_digits
+#: literals nest at most this deep: an array of numpy's 64 dimensions prints as 64 nested
+#: lists inside `array(...)`; deeper text would exhaust Python's stack
+_MAX_NESTING = 100
+#: a type, a count or a line number is at most numpy's largest size, 2**63 - 1
+_MAX_SIZE = np.iinfo(np.intp).max
+
 #: What each slot form of nodespec.FORMS matches in the text (the forms the parser reads).
 _FORM_PATTERNS = {
     "value": r"\S+", "values": r".*?", "edge-values": r".*?", "cases": r".+",
@@ -127,6 +139,12 @@ _TERMINATOR_CLASSES = {cls.__name__: cls for cls in (Jmp, Cond, Return)}
 assert _TERMINATOR_CLASSES.keys() == TERMINATORS
 
 
+def _shown_line(line: _Line, limit: int = 200) -> str:
+    """A line of the text as an error message shows it: a long one abridged in the middle."""
+    text = line.text.strip()
+    return text if len(text) <= limit else f"{text[:limit // 2]} … {text[-limit // 4:]}"
+
+
 class _LineError(ParseError):
     """A parse failure inside one line; `parse_program` adds the line number and text."""
 
@@ -154,8 +172,17 @@ def _array(data: Any, dtype: str, shape: tuple[int, ...] | None = None) -> np.nd
     return a.reshape(shape) if shape is not None else a
 
 
-def _full(shape: tuple[int, ...], value: Any, dtype: str) -> np.ndarray:
-    return np.full(shape, value, dtype=_dtype(dtype))
+def _full(shape: Any, value: Any, dtype: str) -> np.ndarray:
+    """`full((3, 3), 0.0, 'float64')`, as a read-only broadcast view of the one value: a
+    constant of any size costs no memory until the program runs (the interpreter reads
+    the view, compilation and differentiation copy it), so a short text cannot make the
+    parser allocate gigabytes."""
+    if not isinstance(shape, tuple) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise _LineError(f"full: the shape must be a tuple of sizes (ints >= 0), got {shape!r}")
+    if np.ndim(value) != 0:
+        raise _LineError(f"full: the value must be one number, got {value!r}")
+    return np.broadcast_to(np.asarray(value, dtype=_dtype(dtype)), shape)
 
 
 def _complex(real: Any, imag: Any) -> complex:
@@ -176,35 +203,56 @@ def eval_param(text: str, constructors: dict[str, Any] | None = None) -> Any:
     booleans, `...`, tuples, lists, `nan`/`inf`, complex numbers (`(1+2j)`,
     `complex(1.0, nan)`), `slice(…)`, `array([…], 'float64')` and `dtype('float32')` (plus
     any extra `constructors`). Anything else is a `_LineError`."""
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as e:
-        raise _LineError(f"cannot read parameter {text.strip()!r}: {e.msg}") from None
+    tree = _expression(text.strip(), "parameter")
     return _eval(tree.body, {**_CONSTRUCTORS, **(constructors or {})})
 
 
-def _eval(node: ast.AST, constructors: dict[str, Any]) -> Any:
+def _expression(text: str, what: str) -> ast.Expression:
+    """`text` parsed as one Python expression; text nested beyond the parser's means (a
+    hundred thousand `-` signs) is a `_LineError`, not a MemoryError or RecursionError."""
+    try:
+        return ast.parse(text, mode="eval")
+    except SyntaxError as e:
+        raise _LineError(f"cannot read {what} {_abridged(text)}: {e.msg}") from None
+    except (MemoryError, RecursionError):
+        raise _LineError(f"cannot read {what} {_abridged(text)}: it is nested too deeply "
+                         f"(at most {_MAX_NESTING} levels)") from None
+
+
+def _abridged(text: str, limit: int = 80) -> str:
+    """`text` quoted for a message, its middle elided when it is long."""
+    return repr(text) if len(text) <= limit else repr(f"{text[:limit // 2]}…{text[-limit // 4:]}")
+
+
+def _eval(node: ast.AST, constructors: dict[str, Any], depth: int = 0) -> Any:
+    if depth > _MAX_NESTING:
+        raise _LineError(f"a literal is nested more than {_MAX_NESTING} levels deep")
+    depth += 1
     if isinstance(node, ast.Constant):
-        return node.value
+        value = node.value
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _INT_LIMIT:
+            raise _LineError(f"an integer literal has more than "
+                             f"{sys.int_info.default_max_str_digits} digits")
+        return value
     if isinstance(node, ast.Tuple):
-        return tuple(_eval(e, constructors) for e in node.elts)
+        return tuple(_eval(e, constructors, depth) for e in node.elts)
     if isinstance(node, ast.List):
-        return [_eval(e, constructors) for e in node.elts]
+        return [_eval(e, constructors, depth) for e in node.elts]
     if isinstance(node, ast.Name) and node.id in _NAMES:
         return _NAMES[node.id]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        x = _eval(node.operand, constructors)
+        x = _eval(node.operand, constructors, depth)
         if isinstance(x, int | float | complex) and not isinstance(x, bool):
             return -x if isinstance(node.op, ast.USub) else x
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub):
         # complex literals print as `(1+2j)`
-        a, b = _eval(node.left, constructors), _eval(node.right, constructors)
+        a, b = _eval(node.left, constructors, depth), _eval(node.right, constructors, depth)
         if isinstance(b, complex) and isinstance(a, int | float) and not isinstance(a, bool):
             return a + b if isinstance(node.op, ast.Add) else a - b
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
             and node.func.id in constructors):
-        args = [_eval(a, constructors) for a in node.args]
-        kwargs = {k.arg: _eval(k.value, constructors) for k in node.keywords if k.arg}
+        args = [_eval(a, constructors, depth) for a in node.args]
+        kwargs = {k.arg: _eval(k.value, constructors, depth) for k in node.keywords if k.arg}
         if len(kwargs) != len(node.keywords):
             raise _LineError(f"`**` is not allowed in {ast.unparse(node)!r}")
         try:
@@ -213,16 +261,13 @@ def _eval(node: ast.AST, constructors: dict[str, Any]) -> Any:
             raise
         except (TypeError, ValueError, OverflowError, MemoryError) as e:
             raise _LineError(f"cannot evaluate {ast.unparse(node)!r}: {e}") from None
-    raise _LineError(f"{ast.unparse(node)!r} is not a literal the IR text allows")
+    raise _LineError(f"{_abridged(ast.unparse(node))} is not a literal the IR text allows")
 
 
 def _params(text: str) -> dict[str, Any]:
     """`{axes=(0,), keepdims=False}` → a dict, keyword by keyword."""
     inner = text.strip()[1:-1]
-    try:
-        call = ast.parse(f"_({inner})", mode="eval").body
-    except SyntaxError as e:
-        raise _LineError(f"cannot read parameters {text.strip()!r}: {e.msg}") from None
+    call = _expression(f"_({inner})", "parameters").body
     assert isinstance(call, ast.Call)
     if call.args or any(k.arg is None for k in call.keywords):
         raise _LineError(f"parameters are written name=value: {text.strip()!r}")
@@ -230,10 +275,16 @@ def _params(text: str) -> dict[str, Any]:
 
 
 def _checkpoint(text: str) -> Any:
-    """A strategy from its repr, `StoreAll()`, built from the classes of cfgrad.checkpoint."""
-    classes = {name: obj for name, obj in vars(checkpoint).items()
-               if isinstance(obj, type) and obj.__module__ == checkpoint.__name__}
-    return eval_param(text, classes)
+    """A strategy from its repr, `StoreAll()`: only the strategy classes of
+    cfgrad.checkpoint are called (not its statistics or helper classes)."""
+    classes = {cls.__name__: cls for cls in checkpoint.STRATEGIES}
+    call = _expression(text.strip(), "checkpoint").body
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+            and call.func.id in classes):
+        names = ", ".join(f"{name}(…)" for name in classes)
+        raise _LineError(f"checkpoint={_abridged(text.strip())} is not a strategy: write one "
+                         f"of {names}")
+    return _eval(call, classes)
 
 
 # ---------------------------------------------------------------------------------
@@ -279,9 +330,29 @@ def split_top(text: str, sep: str = ",") -> list[str]:
 def parse_type(text: str) -> TensorType:
     m = re.fullmatch(_TYPE, text.strip())
     if m is None or m.group(1) not in DTYPE_BY_SHORT_NAME:
-        raise _LineError(f"{text.strip()!r} is not a type like f64[] or f32[3,4]")
-    dims = [d.strip() for d in m.group(2).split(",") if d.strip()]
-    return TensorType(tuple(int(d) for d in dims), DTYPE_BY_SHORT_NAME[m.group(1)])
+        raise _LineError(f"{_abridged(text.strip())} is not a type like f64[] or f32[3,4]")
+    dims = tuple(_count(d.strip(), "a dimension") for d in m.group(2).split(",") if d.strip())
+    if np.prod(dims, dtype=object) > _MAX_SIZE:
+        raise _LineError(f"the type {m.group(1)}[…] has more than {_MAX_SIZE} elements, more "
+                         "than an array can hold")
+    return TensorType(dims, DTYPE_BY_SHORT_NAME[m.group(1)])
+
+
+def _count(digits: str, what: str) -> int:
+    """A size, count or line number written in decimal digits, at most numpy's largest
+    size (read without converting thousands of digits)."""
+    if len(digits) > len(str(_MAX_SIZE)) or int(digits) > _MAX_SIZE:
+        raise _LineError(f"{what} is larger than {_MAX_SIZE}: {_abridged(digits)}")
+    return int(digits)
+
+
+def _source_loc(comment: str, what: str) -> SourceLoc:
+    """A node's or region's comment, its source location `file:line`."""
+    m = _LOC.match(comment)
+    if m is None:
+        raise _LineError(f"{what} comment is its source location file:line, not "
+                         f"{_abridged(comment)}")
+    return SourceLoc(m.group(1), _count(m.group(2), "a line number"))
 
 
 def parse_literal(text: str) -> np.ndarray:
@@ -334,7 +405,7 @@ class _RawNode(NamedTuple):
     op: str
     args: list[str]
     params: dict[str, Any]
-    loc: str
+    loc: SourceLoc | None
 
 
 class _RawTerm(NamedTuple):
@@ -384,7 +455,7 @@ class _Parser:
         try:
             return fn(*args)
         except _LineError as e:
-            raise ParseError(f"line {line.number}: {e}\n    {line.text.strip()}") from None
+            raise ParseError(f"line {line.number}: {e}\n    {_shown_line(line)}") from None
 
     def read_header(self, text: str) -> tuple[str, list[Value], list[TensorType]]:
         code, _ = split_comment(text)
@@ -498,12 +569,7 @@ class _Parser:
             params = _params(rest[brace:])
             rest = rest[:brace].strip()
         args = split_top(rest)
-        loc = ""
-        if comment:
-            if _LOC.match(comment) is None:
-                raise _LineError(f"a node's comment is its source location file:line, not "
-                                 f"{comment!r}")
-            loc = comment
+        loc = _source_loc(comment, "a node's") if comment else None
         b.nodes.append(_RawNode(ln, outs, op, args, params, loc))
 
     def read_fields(self, op: str, text: str) -> dict[str, Any]:
@@ -584,7 +650,7 @@ class _Parser:
             if term is not None and _marks_back_edge(term) and self.blocks[rb.label] not in latches:
                 raise ParseError(f"line {term.line.number}: ↺ marks a back edge, but "
                                  f"{rb.label} is no loop's latch\n    "
-                                 f"{term.line.text.strip()}")
+                                 f"{_shown_line(term.line)}")
         entry = self.blocks[self.raw[0].label]
         entry.nodes[:0] = self.const_nodes
         program = Program(name, params, [self.blocks[rb.label] for rb in self.raw], regions)
@@ -609,7 +675,7 @@ class _Parser:
             for label in given:
                 if label not in labels:
                     raise ParseError(f"line {ln.number}: the Phi names edge {label}, which is "
-                                     f"not among {rb.label}'s preds\n    {ln.text.strip()}")
+                                     f"not among {rb.label}'s preds\n    {_shown_line(ln)}")
             # inputs are stored in predecessor order; a Phi with missing or repeated edges
             # keeps its own order and the verifier reports its arity
             order = ([given.index(label) for label in labels]
@@ -618,12 +684,8 @@ class _Parser:
                                                  for i in order]))
         for ln, node_outs, op, args, params, loc in rb.nodes:
             inputs = [self.at(ln, self.value, a) for a in args]
-            source = None
-            if loc:
-                m = _LOC.match(loc)
-                source = SourceLoc(m.group(1), int(m.group(2)))
             b.nodes.append(Node(op, inputs, params, [self.values[o] for o, _ in node_outs],
-                                source))
+                                loc))
         if rb.term is None:
             return  # the verifier reports the missing terminator
         kind = KIND_BY_NAME[rb.term.op]
@@ -649,26 +711,20 @@ class _Parser:
             region = self.at(ln, self.build_region, m, is_if, comment, parents)
             if any(r.id == region.id for r in regions):
                 raise ParseError(f"line {ln.number}: region {region.id} is defined twice\n    "
-                                 f"{ln.text.strip()}")
+                                 f"{_shown_line(ln)}")
             regions.append(region)
         by_id = {r.id: r for r in regions}
         for (ln, *_), r, parent in zip(self.region_lines, regions, parents):
             if parent is not None:
                 if parent not in by_id:
                     raise ParseError(f"line {ln.number}: the parent region {parent} is never "
-                                     f"defined\n    {ln.text.strip()}")
+                                     f"defined\n    {_shown_line(ln)}")
                 r.parent = by_id[parent]
         return regions
 
     def build_region(self, m: re.Match, is_if: bool, comment: str,
                      parents: list[str | None]) -> Region:
-        loc = None
-        if comment:
-            lm = _LOC.match(comment)
-            if lm is None:
-                raise _LineError(f"a region's comment is its source location file:line, not "
-                                 f"{comment!r}")
-            loc = SourceLoc(lm.group(1), int(lm.group(2)))
+        loc = _source_loc(comment, "a region's") if comment else None
         if is_if:
             rid, kind, branch, cases, exits, merge, tail = m.groups()
             tm = _REGION_TAIL.fullmatch(tail)
@@ -691,7 +747,7 @@ class _Parser:
                 raise _LineError("bounds are written bounds (%lower, %upper)")
             bounds = (self.value(items[0]), self.value(items[1]))
         checkpoint = _checkpoint(tm.group("checkpoint")) if tm.group("checkpoint") else None
-        max_iters = int(tm.group("max_iters")) if tm.group("max_iters") else None
+        max_iters = _count(tm.group("max_iters"), "max_iters") if tm.group("max_iters") else None
         return LoopRegion(rid, None, loc, kind=kind, preheader=self.block(pre),
                           header=self.block(header), body=self.block(body),
                           latch=self.block(latch), exit=self.block(exit_),

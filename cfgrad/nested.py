@@ -403,7 +403,7 @@ class Traced:
         def flat(*xs: Any) -> Any:
             return fun(*treelib.unflatten(self.in_tree, list(xs)))
 
-        self.program, captured = trace_nested(flat, leaves, name)
+        self.program, captured = trace_nested(flat, leaves, name, home=fun)
         self.call = Call(self.program)  # shared by every node emitted for this function
         self.inputs = list(leaves) + captured
         self.n_leaves = len(leaves)

@@ -140,7 +140,11 @@ PRIMITIVES: dict[str, Primitive] = {}
 def _register(p: Primitive) -> Primitive:
     """Enter `p` in the table, its shape rule checking the parameters' names first: a
     traced `bind` with a wrong one is then a LoweringError, as a wrong value is. A
-    `real_only` entry's shape rule refuses complex inputs (and `bind` eager ones)."""
+    `real_only` entry's shape rule refuses complex inputs (and `bind` eager ones). An
+    entry whose implementation is a numpy ufunc takes the dtypes numpy's type resolution
+    accepts, and gives the dtype it gives: `bitwise_and` of floats, `invert` of f64 and
+    `sign` of bool are a LoweringError when traced and a VerifyError when parsed, not a
+    numpy error when the program runs (or, compiled, a number numpy would refuse)."""
     assert p.name not in PRIMITIVES, p.name
     rule = p.abstract
 
@@ -151,10 +155,40 @@ def _register(p: Primitive) -> Primitive:
             raise LoweringError(problem)
         if p.real_only and any(t.dtype.kind == "c" for t in types):
             raise LoweringError(_complex_refused(p.name, types))
-        return rule(types, **params)
+        result = rule(types, **params)
+        if isinstance(p.impl, np.ufunc):
+            problem = _ufunc_problem(p, tuple(t.dtype for t in types), result.dtype)
+            if problem is not None:
+                raise LoweringError(problem)
+        return result
 
     p = PRIMITIVES[p.name] = dataclasses.replace(p, abstract=abstract)
     return p
+
+
+@functools.lru_cache(maxsize=4096)
+def _ufunc_dtype(ufunc: np.ufunc, dtypes: tuple[np.dtype, ...]) -> np.dtype | None:
+    """The result dtype numpy's type resolution gives `ufunc` for inputs of `dtypes` (what
+    a call does), or None when it has no loop for them."""
+    try:
+        return ufunc.resolve_dtypes(dtypes + (None,) * ufunc.nout)[-1]
+    except TypeError:  # numpy's "no loop matching" and "not supported" errors
+        return None
+
+
+def _ufunc_problem(p: Primitive, dtypes: tuple[np.dtype, ...],
+                   declared: np.dtype | None = None) -> str | None:
+    """Why numpy's ufunc `p.impl` does not compute `p` on inputs of `dtypes` with the
+    result dtype `declared` (None: any), or None when it does."""
+    gives = _ufunc_dtype(p.impl, dtypes)
+    if gives is not None and (declared is None or gives == declared):
+        return None
+    shown = ", ".join(map(str, dtypes))
+    if gives is None:
+        return (f"{p.name} is not defined for inputs of dtype {shown}: numpy's "
+                f"{p.impl.__name__} has no loop for them (convert them with astype first)")
+    return (f"{p.name} of inputs of dtype {shown}: numpy's {p.impl.__name__} gives "
+            f"{gives}, not {declared} (convert them with astype first)")
 
 
 def _complex_refused(name: str, inputs: Any) -> str:
@@ -260,6 +294,10 @@ def bind(name: str, *args: Any, **params: Any) -> Any:
               else np.asarray(a, dtype=dtype) for i, a in enumerate(args)]
     if prim.real_only and any(a.dtype.kind == "c" for a in arrays):
         raise ArgumentTypeError(_complex_refused(name, arrays))
+    if isinstance(prim.impl, np.ufunc):
+        problem = _ufunc_problem(prim, tuple(a.dtype for a in arrays))
+        if problem is not None:
+            raise ArgumentTypeError(problem)
     return prim.impl(*arrays, **params)
 
 
@@ -715,11 +753,12 @@ def _i1_slope(x, y):
     return bind("i0", x) - bind("where", zero, 0.5, y / bind("where", zero, 1.0, x))
 
 
+# real only: numpy's i0 refuses complex input, and _i1_impl's sum is of real numbers
 _unary("i0", np.i0, lambda x, y: bind("i1", x),
-       "modified Bessel function of the first kind, order 0; derivative I1(x)")
+       "modified Bessel function of the first kind, order 0; derivative I1(x)", real_only=True)
 _unary("i1", _i1_impl, _i1_slope,
        "modified Bessel function of the first kind, order 1 (the derivative of i0; not in "
-       "cfgrad.numpy); derivative I0(x) - I1(x)/x, 1/2 at 0")
+       "cfgrad.numpy); derivative I0(x) - I1(x)/x, 1/2 at 0", real_only=True)
 _unary("ceil", np.ceil, None, "derivative 0 (undefined at integers, taken as 0)")
 _unary("trunc", np.trunc, None, "derivative 0 (undefined at integers, taken as 0)")
 _unary("signbit", np.signbit, None, promote="none", out_dtype=np.bool_)
@@ -1943,27 +1982,20 @@ def _index_impl(x, *dynamic, spec):
     return x[_index_tuple(spec, dynamic)]
 
 
-def _probe_shape(shape: tuple[int, ...], spec: tuple) -> tuple[int, ...]:
-    """`shape` with each empty axis that a traced index ('$') selects on made of length 1:
-    the result's shape does not depend on that axis's length, and the zero probe standing
-    in for the traced index would be out of bounds in an empty axis, though the node may
-    never run (the adjoint of a scan of no steps indexes its empty stack)."""
-    taking = sum(1 for s in spec if s is not None and s is not Ellipsis)
-    out, axis = list(shape), 0
-    for s in spec:
-        if s is Ellipsis:
-            axis += len(shape) - taking
-        elif s is not None:
-            if isinstance(s, str) and axis < len(out) and out[axis] == 0:
-                out[axis] = 1
-            axis += 1
-    return tuple(out)
-
-
 def _index_type(types: list[TensorType], spec: tuple) -> TensorType:
-    """The result of numpy indexing `x[spec]`, found by indexing a zero-size-strided view
-    of x's shape, with zeros standing in for the traced indices (`'$'` in spec, one per
-    index input)."""
+    """The result of numpy indexing `x[spec]`, the traced indices (`'$'` in spec, one per
+    index input) of the index inputs' types, found without allocating anything of those
+    sizes (a parsed program may declare any; this rule runs when it is verified).
+
+    numpy decides the structure, on a broadcast view of x's shape (no memory), indexed
+    with a zero in place of each integer array: the dimensions the slices, `None`s and
+    `...` leave (`rest`), and whether the items are valid. The integer arrays' broadcast
+    shape then goes in as numpy's advanced indexing puts it: where the first of them
+    stands when the integers and arrays are next to each other in the spec, in front
+    otherwise (numpy's "Combining advanced and basic indexing"). An empty axis that an
+    array selects on counts as length 1 for its zero: the result's shape does not depend
+    on that length, and the node may never run (the adjoint of a scan of no steps indexes
+    its empty stack)."""
     x = types[0]
     if not isinstance(spec, tuple) or any(isinstance(s, str) and s != "$" for s in spec):
         raise LoweringError(f"indexing: parameter spec must be a tuple of index items "
@@ -1974,16 +2006,68 @@ def _index_type(types: list[TensorType], spec: tuple) -> TensorType:
                             f"but the node has {len(types) - 1} index inputs")
     if any(isinstance(s, bool | np.bool_) for s in spec):
         raise LoweringError(f"indexing with a boolean scalar is not supported: {spec!r}")
-    probes = tuple(np.zeros(t.shape, np.int64) for t in types[1:])
     for t in types[1:]:
         if t.dtype.kind not in "iu":
             raise LoweringError(f"indexing: a traced index must be an integer, got {t}")
+    traced = iter(types[1:])
+    arrays: dict[int, tuple[int, ...]] = {}  # spec position -> shape of an integer array
+    literal: dict[int, np.ndarray] = {}
+    for i, s in enumerate(spec):
+        if isinstance(s, str):
+            arrays[i] = next(traced).shape
+        elif isinstance(s, np.ndarray | list | tuple):
+            literal[i] = _index_array(s, x, spec)
+            arrays[i] = literal[i].shape
+    taking = sum(1 for s in spec if s is not None and s is not Ellipsis)
+    axis_of: dict[int, int] = {}
+    axis = 0
+    for i, s in enumerate(spec):
+        if s is Ellipsis:
+            axis += len(x.shape) - taking
+        elif s is not None:
+            axis_of[i] = axis
+            axis += 1
+    probe = list(x.shape)
+    for i in arrays:
+        if 0 <= axis_of[i] < len(probe):  # (numpy refuses too many items below)
+            probe[axis_of[i]] = max(probe[axis_of[i]], 1)
     try:
-        view = np.broadcast_to(np.zeros((), x.dtype), _probe_shape(x.shape, spec))
-        shape = view[_index_tuple(spec, probes)].shape
+        view = np.broadcast_to(np.zeros((), x.dtype), tuple(probe))
+        rest = view[tuple(0 if i in arrays else s for i, s in enumerate(spec))].shape
+        block = np.broadcast_shapes(*arrays.values())
     except (IndexError, TypeError, ValueError) as e:
         raise LoweringError(f"indexing {x} with {spec!r}: {e}") from None
-    return TensorType(tuple(shape), x.dtype)
+    for i, a in literal.items():
+        size = x.shape[axis_of[i]]
+        if a.size and not -size <= a.min() <= a.max() < size:
+            bad = a.max() if a.max() >= size else a.min()
+            raise LoweringError(f"indexing {x} with {spec!r}: index {bad} is out of bounds "
+                                f"for axis {axis_of[i]} with size {size}")
+    if not any(arrays.values()):  # integers only: basic indexing
+        return TensorType(tuple(rest), x.dtype)
+    advanced = [i for i, s in enumerate(spec)
+                if i in arrays or isinstance(s, int | np.integer)]
+    at = 0
+    if advanced == list(range(advanced[0], advanced[-1] + 1)):
+        at = sum(len(x.shape) - taking if s is Ellipsis else 1 for s in spec[:advanced[0]])
+    return TensorType(tuple(rest[:at]) + tuple(block) + tuple(rest[at:]), x.dtype)
+
+
+def _index_array(item: Any, x: TensorType, spec: tuple) -> np.ndarray:
+    """A constant integer array of an index spec (numpy reads an empty list as one)."""
+    try:
+        a = np.asarray(item)
+    except ValueError as e:
+        raise LoweringError(f"indexing {x} with {spec!r}: {e}") from None
+    if a.dtype == np.bool_:
+        raise LoweringError(f"indexing {x} with a boolean mask in {spec!r}: boolean mask "
+                            "indexing gives a data-dependent shape; use cnp.where instead")
+    if a.size == 0:
+        return a.astype(np.int64)
+    if a.dtype.kind not in "iu":
+        raise LoweringError(f"indexing {x} with {spec!r}: arrays used as indices must be of "
+                            f"integer type, got {a.dtype}")
+    return a
 
 
 def _scatter_add_impl(ct, *dynamic, spec, shape):

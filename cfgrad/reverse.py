@@ -78,7 +78,10 @@ class ReverseBuilder:
     def __init__(self, fwd: Program, wrt: frozenset[int] | None = None):
         self.fwd = fwd
         self.active = active_values(fwd, wrt)
-        self.t = Trace(f"{fwd.name}.adjoint", check_scopes=False)
+        # every node names the forward node or region it reverses (`loc_override`); the
+        # few the builder adds on its own (cotangents of an output returned twice) the
+        # forward function's def line
+        self.t = Trace(f"{fwd.name}.adjoint", check_scopes=False, home=fwd.loc, derived=True)
         self.t.entry.mirrors = fwd.return_block
         self.t.entry.role = ""
         self.adj: dict[Value, Any] = {}  # forward value -> adjoint tracer
@@ -173,6 +176,10 @@ class ReverseBuilder:
 
     def reverse_if(self, r: IfRegion) -> None:
         t = self.t
+        saved = t.loc_override
+        # the logged decision and the cotangents the merge's Phis route into the cases (a
+        # case that only passes a value on has no node of its own) point at the if
+        t.loc_override = r.loc
         phi_cts = [self.adj.pop(phi.out, None) for phi in r.merge.phis]
         keys = r.keys
         selector_type = r.branch.term.selector.type
@@ -220,9 +227,11 @@ class ReverseBuilder:
             merged[v] = t.tracer(phi.out)
         self.adj = merged
         t.current = join
+        t.loc_override = saved
 
     def reverse_loop(self, r: LoopRegion) -> None:
         t = self.t
+        saved = t.loc_override
         t.loc_override = r.loc  # the loop's own bookkeeping nodes point at the loop
         header = r.header
         carry_cts = [self.adj.pop(p.out, None) for p in r.exit.phis]
@@ -284,7 +293,7 @@ class ReverseBuilder:
             self.adj[v] = t.tracer(phi.out)
         for j, phi in zip(float_carries, carry_phis):
             self.accumulate(self.adj, header.phis[j].inputs[0], t.tracer(phi.out))
-        t.loc_override = None
+        t.loc_override = saved
 
     def closures(self, r: LoopRegion) -> list[Value]:
         """Float values defined outside loop `r` that its body reads: their cotangents

@@ -52,8 +52,11 @@ from .trace_context import (
     LOWERING_LOCK,
     current_loc,
     current_trace,
+    definition,
+    frame_loc,
     is_being_built,
     tracing,
+    user_frame,
 )
 from .verify import verify
 
@@ -288,8 +291,20 @@ def _const_key(a: np.ndarray) -> Any:
 class Trace:
     """The state of one lowering: the blocks built so far and the insertion point."""
 
-    def __init__(self, name: str, check_scopes: bool = True, capture: bool = False):
+    def __init__(self, name: str, check_scopes: bool = True, capture: bool = False,
+                 home: SourceLoc | None = None, derived: bool = False):
         self.name = name
+        # Where the nodes come from (`loc`): a node traced while the user's function runs
+        # has its line; one that cfgrad emits on its own, while no line of the function is
+        # on the stack, has `home`, the function's def line, not the line of the code that
+        # asked for the trace (`outside`: that code's frame, by identity, as it stays on
+        # the stack while the trace is built). A `derived` program (an adjoint, a JVP
+        # program) reads no line from the stack: its builder names the forward node or
+        # region each node comes from, and `home` is the forward program's.
+        self.home = home
+        self.derived = derived
+        outside = None if derived else user_frame()
+        self._outside = None if outside is None else (id(outside), outside.f_code)
         # A nested transformation's trace (`capture`): a value of an enclosing trace that
         # the function closes over becomes one more parameter of this Program, and the
         # enclosing trace passes it in (outer Value -> (its tracer, the parameter here))
@@ -321,7 +336,13 @@ class Trace:
         return Tracer(v, self, self.scope)
 
     def loc(self) -> SourceLoc | None:
-        return self.loc_override or current_loc()
+        if self.loc_override is not None or self.derived:
+            return self.loc_override or self.home
+        frame = user_frame()
+        if frame is None or (self.home is not None
+                             and (id(frame), frame.f_code) == self._outside):
+            return self.home
+        return frame_loc(frame)
 
     def const(self, value: Any, dtype: np.dtype | None = None) -> Value:
         """A constant, deduplicated and hoisted into the entry block (it dominates all)."""
@@ -455,14 +476,16 @@ class Trace:
                      out_types: list[TensorType]) -> list[Value]:
         """Runtime nodes of adjoint programs (Primal, LogPop, TripPop, LoopState)."""
         outs = [Value(t) for t in out_types]
-        self.current.nodes.append(Node(op, inputs, params, outs, self.loc_override, self.origin))
+        self.current.nodes.append(Node(op, inputs, params, outs, self.loc(), self.origin))
         return outs
 
     def finish(self, params: list[Value], outputs: list[Value]) -> Program:
         self.current.term = Return(outputs)
         self.entry.nodes[:0] = self.const_nodes
         self.finished = True
-        return Program(self.name, params, self.blocks, self.regions)
+        program = Program(self.name, params, self.blocks, self.regions)
+        program.loc = self.home
+        return program
 
     # -- scopes --------------------------------------------------------------------
     def enter_scope(self, region: Region, what: str) -> Scope | None:
@@ -925,15 +948,19 @@ def check_arguments(fun: Callable, args: tuple, static_argnums: tuple[int, ...] 
 
 
 def trace_program(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
-                  name: str | None = None, kwargs: dict[str, Any] | None = None) -> Program:
+                  name: str | None = None, kwargs: dict[str, Any] | None = None,
+                  home: Callable | None = None) -> Program:
     """Trace `fun(*args, **kwargs)` into a verified Program; statics are baked in as
-    constants. Keyword arguments are traced, after the positional ones, as in JAX."""
+    constants. Keyword arguments are traced, after the positional ones, as in JAX.
+    `home`: the user's function `fun` stands for, when `fun` is cfgrad's wrapper of it
+    (its def line is the Program's `loc`)."""
     with LOWERING_LOCK:
-        return _trace_program(fun, args, static_argnums, name, kwargs or {})
+        return _trace_program(fun, args, static_argnums, name, kwargs or {},
+                              definition(fun if home is None else home))
 
 
 def _trace_program(fun: Callable, args: tuple, static_argnums: tuple[int, ...],
-                   name: str | None, kwargs: dict[str, Any]) -> Program:
+                   name: str | None, kwargs: dict[str, Any], home: SourceLoc | None) -> Program:
     check_arguments(fun, args, static_argnums, kwargs)
     dynamic = [i for i in range(len(args)) if i not in static_argnums]
     named = _named_arguments(fun, args, dynamic, kwargs)
@@ -943,7 +970,7 @@ def _trace_program(fun: Callable, args: tuple, static_argnums: tuple[int, ...],
         n = treelib.flatten(tree)[1].num_leaves
         hints += [base] if n == 1 else [f"{base}_{i}" for i in range(n)]
     params = [Value(type_of(x), h) for x, h in zip(leaves, hints)]
-    trace = Trace(name or getattr(fun, "__name__", "f"))
+    trace = Trace(name or getattr(fun, "__name__", "f"), home=home)
     with tracing(trace):
         tracers = [trace.tracer(p) for p in params]
         traced = treelib.unflatten(in_tree, tracers)
@@ -964,17 +991,25 @@ def _trace_program(fun: Callable, args: tuple, static_argnums: tuple[int, ...],
     return program
 
 
-def trace_nested(fun: Callable, leaves: list[Any], name: str) -> tuple[Program, list[Tracer]]:
+def trace_nested(fun: Callable, leaves: list[Any], name: str,
+                 home: Callable | None = None) -> tuple[Program, list[Tracer]]:
     """Trace `fun(*leaves)` (flat leaves, traced or concrete; `fun` returns a pytree) for
     a transformation applied inside another's trace: the Program's parameters are the
     leaves, then one per value of an enclosing trace `fun` closes over, which are
-    returned too, so the enclosing trace can pass them to the node it emits."""
+    returned too, so the enclosing trace can pass them to the node it emits. `home` as
+    for `trace_program`. An enclosing trace of cfgrad's own wrapper (`grad(f)` lowered by
+    itself), which has no home, takes this one's once it is traced (this one may have
+    taken its own from `f`, for `grad(grad(f))`): the nodes it emits for `f` stand for
+    `f`, and carry its def line."""
     params = [Value(x.value.type if isinstance(x, Tracer) else type_of(x), f"a{i}")
               for i, x in enumerate(leaves)]
-    trace = Trace(name, capture=True)
+    outer = current_trace()
+    trace = Trace(name, capture=True, home=definition(fun if home is None else home))
     with tracing(trace):
         out_leaves, out_tree = treelib.flatten(fun(*(trace.tracer(p) for p in params)))
         outputs = [trace.value_of(x) for x in out_leaves]
+    if outer is not None and outer.home is None:
+        outer.home = trace.home
     assert trace.captured is not None
     captured = list(trace.captured.values())
     program = trace.finish(params + [v for _, v in captured], outputs)

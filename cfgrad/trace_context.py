@@ -8,11 +8,14 @@ numpy.py for the array methods of its tracers, and nothing registers itself on i
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 from .ir import SourceLoc
@@ -20,15 +23,37 @@ from .ir import SourceLoc
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def current_loc() -> SourceLoc | None:
-    """The innermost stack frame outside cfgrad itself: the user's line."""
+@functools.lru_cache(maxsize=4096)  # (asked for every frame of every node traced)
+def in_cfgrad(filename: str) -> bool:
+    """Whether a code object's file is one of cfgrad's own modules."""
+    return os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
+
+
+def user_frame() -> FrameType | None:
+    """The innermost stack frame outside cfgrad itself: the user's code running now."""
     frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep):
-            return SourceLoc(filename, frame.f_lineno, frame.f_code.co_name)
+    while frame is not None and in_cfgrad(frame.f_code.co_filename):
         frame = frame.f_back
-    return None
+    return frame
+
+
+def frame_loc(frame: FrameType) -> SourceLoc:
+    return SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+
+
+def current_loc() -> SourceLoc | None:
+    """The user's line: that of the innermost stack frame outside cfgrad itself."""
+    frame = user_frame()
+    return frame_loc(frame) if frame is not None else None
+
+
+def definition(fun: Any) -> SourceLoc | None:
+    """Where the user defined `fun`: its `def` line (that of its first decorator), or None
+    for one of cfgrad's own functions or a callable without Python code."""
+    code = getattr(inspect.unwrap(fun), "__code__", None) if callable(fun) else None
+    if code is None or in_cfgrad(code.co_filename):
+        return None
+    return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
 
 
 def is_traced(x: Any) -> bool:

@@ -63,7 +63,10 @@ INVARIANTS: dict[str, str] = {
                   "checks the parameters' values (axes in range and distinct, keepdims a "
                   "bool, integer_pow's n an int, shapes tuples of sizes, a dtype or const "
                   "value of an IR dtype), so any parameter the verifier accepts runs; a "
-                  "runtime node has the results its declaration names (`TripPop`: one i64[])",
+                  "primitive computed by a numpy ufunc takes only input dtypes numpy's type "
+                  "resolution accepts, and gives the dtype numpy gives (`bitwise_and` of "
+                  "floats, `invert` of f64, `sign` of bool are errors); a runtime node has the "
+                  "results its declaration names (`TripPop`: one i64[])",
     "single-definition": "every value is defined once (as a parameter, Phi or node output)",
     "use-dominated": "every use of a value is dominated by its definition (a Phi input by the "
                      "end of the predecessor it comes from, a loop's bounds by the end of its "

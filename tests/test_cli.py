@@ -270,7 +270,7 @@ def test_usage_errors_exit_2(tmp_path):
          "--checkpoint 'Online(n)': "),
         (["inspect", f"{SEEDS}:tree", "--text", "--svg", "x.svg"], "--text prints the plain IR"),
         (["inspect", f"{SEEDS}:tree", "--fold", "-1"], "--fold must be 0"),
-        (["inspect", f"{SEEDS}:tree", "--width", "5"], "--width 5 is too narrow"),
+        (["inspect", f"{SEEDS}:tree", "--width", "5"], "--width 5: the views are laid out for"),
         (["inspect", f"{SEEDS}:tree", "--svg", missing], "--svg: cannot write"),
         (["inspect", f"{SEEDS}:tree", "--html", missing], "--html: cannot write"),
         (["inspect", f"{SEEDS}:tree", "--dot", missing], "--dot: cannot write"),
