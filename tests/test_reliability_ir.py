@@ -475,3 +475,10 @@ def test_bessel_functions_refuse_complex_inputs():
     for name in ("i0", "i1"):
         with pytest.raises(LoweringError, match="does not accept complex"):
             cg.lower(lambda z, name=name: bind(name, z), 1j)
+
+
+def test_an_integer_exponent_beyond_int64_is_a_typed_error():
+    """x ** (10**400) on a traced x: the derivative rule's float(n) raised a raw
+    OverflowError; the exponent is refused where the power is traced."""
+    with pytest.raises(cg.ArgumentValueError, match="beyond int64"):
+        cg.grad(lambda x: x ** (10**400))(1.0)

@@ -366,6 +366,10 @@ def power(x: Any, y: Any) -> Any:
             x, int | float):
         if y == 1:
             return x
+        if not -2**63 <= y < 2**63:
+            raise ArgumentValueError(
+                f"power: an integer exponent of {len(str(abs(int(y))))} digits is beyond int64, "
+                "which numpy cannot take either (OverflowError); use a float exponent")
         if y < 0 and _np.dtype(getattr(x, "dtype", _np.float64)).kind in "biu":
             raise ArgumentValueError(
                 f"power: an integer base to the negative power {int(y)}; integers to "
