@@ -92,12 +92,11 @@ from .schedule import (
 # "Supported NumPy features", ufuncs): an entry with no parameters whose implementation is
 # one of these needs no kernel of its own.
 _NUMBA_UFUNCS = frozenset("""
-    add subtract multiply true_divide divide negative power exp log log1p expm1 sin cos tan tanh
+    add subtract multiply true_divide divide negative exp log log1p expm1 sin cos tan tanh
     sinh cosh arctan arcsin arccos arcsinh arccosh arctanh sqrt cbrt absolute sign floor
     ceil trunc rint exp2 log2 log10 isfinite signbit logical_not invert arctan2 hypot
-    logaddexp logaddexp2 fmod maximum minimum less less_equal greater greater_equal equal
-    not_equal logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor
-    floor_divide remainder""".split())
+    logaddexp logaddexp2 maximum minimum less less_equal greater greater_equal equal
+    not_equal logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor""".split())
 
 # Python operators that are exactly the ufunc on Numba's scalars and arrays (the
 # interpreter emits the same operators; see interpret._OPERATOR_FORMS)
