@@ -13,6 +13,9 @@ from typing import Any
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 _PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE (numpy/_core/src/umath/loops_utils.h.src)
 
@@ -312,6 +315,31 @@ def float_remainder(a, b, one):
     if b == one - one:
         return np.fmod(a, b)
     return _float_divmod(a, b, one)[1]
+
+
+@intrinsic
+def _run_signal_handlers(typingctx):
+    """CPython's `PyErr_CheckSignals()` from compiled code (which holds the GIL): it runs
+    the handlers of the signals that arrived (Ctrl-C's raises KeyboardInterrupt); when one
+    raises, the function calling this returns with that exception set, as Numba's own
+    calls into the C API do (`return_exc`). The symbol is resolved by name when the
+    machine code is loaded, so the disk cache keeps working."""
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "PyErr_CheckSignals")
+        status = builder.call(fn, [])
+        with builder.if_then(builder.icmp_signed("!=", status, status.type(0)), likely=False):
+            context.call_conv.return_exc(builder)
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@numba.njit(cache=True)
+def check_signals():
+    """Run Python's pending signal handlers, raising what they raise: compiled loops call
+    this every 1024th back edge, so that Ctrl-C stops them (native.py)."""
+    _run_signal_handlers()
 
 
 @numba.njit(cache=True)

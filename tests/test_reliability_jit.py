@@ -1,4 +1,5 @@
-"""Reliability of `cg.jit`'s Numba backend: compiled arithmetic is numpy's at edge values.
+"""Reliability of `cg.jit`'s Numba backend: compiled arithmetic is numpy's at edge values,
+and a compiled endless loop stops on Ctrl-C.
 
 The arithmetic table: for each dtype a program can hold (int8, int16, int32, int64, uint8,
 uint64, float32, float64), one compiled program computes every binary operation (and the
@@ -14,8 +15,11 @@ child process (`python3 -c`), which reports what differs.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +200,50 @@ def test_a_negative_integer_power_raises_numpys_error_compiled_too(negative: str
             run(*args)
         raised.append((type(caught.value), str(caught.value)))
     assert raised[0] == raised[1]
+
+
+# ---------------------------------------------------------------------------------
+# Ctrl-C
+# ---------------------------------------------------------------------------------
+
+ENDLESS = textwrap.dedent("""
+    import cfgrad as cg
+
+    def forever(x):
+        return cg.while_loop(lambda c: c >= 0.0, lambda c: c + 1.0, x)
+
+    jitted = cg.jit(forever, fallback=False)
+    assert jitted(-1.0) == -1.0  # compiled (no iteration)
+    try:
+        print("looping", flush=True)
+        jitted(0.0)
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", flush=True)
+""")
+
+
+def test_ctrl_c_stops_an_endless_compiled_loop() -> None:
+    """SIGINT while a compiled `while_loop` runs forever raises KeyboardInterrupt in it,
+    as in the interpreter (it used to go unnoticed: the loop never returned to Python)."""
+    child = subprocess.Popen([sys.executable, "-c", ENDLESS], cwd=ROOT, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == "looping\n", child.stderr.read()
+        time.sleep(1.0)  # into the compiled loop: a Ctrl-C before it stops Python anyway
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=120)  # a hang guard only
+    finally:
+        child.kill()
+    assert out == "KeyboardInterrupt\n", err
+
+
+def test_every_loop_of_a_compiled_gradient_checks_for_signals() -> None:
+    """The forward loops count their iterations anyway; an adjoint's loop, which runs as
+    many iterations as its forward loop ran, counts back edges of its own for the check."""
+    def geometric(x: Any, n: Any) -> Any:
+        inner = cg.fori_loop(0, n, lambda i, c: c * x + 1.0, x)
+        return cg.while_loop(lambda c: c < 100.0, lambda c: c * 2.0 + inner, 1.0)
+
+    source = cg.jit(cg.grad(geometric)).info(0.5, 3).source
+    loops = source.count("while True:")
+    assert loops == 4 and source.count("K.check_signals()") == loops, source
