@@ -46,13 +46,17 @@ cache, so a second process compiling the same program loads the machine code ins
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import itertools
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,6 +67,7 @@ import numpy as np
 
 from . import kernels as K
 from .checkpoint import Binomial, EveryK, Online, Recompute, RunStats, StoreAll, resolve
+from .errors import CompileWarning
 from .interpret import (
     DECIDE,
     LOOP_ENTER,
@@ -924,6 +929,8 @@ def cache_dir() -> Path:
 
 
 _LOADING = threading.Lock()
+_unusable: set[Path] = set()  # cache directories this process could not write to
+_own_directory: Path | None = None  # then its temporary directory, removed at exit
 
 
 def _load(source: str) -> Any:
@@ -939,12 +946,10 @@ def _load_unlocked(source: str) -> Any:
     if name in sys.modules:
         return sys.modules[name]
     directory = cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}.py"
-    if not path.exists() or path.read_text() != source:
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(source)
-        os.replace(tmp, path)
+    try:
+        path = _written(directory, name, source)
+    except OSError as e:
+        path = _written(_instead_of(directory, e), name, source)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -954,6 +959,44 @@ def _load_unlocked(source: str) -> Any:
         del sys.modules[name]  # so that a second attempt fails the same way
         raise
     return module
+
+
+def _written(directory: Path, name: str, source: str) -> Path:
+    """The module file `name`.py holding `source` in `directory` (created if need be),
+    written unless it is there already."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.py"
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    return path
+
+
+def _instead_of(directory: Path, error: OSError) -> Path:
+    """The directory to use when the cache directory cannot be (a file in its way, no
+    permission to write): a temporary one of this process, removed when it exits, so that
+    the program still compiles, with a `CompileWarning` (once per directory) that says
+    what failed and what to do. Only the disk cache is lost: each process compiles again.
+    A temporary directory that cannot be made either is `Unsupported`: the program runs
+    in the interpreter, with both reasons."""
+    global _own_directory
+    reason = f"{error.strerror or error}" + (f": {error.filename}" if error.filename else "")
+    if directory not in _unusable:
+        _unusable.add(directory)
+        warnings.warn(
+            f"cfgrad.jit cannot use its cache directory {directory} ({reason}); compiled "
+            "code is kept in a temporary directory until this process exits, so every "
+            "process compiles again: set CFGRAD_CACHE_DIR to a directory you can write to "
+            "(or remove what is in the way)", CompileWarning, stacklevel=2)
+    if _own_directory is None:
+        try:
+            _own_directory = Path(tempfile.mkdtemp(prefix="cfgrad-native-"))
+        except OSError as e:
+            raise Unsupported(f"no directory to write its generated code to: {directory} "
+                              f"({reason}), nor a temporary one ({e})") from None
+        atexit.register(shutil.rmtree, _own_directory, ignore_errors=True)
+    return _own_directory
 
 
 _KERNELS_VERSION = hashlib.sha256(Path(K.__file__).read_bytes()).hexdigest()[:16]

@@ -1,5 +1,6 @@
 """Reliability of `cg.jit`'s Numba backend: compiled arithmetic is numpy's at edge values,
-and a compiled endless loop stops on Ctrl-C.
+a compiled endless loop stops on Ctrl-C, and an unusable cache directory is a warning
+rather than a failed compile.
 
 The arithmetic table: for each dtype a program can hold (int8, int16, int32, int64, uint8,
 uint64, float32, float64), one compiled program computes every binary operation (and the
@@ -14,12 +15,15 @@ child process (`python3 -c`), which reports what differs.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +251,58 @@ def test_every_loop_of_a_compiled_gradient_checks_for_signals() -> None:
     source = cg.jit(cg.grad(geometric)).info(0.5, 3).source
     loops = source.count("while True:")
     assert loops == 4 and source.count("K.check_signals()") == loops, source
+
+
+# ---------------------------------------------------------------------------------
+# The cache directory
+# ---------------------------------------------------------------------------------
+
+
+def blocked_by_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "cache").write_text("not a directory")
+    return tmp_path / "cache"
+
+
+def below_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return blocked_by_a_file(tmp_path, monkeypatch) / "native"
+
+
+def read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory without write permission (for root, who writes there anyway, its
+    writes fail as they would for anyone else)."""
+    directory = tmp_path / "cache"
+    directory.mkdir(mode=0o555)
+    if os.geteuid() == 0:
+        write_text = Path.write_text
+
+        def refused(path: Path, *args: Any, **kwargs: Any) -> int:
+            if path.parent == directory:
+                raise PermissionError(errno.EACCES, "Permission denied", str(path))
+            return write_text(path, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "write_text", refused)
+    return directory
+
+
+@pytest.mark.parametrize("kind", [blocked_by_a_file, below_a_file, read_only])
+def test_an_unusable_cache_directory_warns_and_still_compiles(
+        kind: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache directory that is a file, lies below one or cannot be written to used to
+    fail every compile ("Numba could not compile it"): now one CompileWarning names it and
+    says what to do, and the code compiles in a temporary directory of the process."""
+    directory = kind(tmp_path, monkeypatch)
+    monkeypatch.setenv("CFGRAD_CACHE_DIR", str(directory))
+    offset = float(len(kind.__name__))  # a program of its own: a module not loaded yet
+
+    def shifted(x: Any) -> Any:
+        return cg.fori_loop(0, 3, lambda i, c: c * x + offset, x)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jitted = cg.jit(shifted, fallback=False)
+        assert jitted(0.5) == interpreted(shifted)(0.5)
+        assert jitted.info(0.5).backend == "numba"
+        assert cg.jit(lambda x: shifted(x) + 1.0)(0.5) == jitted(0.5) + 1.0
+    assert [type(w.message) for w in caught] == [cg.CompileWarning]
+    message = str(caught[0].message)
+    assert str(directory) in message and "CFGRAD_CACHE_DIR" in message, message
