@@ -18,6 +18,7 @@ from .errors import (
     ArgumentValueError,
     CfgradError,
     CompileError,
+    CompileWarning,
     ConversionError,
     LoopLimitError,
     LoweringError,
@@ -32,7 +33,7 @@ from .inspector import inspect
 from .ir import Program
 from .irparse import parse_program
 from .jacobians import hessian, jacfwd, jacrev
-from .jitted import CompileWarning, jit
+from .jitted import jit
 from .numerics import LossScaler, clip_by_global_norm, clip_by_value
 from .numpy.core import Array
 from .numpy.indexed import dynamic_slice, dynamic_update_slice

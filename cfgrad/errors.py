@@ -1,4 +1,4 @@
-"""Every error cfgrad raises, in one place.
+"""Every error cfgrad raises, and its one warning, in one place.
 
 Each class derives from `CfgradError` and, where a builtin exception already names the
 situation (a `TypeError` for misuse of a traced value), from that builtin too, so callers
@@ -77,3 +77,9 @@ class ConversionError(LoweringError):
 class CompileError(CfgradError):
     """`cg.jit(..., fallback=False)` met a program the compiled backend cannot run: the
     message names what (a primitive, a custom rule's Python, a checkpoint strategy)."""
+
+
+class CompileWarning(UserWarning):
+    """`cg.jit` compiles or runs a function other than the way it would like to: it runs
+    in the interpreter (the message says why), or its compiled code cannot be kept in the
+    cache directory (the message names the directory and what to do)."""

@@ -27,14 +27,10 @@ from .anomaly import anomaly_detection_enabled
 from .api import argnums_tuple, leaf_key, lowered, static_positions
 from .caches import SIGNATURES_PER_FUNCTION, BoundedDict
 from .convert import traced_as
-from .errors import CompileError
+from .errors import CompileError, CompileWarning
 from .ir import Program
 from .kernel_sources import Unsupported
 from .trace import lowering_epoch
-
-
-class CompileWarning(UserWarning):
-    """A jitted function runs in the interpreter; the message says why."""
 
 
 @dataclass(frozen=True)

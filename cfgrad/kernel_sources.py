@@ -88,6 +88,49 @@ def divide(args, types, out):
 divide.elementwise = True  # an array expression Numba fuses, on reals (native._fusible_chains)
 
 
+def _width(value: str, out: Any, computed: type) -> str:
+    """`value`, which an integer helper computes in the 64-bit type `computed`, cast to
+    `out`'s dtype: the low bits, as numpy's loops wrap in the operands' own width."""
+    if out.dtype == computed:
+        return value
+    return f"{_dt(out)}({value})" if out.shape == () else f"{value}.astype({_dt(out)})"
+
+
+def _division(name: str, ufunc: str, signed: str | None, real: str | None) -> Any:
+    """The kernel of a division-like primitive: `K.<signed>` on signed integers, `K.<real>`
+    on floats (numpy's algorithm, kernels.py says where Numba's differs), and Numba's
+    `np.<ufunc>` on unsigned integers and bools, which is numpy's."""
+    def kernel(args, types, out):
+        kind = types[0].dtype.kind
+        if kind == "i" and signed is not None:
+            return _width(f"K.{signed}({', '.join(args)})", out, np.int64)
+        if kind == "f" and real is not None:
+            return f"K.{real}({', '.join(args)}, {_dt(out)}(1))"
+        return f"np.{ufunc}({', '.join(args)})"
+
+    kernel.__name__ = name
+    kernel.__doc__ = f"numpy's {ufunc}, which x86 and Numba differ from at edge operands"
+    kernel.elementwise = True  # on floats a ufunc Numba fuses (native._elementwise)
+    return kernel
+
+
+floor_divide = _division("floor_divide", "floor_divide", "int_floor_divide",
+                         "float_floor_divide")
+remainder = _division("remainder", "remainder", "int_remainder", "float_remainder")
+fmod = _division("fmod", "fmod", "int_fmod", None)
+
+
+def power(args, types, out):
+    """numpy's x ** y: on integers by repeated squaring, exact and wrapping, a negative
+    exponent of a signed type raising numpy's ValueError (Numba's goes through float64:
+    3 ** 35 is off by 3, 2 ** -1 is 0); on floats Numba's, which is C's pow."""
+    kind = types[0].dtype.kind
+    if kind not in "iu":
+        return f"np.power({args[0]}, {args[1]})"
+    exponent = args[1] if kind == "u" else f"K.nonnegative_exponents({args[1]})"
+    return _width(f"K.int_power({args[0]}, {exponent})", out, np.uint64)
+
+
 def sigmoid(args, types, out):
     return f"K.sigmoid({args[0]}, {_dt(out)}(1))"
 

@@ -13,6 +13,9 @@ from typing import Any
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 _PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE (numpy/_core/src/umath/loops_utils.h.src)
 
@@ -187,19 +190,156 @@ def add_at(acc, index, value):
 
 @numba.njit(cache=True)
 def integer_pow(x, n):
-    """x ** n by repeated squaring, as primitives._integer_pow_impl (|n| > 16)."""
-    k = abs(n)
+    """x ** n for n > 16 by repeated squaring, as primitives._integer_pow_impl (a negative
+    n is 1 / this, written by the kernel: here an integer x stays an integer, exact, where
+    one function returning either would make every result a float)."""
     result = x
     have = False
     base = x
-    while k:
-        if k & 1:
+    while n:
+        if n & 1:
             result = base if not have else result * base
             have = True
-        k >>= 1
-        if k:
+        n >>= 1
+        if n:
             base = base * base
-    return result if n > 0 else 1 / result
+    return result
+
+
+# -- Integer and floor division, remainders, integer powers: numpy's results at every
+# operand, where the CPU's and Numba's differ. numpy's loops (numpy/_core/src/umath/
+# loops_arithmetic.dispatch.c.src, loops.c.src, npymath's npy_divmod) give 0 for a zero
+# divisor and wrap INT_MIN // -1 to INT_MIN; x86's idiv traps on both (SIGFPE, killing the
+# process), Numba's np.remainder of signed integers calls it on INT_MIN % -1, its
+# np.floor_divide gives 0 for INT_MIN // -1, its np.fmod of signed integers is an
+# unsigned remainder, and its float floor division is floor(a / b) (-0.0 for -5.5 // inf,
+# where numpy's is -1.0). A signed integer helper's result is computed in int64 (Numba's
+# arithmetic on smaller integers): the kernel casts it to the operands' width, which wraps
+# as numpy's does.
+
+
+@numba.vectorize(cache=True)
+def int_floor_divide(a, b):
+    """numpy's a // b on signed integers: 0 for b == 0, -a for b == -1 (wrapping:
+    INT_MIN // -1 is INT_MIN), else the floored quotient."""
+    if b == 0:
+        return 0
+    if b == -1:
+        return -a
+    return a // b
+
+
+@numba.vectorize(cache=True)
+def int_remainder(a, b):
+    """numpy's a % b on signed integers: 0 for b == 0 or -1, else the floored remainder
+    (the sign of b)."""
+    if b == 0 or b == -1:
+        return 0
+    return a % b
+
+
+@numba.vectorize(cache=True)
+def int_fmod(a, b):
+    """numpy's fmod on signed integers: 0 for b == 0 or -1, else C's truncated remainder
+    (the sign of a), from the floored one."""
+    if b == 0 or b == -1:
+        return 0
+    r = a % b
+    if r != 0 and (r < 0) != (a < 0):
+        r -= b
+    return r
+
+
+@numba.njit(cache=True)
+def nonnegative_exponents(y):
+    """`y` (a scalar or an array of signed integers), after numpy's check of integer
+    powers: a negative exponent raises numpy's ValueError, with its message."""
+    if np.any(y < 0):
+        raise ValueError("Integers to negative integer powers are not allowed.")
+    return y
+
+
+@numba.vectorize(cache=True)
+def int_power(a, b):
+    """numpy's a ** b on integers (b >= 0, see `nonnegative_exponents`) by repeated
+    squaring, in uint64: the products wrap, and cast to the operands' width (the kernel
+    casts) they are numpy's, without the signed overflow LLVM may assume never happens."""
+    one = np.uint64(1)
+    base = np.uint64(a)
+    k = np.uint64(b)
+    out = base if k & one else one
+    k >>= one
+    while k:
+        base *= base
+        if k & one:
+            out *= base
+        k >>= one
+    return out
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _float_divmod(a, b, one):
+    """numpy's npy_divmod (npymath, npy_math_internal.h.src) for b != 0: the floored
+    quotient and the remainder with b's sign, in the operands' precision (`one` is 1 of
+    their type); a zero result takes its sign as numpy gives it."""
+    zero = one - one
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    if mod != zero:  # (true for NaN, as C's `if (mod)`)
+        if (b < zero) != (mod < zero):
+            mod += b
+            div -= one
+    else:
+        mod = np.copysign(zero, b)
+    if div != zero:
+        floordiv = np.floor(div)
+        if div - floordiv > one / (one + one):  # snap to the nearest integer
+            floordiv += one
+    else:
+        floordiv = np.copysign(zero, a / b)
+    return floordiv, mod
+
+
+@numba.vectorize(cache=True)
+def float_floor_divide(a, b, one):
+    """numpy's a // b on floats: a / b for b == 0 (±inf or nan), else npy_divmod's
+    quotient."""
+    if b == one - one:
+        return a / b
+    return _float_divmod(a, b, one)[0]
+
+
+@numba.vectorize(cache=True)
+def float_remainder(a, b, one):
+    """numpy's a % b on floats: fmod for b == 0 (nan), else npy_divmod's remainder."""
+    if b == one - one:
+        return np.fmod(a, b)
+    return _float_divmod(a, b, one)[1]
+
+
+@intrinsic
+def _run_signal_handlers(typingctx):
+    """CPython's `PyErr_CheckSignals()` from compiled code (which holds the GIL): it runs
+    the handlers of the signals that arrived (Ctrl-C's raises KeyboardInterrupt); when one
+    raises, the function calling this returns with that exception set, as Numba's own
+    calls into the C API do (`return_exc`). The symbol is resolved by name when the
+    machine code is loaded, so the disk cache keeps working."""
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "PyErr_CheckSignals")
+        status = builder.call(fn, [])
+        with builder.if_then(builder.icmp_signed("!=", status, status.type(0)), likely=False):
+            context.call_conv.return_exc(builder)
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@numba.njit(cache=True)
+def check_signals():
+    """Run Python's pending signal handlers, raising what they raise: compiled loops call
+    this every 1024th back edge, so that Ctrl-C stops them (native.py)."""
+    _run_signal_handlers()
 
 
 @numba.njit(cache=True)

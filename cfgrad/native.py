@@ -46,13 +46,17 @@ cache, so a second process compiling the same program loads the machine code ins
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import itertools
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,6 +67,7 @@ import numpy as np
 
 from . import kernels as K
 from .checkpoint import Binomial, EveryK, Online, Recompute, RunStats, StoreAll, resolve
+from .errors import CompileWarning
 from .interpret import (
     DECIDE,
     LOOP_ENTER,
@@ -93,12 +98,16 @@ from .schedule import (
 # "Supported NumPy features", ufuncs): an entry with no parameters whose implementation is
 # one of these needs no kernel of its own.
 _NUMBA_UFUNCS = frozenset("""
-    add subtract multiply true_divide divide negative power exp log log1p expm1 sin cos tan tanh
+    add subtract multiply true_divide divide negative exp log log1p expm1 sin cos tan tanh
     sinh cosh arctan arcsin arccos arcsinh arccosh arctanh sqrt cbrt absolute sign floor
     ceil trunc rint exp2 log2 log10 isfinite signbit logical_not invert arctan2 hypot
-    logaddexp logaddexp2 fmod maximum minimum less less_equal greater greater_equal equal
-    not_equal logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor
-    floor_divide remainder""".split())
+    logaddexp logaddexp2 maximum minimum less less_equal greater greater_equal equal
+    not_equal logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor""".split())
+
+# Every 1024th back edge of a loop runs Python's signal handlers (`K.check_signals`), so
+# that Ctrl-C stops an endless compiled loop as it stops the interpreter: a masked
+# counter test per iteration, and 14 ns per 1024 iterations for the check itself.
+_SIGNAL_CHECK_MASK = 1023
 
 # Python operators that are exactly the ufunc on Numba's scalars and arrays (the
 # interpreter emits the same operators; see interpret._OPERATOR_FORMS)
@@ -393,7 +402,17 @@ class _Writer:
             leave if rerun else leave + ["break"])  # (a re-run's exit raises)
         body += self.edge(header, True) + self._from(loop.body, frozenset({header}),
                                                       on_return)
+        if self.forward is not None:  # an adjoint's loop counts nothing: ticks of its own
+            ticks = f"t{self.p}{self.c.loop_index[loop]}"
+            body += [f"{ticks} += 1", _signal_check(ticks)]
         return ["while True:"] + _indent(body)
+
+    def tick_counters(self) -> list[str]:
+        """An adjoint's loop counters for `_signal_check`, set once per call (they only
+        ever grow: the check needs no trip count, only a count of back edges)."""
+        if self.forward is None:
+            return []
+        return [f"t{self.p}{j} = 0" for j in range(len(self.c.loops))]
 
     def replay(self, loop: _Recomputed) -> list[str]:
         """Code re-running iterations of `loop` from the carry in its header's variables:
@@ -581,7 +600,7 @@ class _Writer:
                 lines += tape.push()
             if recomputed is not None:
                 lines += recomputed.back_edge()
-            lines.append(f"{count} += 1")
+            lines += [f"{count} += 1", _signal_check(count)]
             limit = loop.region.max_iters
             if limit is not None:
                 message = loop_limit_message(loop.region)
@@ -675,6 +694,12 @@ class _Recomputed:
         return [f"if rp{j} == re{j}:", f"    nex{j} -= 1", f"    rs{j} = ex{j}[nex{j}, 0]",
                 f"    rp{j} = ex{j}[nex{j}, 1]", f"    re{j} = rp{j} + ex{j}[nex{j}, 2]",
                 f"    nops{j} = rp{j}", f"    st{j} = rs{j}"]
+
+
+def _signal_check(counter: str) -> str:
+    """The line at a loop's back edge, after `counter` counted it, that runs Python's
+    signal handlers every 1024th time (see `_SIGNAL_CHECK_MASK`)."""
+    return f"if ({counter} & {_SIGNAL_CHECK_MASK}) == 0: K.check_signals()"
 
 
 def _indent(lines: list[str]) -> list[str]:
@@ -804,7 +829,8 @@ class _Module:
             inits += self._strategies(chosen, fwd)
             params = [fwd.name(p) for p in program.params] + [
                 adj.name(p) for p in plan.adjoint.params]
-            body = fwd.constants() + adj.constants() + inits + self.log(_BEGIN, run, 0)
+            body = (fwd.constants() + adj.constants() + adj.tick_counters() + inits
+                    + self.log(_BEGIN, run, 0))
             outputs = [f"out{i}" for i in range(len(program.outputs))]
             body += fwd.machine(lambda vals: [f"{', '.join(outputs)}, = {', '.join(vals)},"])
             body += adj.machine(lambda vals: self.log(_END, run, 0)
@@ -904,6 +930,8 @@ def cache_dir() -> Path:
 
 
 _LOADING = threading.Lock()
+_unusable: set[Path] = set()  # cache directories this process could not write to
+_own_directory: Path | None = None  # then its temporary directory, removed at exit
 
 
 def _load(source: str) -> Any:
@@ -919,12 +947,10 @@ def _load_unlocked(source: str) -> Any:
     if name in sys.modules:
         return sys.modules[name]
     directory = cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}.py"
-    if not path.exists() or path.read_text() != source:
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(source)
-        os.replace(tmp, path)
+    try:
+        path = _written(directory, name, source)
+    except OSError as e:
+        path = _written(_instead_of(directory, e), name, source)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -934,6 +960,44 @@ def _load_unlocked(source: str) -> Any:
         del sys.modules[name]  # so that a second attempt fails the same way
         raise
     return module
+
+
+def _written(directory: Path, name: str, source: str) -> Path:
+    """The module file `name`.py holding `source` in `directory` (created if need be),
+    written unless it is there already."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.py"
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    return path
+
+
+def _instead_of(directory: Path, error: OSError) -> Path:
+    """The directory to use when the cache directory cannot be (a file in its way, no
+    permission to write): a temporary one of this process, removed when it exits, so that
+    the program still compiles, with a `CompileWarning` (once per directory) that says
+    what failed and what to do. Only the disk cache is lost: each process compiles again.
+    A temporary directory that cannot be made either is `Unsupported`: the program runs
+    in the interpreter, with both reasons."""
+    global _own_directory
+    reason = f"{error.strerror or error}" + (f": {error.filename}" if error.filename else "")
+    if directory not in _unusable:
+        _unusable.add(directory)
+        warnings.warn(
+            f"cfgrad.jit cannot use its cache directory {directory} ({reason}); compiled "
+            "code is kept in a temporary directory until this process exits, so every "
+            "process compiles again: set CFGRAD_CACHE_DIR to a directory you can write to "
+            "(or remove what is in the way)", CompileWarning, stacklevel=2)
+    if _own_directory is None:
+        try:
+            _own_directory = Path(tempfile.mkdtemp(prefix="cfgrad-native-"))
+        except OSError as e:
+            raise Unsupported(f"no directory to write its generated code to: {directory} "
+                              f"({reason}), nor a temporary one ({e})") from None
+        atexit.register(shutil.rmtree, _own_directory, ignore_errors=True)
+    return _own_directory
 
 
 _KERNELS_VERSION = hashlib.sha256(Path(K.__file__).read_bytes()).hexdigest()[:16]

@@ -622,7 +622,8 @@ def _pow_dx(x, y, out):
 
 _binary("pow", np.power, _pow_dx, _pow_dy,
         "d/dy is taken as 0 where x <= 0 (log x undefined); d/dx follows y*x^(y-1), and is "
-        "0 where y == 0 (also at x = 0, as JAX); int ** int stays integer, as numpy")
+        "0 where y == 0 (also at x = 0, as JAX); int ** int stays integer, as numpy",
+        kernel=ks.power)
 
 
 def _integer_pow_impl(x: np.ndarray, n: int) -> np.ndarray:
@@ -642,28 +643,29 @@ def _integer_pow_impl(x: np.ndarray, n: int) -> np.ndarray:
 
 def integer_pow_source(x: str, n: int) -> str | None:
     """Source computing `x ** n` by exactly `_integer_pow_impl`'s multiplications (same
-    operands, same order, so the same rounding), for 1 <= |n| <= 16; None otherwise. The
+    operands, same order, so the same rounding), for 1 <= n <= 16; None otherwise. The
     interpreter and the compiled backend both emit it, so neither calls a function."""
-    if not 1 <= abs(n) <= 16:
+    if not 1 <= n <= 16:
         return None
-    result, base, k = None, x, abs(n)
+    result, base, k = None, x, n
     while k:
         if k & 1:
             result = base if result is None else f"({result} * {base})"
         k >>= 1
         if k:
             base = f"({base} * {base})"
-    return result if n > 0 else f"(1 / {result})"
+    return result
 
 
 def _integer_pow_kernel(args, types, out, n):
-    source = integer_pow_source(args[0], n)
-    if source is not None:
-        return source
+    """x ** |n| by the multiplications of `integer_pow_source` (`K.integer_pow` past 16),
+    and for a negative n its reciprocal, 1 of the result's dtype over it (a bare 1 is an
+    int64 to Numba, which would make a float32 quotient a float64)."""
+    one = f"np.{out.dtype.name}(1)"
     if n == 0:  # ones, whatever x holds (numpy's ones_like)
-        one = f"np.{out.dtype.name}(1)"
         return one if out.shape == () else f"np.ones({out.shape}, np.{out.dtype.name})"
-    return f"K.integer_pow({args[0]}, {n})"
+    power = integer_pow_source(args[0], abs(n)) or f"K.integer_pow({args[0]}, {abs(n)})"
+    return power if n > 0 else f"({one} / {power})"
 
 
 def _integer_pow_slope(x, n):
@@ -803,7 +805,7 @@ _register(Primitive(
                              unbroadcast(-ct * _truncated_quotient(*xs), xs[1].shape)),
     jvp=lambda ts, xs, out: _to_out_shape(_add_terms(
         ts[0], None if ts[1] is None else -ts[1] * _truncated_quotient(*xs)), out),
-    family="elementwise",
+    family="elementwise", kernel=ks.fmod,
     notes="C's fmod, the sign of x: x - trunc(x/y)*y, exact; d/dx = 1, d/dy = -trunc(x/y), "
           "as JAX; undefined where x/y is an integer (a jump)"))
 
@@ -848,7 +850,7 @@ def _mod_quotient(x, y):
 # 0 for a zero divisor, which a detour through float64 (floor(x / y)) does not.
 _register(Primitive(
     name="floor_divide", impl=np.floor_divide, abstract=_integer_division_type("floor_divide"),
-    family="elementwise", nondiff=True, real_only=True,
+    family="elementwise", nondiff=True, real_only=True, kernel=ks.floor_divide,
     notes="numpy's floor division, exact for integers: derivative 0 (undefined where x/y is "
           "an integer, taken as 0)"))
 _register(Primitive(
@@ -857,7 +859,7 @@ _register(Primitive(
                          unbroadcast(-ct * _mod_quotient(*xs), xs[1].shape)),
     jvp=lambda ts, xs, out: _to_out_shape(_add_terms(
         ts[0], None if ts[1] is None else -ts[1] * _mod_quotient(*xs)), out),
-    family="elementwise", real_only=True,
+    family="elementwise", real_only=True, kernel=ks.remainder,
     notes="x - floor(x/y)*y (numpy's sign convention): d/dx = 1, d/dy = -floor(x/y); "
           "undefined where x/y is an integer (a jump)"))
 
