@@ -41,9 +41,9 @@ from .convert import converted
 from .errors import ArgumentTypeError, TracerBoolError
 from .interpret import Compiled, Machine, as_runtime_value
 from .ir import Program, TensorType, type_of
-from .nested import Call, Pullback, add_contributions, filled, is_tracing
+from .nested import Call, Pullback, add_contributions, filled
 from .primitives import bind
-from .trace import Tracer, invalidate_lowerings, lowering_epoch, trace_nested, trace_program
+from .trace import Tracer, invalidate_lowerings, lowering_epoch, trace_program
 from .trace_context import LOWERING_LOCK, tracing
 
 
@@ -439,66 +439,3 @@ class custom_jvp(_CustomFunction):  # noqa: N801 - the JAX name
         if self.jvp is None:
             raise ArgumentTypeError(f"custom_jvp function {self.__name__} has no rule: "
                                     f"decorate its rule with @{self.__name__}.defjvp")
-
-
-def custom_root(f: Callable, initial_guess: Any, solve: Callable, tangent_solve: Callable,
-                has_aux: bool = False) -> Any:
-    """A root of `f` found by `solve(f, initial_guess)`, differentiated by the implicit
-    function theorem, as `jax.lax.custom_root`.
-
-    At the root x* of f(x, θ) = 0 (θ: the traced values `f` closes over), dx* = -(∂f/∂x)⁻¹
-    (∂f/∂θ) dθ: `tangent_solve(g, y)` solves the linear system g(v) = y, where g is ∂f/∂x at
-    x*, and the solver's iterations are never differentiated. Differentiating them would
-    cost a reverse pass through every iteration, and for a solver that reaches its result
-    only through comparisons (bisection) it would give exactly zero.
-
-    Built from pieces that already compose: the solver runs as ordinary traced code under
-    `stop_gradient`, and its result passes through a `custom_jvp` identity whose rule is the
-    theorem (reverse mode transposes that rule, which `tangent_solve` keeps linear). `f`,
-    with what it closes over as explicit parameters, is a sub-program whose JVP program
-    gives both partial derivatives, so the rule and all its derivatives are nodes of the
-    same kinds as any nested transformation."""
-    solved = solve(f, initial_guess)
-    if not is_tracing():  # nothing traced: nothing to differentiate
-        return solved
-    solution, aux = solved if has_aux else (solved, None)
-    solution = stop_gradient(solution)
-    x_leaves, x_tree = treelib.flatten(solution)
-    name = getattr(f, "__name__", "f")
-
-    def f_flat(*xs: Any) -> Any:
-        return f(treelib.unflatten(x_tree, list(xs)))
-
-    program, captured = trace_nested(f_flat, x_leaves, f"custom_root({name})")
-    residual = Call(program)
-    n = len(x_leaves)
-
-    def partial_jvp(x: list[Any], theta: tuple, dx: list[Any], dtheta: list[Any]) -> Any:
-        """∂f/∂x · dx + ∂f/∂θ · dθ at (x, θ), in f's output structure."""
-        tangents = residual.jvp_call([*x, *theta], [*dx, *dtheta])
-        return treelib.unflatten(program.out_tree, list(tangents))
-
-    def identity(x: Any, theta: tuple) -> Any:
-        return x
-
-    identity.__name__ = f"custom_root({name})"
-    root = custom_jvp(identity)
-
-    @root.defjvp
-    def theorem(primals: tuple, tangents: tuple) -> tuple:
-        """x ↦ x, with the theorem as its JVP rule. Inside the rule the root is this
-        function again, so a derivative of the rule, where the root moves with θ, uses the
-        theorem once more: every order of derivative of the root comes from the theorem,
-        none from the iterations."""
-        x, theta = primals
-        x = root(x, theta)
-        xs = treelib.flatten(x)[0]
-        rhs = partial_jvp(xs, theta, [None] * n, list(tangents[1]))
-        rhs = treelib.tree_map(lambda r: -r, rhs)
-        dx = tangent_solve(
-            lambda v: partial_jvp(xs, theta, treelib.flatten(v)[0], [None] * len(theta)),
-            rhs)
-        return x, dx
-
-    found = root(solution, tuple(captured))
-    return (found, stop_gradient(aux)) if has_aux else found

@@ -75,3 +75,10 @@ class ConversionError(LoweringError):
 class CompileError(CfgradError):
     """`cg.jit(..., fallback=False)` met a program the compiled backend cannot run: the
     message names what (a primitive, a custom rule's Python, a checkpoint strategy)."""
+
+
+class RootWarning(UserWarning):
+    """`cg.custom_root`: the solver's result is not a root of `f` (the Newton step from it,
+    `tangent_solve(g, f(x))`, is not small next to the solution), so the implicit
+    function theorem gives wrong derivatives there. A warning, not a CfgradError: the
+    value is the solver's, and may be what was wanted."""
