@@ -61,7 +61,7 @@ class Verdict:
         return all(c in (ZERO, LINEAR) for c in self.classes)
 
 
-def _where(n: Node) -> str:
+def _at(n: Node) -> str:
     return f" (traced at {n.loc})" if n.loc is not None else ""
 
 
@@ -117,46 +117,45 @@ class _Analysis:
             return self._opaque(n, ins)
         cls = self._primitive(n, ins)
         if cls == NONLINEAR:
-            self.blame(f"`{n.op}`{_where(n)}")
+            self.blame(f"`{n.op}`{_at(n)}")
         return [cls] * len(n.outputs)
 
     @staticmethod
-    def _independent(n: Node, ins: list[str]) -> str:
+    def _data(n: Node, ins: list[str]) -> tuple[list[str], list[str]]:
+        """The classes of the node's float inputs that are not indices, and of the rest
+        (indices, integers, conditions), which a linear use must not make depend on the
+        parameters."""
+        prim = PRIMITIVES.get(n.op)
+        indices = set(prim.dynamic) if prim is not None else set()
+        data = [i not in indices and v.type.is_float for i, v in enumerate(n.inputs)]
+        return ([c for c, d in zip(ins, data) if d], [c for c, d in zip(ins, data) if not d])
+
+    def _independent(self, n: Node, ins: list[str]) -> str:
         """ZERO where a linear primitive's inputs make it zero, else CONST: a value that
         is zero until a loop's back edge brings a linear one then becomes LINEAR, not the
         NONLINEAR join of CONST and LINEAR."""
-        prim = PRIMITIVES.get(n.op)
-        index_inputs = set(prim.dynamic) if prim is not None else set()
-        data = [c for i, c in enumerate(ins) if i not in index_inputs]
-        zeros = [c == ZERO for c in data]
-        if (n.op in _UNARY or n.op in _SUMS or n.op == "astype") and all(zeros) \
-                or n.op in _PRODUCTS and any(zeros) or n.op == "div" and zeros[0] \
-                or n.op == "where" and all(zeros[1:]):
+        zeros = [c == ZERO for c in self._data(n, ins)[0]]
+        if zeros and ((n.op in _UNARY or n.op in _SUMS or n.op == "astype") and all(zeros)
+                      or n.op in _PRODUCTS and any(zeros) or n.op == "div" and zeros[0]
+                      or n.op == "where" and all(zeros)):
             return ZERO
         return CONST
 
     def _primitive(self, n: Node, ins: list[str]) -> str:
-        if NONLINEAR in ins:
+        data, rest = self._data(n, ins)
+        if NONLINEAR in ins or LINEAR in rest:  # also an index that moves with them
             return NONLINEAR
-        prim = PRIMITIVES.get(n.op)
-        index_inputs = set(prim.dynamic) if prim is not None else set()
-        if any(ins[i] == LINEAR for i in index_inputs if i < len(ins)):
-            return NONLINEAR  # an index that moves with the parameters
-        data = [c for i, c in enumerate(ins) if i not in index_inputs]
         if n.op in _UNARY:
             return LINEAR
         if n.op == "astype":
-            return LINEAR if n.outputs[0].type.dtype.kind in "fc" else NONLINEAR
-        if n.op in _SUMS or n.op == "scatter" and n.params.get("op") == "set":
+            return LINEAR if n.outputs[0].type.is_float else NONLINEAR
+        if n.op in _SUMS or n.op == "where" or n.op == "scatter" and n.params["op"] == "set":
             return LINEAR if all(c in (ZERO, LINEAR) for c in data) else NONLINEAR
         if n.op in _PRODUCTS:
             return LINEAR if data.count(LINEAR) == 1 else NONLINEAR
-        if n.op in ("div", "solve"):  # numerator / right-hand side only
-            return LINEAR if ins[0 if n.op == "div" else 1] == LINEAR and data.count(
-                LINEAR) == 1 else NONLINEAR
-        if n.op == "where":
-            return LINEAR if ins[0] in (ZERO, CONST) and all(
-                c in (ZERO, LINEAR) for c in ins[1:]) else NONLINEAR
+        if n.op in ("div", "solve"):  # in the numerator, the right-hand side
+            return LINEAR if data.count(LINEAR) == 1 and data[
+                0 if n.op == "div" else 1] == LINEAR else NONLINEAR
         return NONLINEAR
 
     def _opaque(self, n: Node, ins: list[str]) -> list[str]:
@@ -168,9 +167,9 @@ class _Analysis:
                 problem = reverse_pass_problem(pullback.program)
                 if problem is None:
                     return [LINEAR] * len(n.outputs)
-                self.blame(f"a pullback{_where(n)} whose reverse pass is not linear: {problem}")
+                self.blame(f"a pullback{_at(n)} whose reverse pass is not linear: {problem}")
             else:
-                self.blame(f"a pullback{_where(n)} taken at a point that depends on them")
+                self.blame(f"a pullback{_at(n)} taken at a point that depends on them")
             return [NONLINEAR] * len(n.outputs)
         if n.op == "call":
             program = n.params["of"].program

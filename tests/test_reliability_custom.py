@@ -48,7 +48,8 @@ def sqrt_root(a, solve=newton, tangent_solve=scalar_solve, guess=1.0, f=None):
     lambda g, y: cg.cond(y > 0.0, lambda: y / g(1.0), lambda: 2.0 * y / g(1.0)),
     lambda g, y: cg.while_loop(lambda v: cnp.abs(g(v) - y) > 1e-12,
                                lambda v: v + (y - g(v)) / g(1.0), 0.0 * y),
-], ids=["square", "affine", "clip", "branch-on-y", "loop-stopping-on-y"])
+    lambda g, y: cnp.linalg.solve(cnp.reshape(y, (1, 1)), cnp.reshape(g(1.0), (1,)))[0],
+], ids=["square", "affine", "clip", "branch-on-y", "loop-stopping-on-y", "y-as-matrix"])
 def test_a_nonlinear_tangent_solve_is_refused(tangent_solve):
     with pytest.raises(cg.ArgumentTypeError, match=r"tangent_solve\(g, y\)` must be linear in y"):
         cg.grad(lambda a: sqrt_root(a, tangent_solve=tangent_solve))(2.0)
@@ -60,7 +61,9 @@ def test_a_nonlinear_tangent_solve_is_refused(tangent_solve):
     lambda g, y: cnp.linalg.solve(cnp.reshape(g(1.0), (1, 1)), cnp.reshape(y, (1,)))[0],
     lambda g, y: cnp.where(cnp.abs(g(1.0)) > 0.0, y / g(1.0), 0.0 * y),
     lambda g, y: cnp.sum(cnp.stack([y, y]) * np.array([0.25, 0.25])) * 2.0 / g(1.0),
-], ids=["divide", "richardson", "linalg-solve", "where-on-g", "stack-and-sum"])
+    lambda g, y: cg.scan(lambda v, k: (v + (y - g(v)) / g(1.0), v * k), 0.0 * y,
+                         np.arange(60.0))[0],
+], ids=["divide", "richardson", "linalg-solve", "where-on-g", "stack-and-sum", "scan"])
 def test_linear_tangent_solves_are_accepted(tangent_solve):
     """d sqrt(a)/da = 1/(2 sqrt a), by hand."""
     assert cg.grad(lambda a: sqrt_root(a, tangent_solve=tangent_solve))(2.0) == \
@@ -283,6 +286,14 @@ def test_the_clipped_second_derivative_is_the_same_under_every_strategy(strategy
     g = lambda x: f(x, checkpoint=strategy)  # noqa: E731
     for name, got in second_derivatives(g, x, checkpoint=strategy).items():
         assert got == pytest.approx(12 * CLIP * x ** 2, rel=1e-13), name
+
+
+def test_the_third_derivative_through_a_clipped_loop():
+    """The derivative of 12 L x² (above) is 24 L x, by every composition of three modes."""
+    f, x = clipped_power("fori"), 0.8
+    for got in (cg.jacfwd(cg.hessian(f))(x), cg.grad(cg.grad(cg.grad(f)))(x),
+                cg.jvp(cg.hessian(f), (x,), (1.0,))[1]):
+        assert got == pytest.approx(24 * CLIP * x, rel=1e-12)
 
 
 def test_a_clipped_gradient_of_a_product():
