@@ -34,7 +34,7 @@ from . import debug
 from . import tree as treelib
 from .custom import custom_jvp, stop_gradient
 from .errors import ArgumentTypeError, RootWarning
-from .ir import SourceLoc, TensorType, ir_dtype, type_of
+from .ir import Program, SourceLoc, TensorType, ir_dtype, type_of
 from .linearity import linear_in
 from .nested import Call, is_tracing
 from .primitives import bind
@@ -111,6 +111,25 @@ class _Arguments:
                 f"(solution, aux), got {_describe(tree, leaves)}")
         return solved[0], solved[1]
 
+    def residual(self, x_leaves: list[Any]) -> tuple[Program, list[Tracer]]:
+        """`f` as a program of x's leaves (then of the values of the trace being built it
+        closes over, returned too), its residual checked: one equation per unknown."""
+        def f_flat(*xs: Any) -> Any:
+            return self.f(treelib.unflatten(self.tree, list(xs)))
+
+        name = f"custom_root({self.name})"
+        program, theta = (trace_nested(f_flat, x_leaves, name) if is_tracing()
+                          else (trace_program(f_flat, tuple(x_leaves), name=name), []))
+        got = [v.type for v in program.outputs]
+        want = [_leaf_type(x) for x in x_leaves]
+        if program.out_tree != self.tree or got != want:
+            raise ArgumentTypeError(
+                f"custom_root({self.name}): `f` must return a residual of its argument's "
+                f"structure, shapes and dtypes ({_describe(self.tree, want)}: a root solves "
+                f"f(x) = 0 with as many equations as unknowns), but it returns "
+                f"{_describe(program.out_tree, got)}")
+        return program, theta
+
     def check_like_guess(self, what: str, value: Any) -> list[Any]:
         """The leaves of `value`, which must have the structure, shapes and dtypes of the
         initial guess (a Python float there matches any float dtype)."""
@@ -136,20 +155,7 @@ class _AtRoot:
         self.args = args
         self.x_leaves = x_leaves
         self.n = len(x_leaves)
-        tree = args.tree
-
-        def f_flat(*xs: Any) -> Any:
-            return args.f(treelib.unflatten(tree, list(xs)))
-
-        self.program, self.theta = trace_nested(f_flat, x_leaves, f"custom_root({args.name})")
-        got = [v.type for v in self.program.outputs]
-        want = [_leaf_type(x) for x in x_leaves]
-        if self.program.out_tree != tree or got != want:
-            raise ArgumentTypeError(
-                f"custom_root({args.name}): `f` must return a residual of its argument's "
-                f"structure, shapes and dtypes ({_describe(tree, want)}: a root solves f(x) = 0 "
-                f"with as many equations as unknowns), but it returns "
-                f"{_describe(self.program.out_tree, got)}")
+        self.program, self.theta = args.residual(x_leaves)
         self.residual = Call(self.program)
         self.linear_solve = self._traced_tangent_solve()
 
@@ -231,6 +237,7 @@ def custom_root(f: Callable, initial_guess: Any, solve: Callable, tangent_solve:
     """A root of `f` found by `solve(f, initial_guess)`, differentiated by the implicit
     function theorem, as `jax.lax.custom_root` (see the module's docstring)."""
     args = _Arguments(f, initial_guess, solve, tangent_solve, has_aux)
+    args.residual([np.zeros(t.shape, t.dtype) for t in args.types])  # before solve uses f
     solved = solve(f, initial_guess)
     solution, aux = args.split(solved)
     x_leaves = args.check_like_guess("the solution `solve` returned", solution)

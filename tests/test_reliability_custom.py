@@ -190,20 +190,22 @@ def test_argument_mistakes_are_caught_eagerly_too():
                        scalar_solve)
 
 
-def test_a_root_function_of_another_rank_fails_before_any_solve_runs():
+def test_a_root_function_of_another_rank_fails_before_the_solver_runs():
     """The rank-growing loop of issue 23 (a 33-dimension RuntimeError): f maps a vector to
-    a matrix, so a Python-loop tangent_solve grew a dimension per step. The residual's
-    shape is checked first."""
-    def richardson(g, y):
-        v = y
+    a matrix, so a Python-loop solver grew a dimension per step. The residual's shape is
+    checked on f before `solve` is called."""
+    def fixed_point(f, x0):
+        x = x0
         for _ in range(40):
-            v = y + v - g(v)
-        return v
+            x = x - f(x)
+        return x
 
-    with pytest.raises(cg.ArgumentTypeError, match=r"returns f64\[1,2\]"):
-        cg.grad(lambda a: cnp.sum(cg.custom_root(lambda y: y[None] - a, cnp.ones(2),
-                                                 lambda f, y0: cnp.ones(2) * a,
-                                                 richardson)))(2.0)
+    for run in (lambda a: cg.custom_root(lambda y: y[None] - a, cnp.ones(2), fixed_point,
+                                         scalar_solve),
+                cg.grad(lambda a: cnp.sum(cg.custom_root(lambda y: y[None] - a, cnp.ones(2),
+                                                         fixed_point, scalar_solve)))):
+        with pytest.raises(cg.ArgumentTypeError, match=r"returns f64\[1,2\]"):
+            run(2.0)
 
 
 def test_has_aux_without_a_pair_is_a_typed_error():
