@@ -11,7 +11,7 @@ from . import (
 from .anomaly import detect_anomaly
 from .api import grad, jvp, lower, value_and_grad, vjp
 from .convert import autograph
-from .custom import custom_jvp, custom_root, custom_vjp, stop_gradient
+from .custom import custom_jvp, custom_vjp, stop_gradient
 from .errors import (
     AnomalyError,
     ArgumentTypeError,
@@ -25,6 +25,7 @@ from .errors import (
     NonFiniteError,
     PathInstabilityError,
     ReplayMismatchError,
+    RootWarning,
     ScalerStateError,
     TracerBoolError,
     VerifyError,
@@ -38,6 +39,7 @@ from .numerics import LossScaler, clip_by_global_norm, clip_by_value
 from .numpy.core import Array
 from .numpy.indexed import dynamic_slice, dynamic_update_slice
 from .reverse import adjoint
+from .root import custom_root
 from .trace import cond, fori_loop, scan, switch, while_loop
 
 __all__ = [
@@ -45,7 +47,7 @@ __all__ = [
     "CompileError", "CompileWarning", "ConversionError",
     "LoopLimitError",
     "LossScaler", "LoweringError", "NonFiniteError", "PathInstabilityError", "Program",
-    "ReplayMismatchError", "ScalerStateError", "TracerBoolError", "VerifyError",
+    "ReplayMismatchError", "RootWarning", "ScalerStateError", "TracerBoolError", "VerifyError",
     "adjoint", "autograph", "checkpoint", "clip_by_global_norm", "clip_by_value", "cond",
     "custom_jvp", "custom_root", "custom_vjp", "debug", "detect_anomaly", "dynamic_slice",
     "dynamic_update_slice", "fori_loop", "grad", "hessian", "inspect", "jacfwd", "jacrev",

@@ -41,11 +41,14 @@ from .caches import SIGNATURES_PER_FUNCTION, BoundedDict
 from .convert import converted
 from .errors import ArgumentTypeError, TracerBoolError
 from .interpret import Compiled, Machine, as_runtime_value
-from .ir import Program, TensorType, type_of
-from .nested import Call, Pullback, add_contributions, filled, is_tracing
+from .ir import Node, Program, TensorType, type_of
+from .linearity import custom_vjp_rules, linear_in
+from .nested import Call, Pullback, add_contributions, filled, sub_programs
 from .primitives import bind
-from .trace import Tracer, invalidate_lowerings, lowering_epoch, trace_nested, trace_program
+from .reverse import active_values
+from .trace import Tracer, invalidate_lowerings, lowering_epoch, trace_program
 from .trace_context import LOWERING_LOCK, tracing
+from .verify import verify
 
 
 def stop_gradient(x: Any) -> Any:
@@ -59,6 +62,39 @@ def _dummies(types: list[TensorType]) -> list[np.ndarray]:
 
 def _types(leaves: list[Any]) -> list[TensorType]:
     return [x.value.type if isinstance(x, Tracer) else type_of(x) for x in leaves]
+
+
+def _custom_nodes(program: Program) -> list[Node]:
+    """The custom rules' nodes of `program` and of the programs its `call` and `vjp_call`
+    nodes stand for, at any depth."""
+    programs = [program] + [p for _, p in sub_programs(program)]
+    return [n for p in programs for b in p.blocks for n in b.nodes
+            if n.op in ("custom_vjp", "custom_jvp")]
+
+
+def _refuse_forward_mode_through_clipping(program: Program, what: str,
+                                          itself: custom_jvp | None = None,
+                                          own_problem: str | None = None) -> None:
+    """A derivative of a gradient differentiates a rule's code (`what`, lowered as
+    `program`) in forward mode, as cfgrad's units do. A custom_vjp called there whose bwd
+    is not linear in its cotangent (a clipped gradient) has no forward mode: JAX's
+    forward mode refuses it (its reverse mode over reverse mode differentiates it by its
+    bwd at the cotangent that reached it, which forward mode never sees). So does a call
+    of the function `itself` inside its own rules where its bwd is such (`own_problem`)."""
+    for rule in custom_vjp_rules(program):
+        problem = rule.bwd_problem()
+        if problem is not None:
+            break
+    else:
+        own = [n for n in _custom_nodes(program) if n.params["rule"].fn is itself]
+        if own_problem is None or not own:
+            return
+        problem = own_problem
+    raise ArgumentTypeError(
+        f"a derivative of a gradient differentiates {what} in forward mode, but it calls a "
+        f"custom_vjp function that has none: {problem} (its forward mode would not clip); "
+        "JAX's forward mode refuses it too. Compute that call's plain value inside the "
+        "rule, or give the inner function a cg.custom_jvp rule")
 
 
 def _run(compiled: Compiled, args: Any) -> tuple:
@@ -87,6 +123,52 @@ class _Signature:
 
     def args(self, leaves: list[Any]) -> tuple:
         return treelib.unflatten(self.in_tree, list(leaves))
+
+    def float_tangents(self, ts: list[Any]) -> list[Any]:
+        """The tangents of the float inputs, zeros for None: what a unit node takes."""
+        return filled([ts[i] for i in self.float_inputs],
+                      [self.in_types[i] for i in self.float_inputs])
+
+    def per_input(self, float_values: list[Any], zeros: bool = False) -> list[Any]:
+        """One entry per input from one per float input: None (or, with `zeros`, zeros of
+        the input's type) for the others."""
+        result: list[Any] = [None] * len(self.in_types)
+        for i, v in zip(self.float_inputs, float_values):
+            result[i] = v
+        return filled(result, self.in_types) if zeros else result
+
+    def make_unit(self, values_and_tangents: Callable[[list, list], tuple[list, list]],
+                  residuals: Callable[[list, list, list, list], tuple],
+                  cotangents: Callable[[tuple, list, list], tuple[list, list]]) -> _VJPRule:
+        """The rule of a unit (see `unit`): a custom_vjp function of (inputs, their float
+        tangents) -> (outputs, their tangents), with
+        - `values_and_tangents(u, du)` -> (values, tangents) of the outputs, then any extra
+          values the unit keeps as residuals (`residuals(u, du, values, tangents)`);
+        - `cotangents(residuals, dȳ, ȳ)` -> (dū, ū): ū the rule's first-order cotangents of
+          the float inputs for the outputs' cotangents ȳ, dū the derivative of ū along
+          the residuals' tangents and dȳ, for every input."""
+        n = self.n_out
+
+        def primal(u: tuple, du: tuple) -> tuple:
+            values, tangents = values_and_tangents(list(u), list(du))
+            return tuple(values[:n]), tuple(tangents[:n])
+
+        def fwd(u: tuple, du: tuple) -> tuple:
+            values, tangents = values_and_tangents(list(u), list(du))
+            return ((tuple(values[:n]), tuple(tangents[:n])),
+                    residuals(list(u), list(du), values, tangents))
+
+        def bwd(res: tuple, ct: tuple) -> tuple:
+            second, first = cotangents(res, list(ct[0]), list(ct[1]))
+            return tuple(self.per_input(second, zeros=True)), tuple(first)
+
+        unit = custom_vjp(primal)
+        unit.__name__ = f"{self.name}.unit"
+        unit.defvjp(fwd, bwd)
+        leaves = _dummies(self.in_types) + _dummies([self.in_types[i]
+                                                     for i in self.float_inputs])
+        args = (tuple(leaves[:len(self.in_types)]), tuple(leaves[len(self.in_types):]))
+        return unit._rule(treelib.flatten(args)[1], _types(leaves))
 
     def check_leaves(self, what: str, got: list[Any], want: list[TensorType],
                      whose: str = "") -> None:
@@ -157,6 +239,8 @@ class _VJPRule(_Signature):
         self.out_types = [v.type for v in self.fwd_program.outputs]
         self._forward_call: Call | None = None
         self._backward_call: Call | None = None
+        self._unit: _VJPRule | None = None
+        self._bwd_problem: str | None = None  # "" once bwd was found linear
 
     # forward
     def forward_types(self) -> list[TensorType]:
@@ -204,6 +288,70 @@ class _VJPRule(_Signature):
                           of=self.backward_call().pullback_of(wrt, None, of_jvp=False))
         return [transposed[n_res + i] if t.is_float else None
                 for i, t in enumerate(self.out_types[: self.n_out])]
+
+    # the derivative of a gradient (nested.py's second-order JVP program): the node as JAX's
+    # outer transformation sees a custom_vjp's expansion, fwd and bwd as ordinary code
+    def unit(self, ts: list[Any], xs: list[Any], active: list[bool]) -> tuple[list, list]:
+        """Values, residuals and their tangents by fwd as ordinary code (one `call` of its
+        JVP program); in reverse mode, for the outputs' cotangent ȳ and its derivative dȳ:
+        ū = bwd(r, ȳ), at the cotangent that reached the node, and dū = bwd's derivative
+        at (r, ȳ) along (ṙ, dȳ). A bwd that is not linear in ȳ (a clipped gradient) is
+        differentiated where it ran, as JAX differentiates it. (The unit takes every
+        input, `active` or not: an inactive one's cotangents reach nothing.)"""
+        if self._unit is None:
+            self._unit = self._lower_unit()
+        outs = bind("custom_vjp", *xs, *self.float_tangents(ts), rule=self._unit)
+        n, m = self.n_out, len(self.out_types)
+        values, tangents = list(outs[:n]), list(outs[n:2 * n])
+        residuals = list(outs[2 * n:])
+        return values + residuals[:m - n], tangents + residuals[m - n:]
+
+    def _lower_unit(self) -> _VJPRule:
+        for what, program in (("fwd", self.fwd_program), ("bwd", self.backward_call().program)):
+            _refuse_forward_mode_through_clipping(program, f"{self.name}'s {what}",
+                                                  self.fn.within_rules, self.bwd_problem())
+
+        def values_and_tangents(u: list, du: list) -> tuple[list, list]:
+            outs = self.forward_call().jvp_outputs(u, self.per_input(du))
+            return outs[:len(self.out_types)], outs[len(self.out_types):]
+
+        def residuals(u: list, du: list, values: list, tangents: list) -> tuple:
+            return tuple(values[self.n_out:]), tuple(tangents[self.n_out:])
+
+        def cotangents(res: tuple, dy_bar: list, y_bar: list) -> tuple[list, list]:
+            r, dr = list(res[0]), list(res[1])
+            bwd = self.backward_call()
+            first = list(bind("call", *r, *y_bar, of=bwd))
+            second = bwd.jvp_call(r + y_bar, dr + dy_bar)
+            return second, first
+
+        return self.make_unit(values_and_tangents, residuals, cotangents)
+
+    def second_order_problem(self) -> str | None:
+        """Why the derivative of a gradient through this rule needs its unit, or None: the
+        transpose of bwd (forward mode's rule, `rule_tangents`) is then exactly bwd's
+        derivative, which holds when bwd is linear in its cotangent and neither fwd nor
+        bwd calls another custom function (whose rule would be differentiated once more
+        instead of being used)."""
+        problem = self.bwd_problem()
+        if problem is not None:
+            return problem
+        for program in (self.fwd_program, self.backward_call().program):
+            for node in _custom_nodes(program):
+                if node.params["rule"].fn is not self.fn.within_rules:
+                    return f"{program.name} calls {node.params['rule']!r}"
+        return None
+
+    def bwd_problem(self) -> str | None:
+        """Why bwd is not linear in its cotangent (`clip` at its line), or None."""
+        if self._bwd_problem is None:
+            n_res = len(self.out_types) - self.n_out
+            program = self.backward_call().program
+            verdict = linear_in(program, list(range(n_res, len(program.params))))
+            self._bwd_problem = (
+                "" if verdict.linear else
+                f"{self.name}'s bwd is not linear in its cotangent: {verdict.culprit}")
+        return self._bwd_problem or None
 
     def forward_call(self) -> Call:
         if self._forward_call is None:
@@ -257,6 +405,7 @@ class _JVPRule(_Signature):
         self.primal_program = self.lower_primal()
         self.primal_compiled = Compiled(self.primal_program)
         self._transpose_pullback: Pullback | None = None
+        self._unit: _VJPRule | None = None
 
     def primal_types(self) -> list[TensorType]:
         return self.result_types
@@ -298,6 +447,51 @@ class _JVPRule(_Signature):
             result[i] = cotangents[n + i]
         return tuple(result)
 
+    # the derivative of a gradient (nested.py's second-order JVP program)
+    def unit(self, ts: list[Any], xs: list[Any], active: list[bool]) -> tuple[list, list]:
+        """Values and tangents by the rule's primal output as ordinary code (a call of the
+        function inside it is the function again, as in JAX); in reverse mode, for the
+        outputs' cotangent ȳ and its derivative dȳ: ū = the rule's transpose at ȳ and dū
+        its derivative along the inputs' tangents and dȳ."""
+        if self._unit is None:
+            self._unit = self._lower_unit()
+        outs = bind("custom_vjp", *xs, *self.float_tangents(ts), rule=self._unit)
+        n = self.n_out
+        return list(outs[:n]), list(outs[n:2 * n])
+
+    def _lower_unit(self) -> _VJPRule:
+        n = len(self.in_types)
+
+        def rule_primal(*leaves: Any) -> list[Any]:
+            return self._rule_outputs(list(leaves), _dummies(self.in_types))[0]
+
+        program = self.lower(rule_primal, self.in_types, f"{self.name}.jvp_primal",
+                             calls=self.fn.node)
+        _refuse_forward_mode_through_clipping(program, f"{self.name}'s jvp rule")
+        primal_output = Call(program)
+
+        def values_and_tangents(u: list, du: list) -> tuple[list, list]:
+            outs = primal_output.jvp_outputs(u, self.per_input(du))
+            return outs[:self.n_out], outs[self.n_out:]
+
+        def residuals(u: list, du: list, values: list, tangents: list) -> tuple:
+            return tuple(u), tuple(du)
+
+        transpose = self._outer_transpose()
+        _refuse_forward_mode_through_clipping(transpose.program, f"{self.name}'s jvp rule")
+
+        def cotangents(res: tuple, dy_bar: list, y_bar: list) -> tuple[list, list]:
+            u, du = list(res[0]), list(res[1])
+            outs, tangents = transpose.outputs_and_tangents(
+                [*self.per_input(du), *[None] * n, *dy_bar],
+                [*u, *_dummies(self.in_types), *y_bar])
+            floats = [n + i for i in self.float_inputs]
+            return (filled([tangents[k] for k in floats],
+                           [self.in_types[i] for i in self.float_inputs]),
+                    [outs[k] for k in floats])
+
+        return self.make_unit(values_and_tangents, residuals, cotangents)
+
     def _transpose(self) -> Pullback:
         """Reverse mode, with respect to the tangents, of the program (primals, tangents)
         -> the rule's tangent output. A call of the function inside the rule computes its
@@ -305,16 +499,43 @@ class _JVPRule(_Signature):
         tangents (a linear function whose rule is itself) is transposed as ordinary code,
         not by this pullback again without end; the values are the same either way."""
         if self._transpose_pullback is None:
-            n = len(self.in_types)
-
-            def linear(*leaves: Any) -> list[Any]:
-                return self._rule_outputs(list(leaves[:n]), list(leaves[n:]))[1]
-
-            program = self.lower(linear, self.in_types + self.in_types,
-                                 f"{self.name}.jvp_rule", self.jvp_rule)
-            self._transpose_pullback = Pullback(program, tuple(n + i for i in self.float_inputs),
-                                                None)
+            self._transpose_pullback = self._tangent_pullback(
+                self._tangent_program(self.fn.fun, "jvp_rule"))
         return self._transpose_pullback
+
+    def _outer_transpose(self) -> Pullback:
+        """The transpose as JAX's outer transformation sees it, for a derivative of it
+        (the unit): a call of the function on the primals (a coefficient, such as the
+        rule's own output) is the function again, differentiated by its rule, and one on
+        the tangents its primal, as in `_transpose` (the function's rule there would be
+        this transpose again, without end)."""
+        program = self._tangent_program(self.fn.node, "jvp_rule_outer")
+        n = len(self.in_types)
+        on_tangents = active_values(program, frozenset(range(n, 2 * n)))
+        for block in program.blocks:
+            block.nodes = [
+                Node("call", node.inputs, {"of": Call(node.params["rule"].primal_program)},
+                     node.outputs, node.loc)
+                if node.op == "custom_jvp" and node.params["rule"].fn is self.fn
+                and any(v in on_tangents for v in node.inputs) else node
+                for node in block.nodes]
+        return self._tangent_pullback(verify(program))
+
+    def _tangent_program(self, calls: Callable, name: str) -> Program:
+        """The rule's tangent output as a program of (primals, tangents), where a call of
+        the function is `calls`."""
+        n = len(self.in_types)
+
+        def linear(*leaves: Any) -> list[Any]:
+            return self._rule_outputs(list(leaves[:n]), list(leaves[n:]))[1]
+
+        return self.lower(linear, self.in_types + self.in_types, f"{self.name}.{name}",
+                          self.jvp_rule, calls=calls)
+
+    def _tangent_pullback(self, program: Program) -> Pullback:
+        """Reverse mode of a tangent program with respect to the tangents."""
+        n = len(self.in_types)
+        return Pullback(program, tuple(n + i for i in self.float_inputs), None)
 
 
 class _CustomFunction:
@@ -367,11 +588,16 @@ class _CustomFunction:
         return rule
 
     def __call__(self, *args: Any) -> Any:
-        leaves, in_tree = treelib.flatten(args)
+        leaves = treelib.flatten(args)[0]
         if not any(isinstance(x, Tracer) for x in leaves):
             return self.fun(*args)
         if self._inside:
             return self._inside[-1](*args)
+        return self.node(*args)
+
+    def node(self, *args: Any) -> Any:
+        """The function's node in the trace being built, for traced arguments."""
+        leaves, in_tree = treelib.flatten(args)
         self._ready()
         rule = self._rule(in_tree, _types(leaves))
         outs = bind(self.node_op, *leaves, rule=rule)
@@ -441,66 +667,3 @@ class custom_jvp(_CustomFunction):  # noqa: N801 - the JAX name
         if self.jvp is None:
             raise ArgumentTypeError(f"custom_jvp function {self.__name__} has no rule: "
                                     f"decorate its rule with @{self.__name__}.defjvp")
-
-
-def custom_root(f: Callable, initial_guess: Any, solve: Callable, tangent_solve: Callable,
-                has_aux: bool = False) -> Any:
-    """A root of `f` found by `solve(f, initial_guess)`, differentiated by the implicit
-    function theorem, as `jax.lax.custom_root`.
-
-    At the root x* of f(x, θ) = 0 (θ: the traced values `f` closes over), dx* = -(∂f/∂x)⁻¹
-    (∂f/∂θ) dθ: `tangent_solve(g, y)` solves the linear system g(v) = y, where g is ∂f/∂x at
-    x*, and the solver's iterations are never differentiated. Differentiating them would
-    cost a reverse pass through every iteration, and for a solver that reaches its result
-    only through comparisons (bisection) it would give exactly zero.
-
-    Built from pieces that already compose: the solver runs as ordinary traced code under
-    `stop_gradient`, and its result passes through a `custom_jvp` identity whose rule is the
-    theorem (reverse mode transposes that rule, which `tangent_solve` keeps linear). `f`,
-    with what it closes over as explicit parameters, is a sub-program whose JVP program
-    gives both partial derivatives, so the rule and all its derivatives are nodes of the
-    same kinds as any nested transformation."""
-    solved = solve(f, initial_guess)
-    if not is_tracing():  # nothing traced: nothing to differentiate
-        return solved
-    solution, aux = solved if has_aux else (solved, None)
-    solution = stop_gradient(solution)
-    x_leaves, x_tree = treelib.flatten(solution)
-    name = getattr(f, "__name__", "f")
-
-    def f_flat(*xs: Any) -> Any:
-        return f(treelib.unflatten(x_tree, list(xs)))
-
-    program, captured = trace_nested(f_flat, x_leaves, f"custom_root({name})", home=f)
-    residual = Call(program)
-    n = len(x_leaves)
-
-    def partial_jvp(x: list[Any], theta: tuple, dx: list[Any], dtheta: list[Any]) -> Any:
-        """∂f/∂x · dx + ∂f/∂θ · dθ at (x, θ), in f's output structure."""
-        tangents = residual.jvp_call([*x, *theta], [*dx, *dtheta])
-        return treelib.unflatten(program.out_tree, list(tangents))
-
-    def identity(x: Any, theta: tuple) -> Any:
-        return x
-
-    identity.__name__ = f"custom_root({name})"
-    root = custom_jvp(identity)
-
-    @root.defjvp
-    def theorem(primals: tuple, tangents: tuple) -> tuple:
-        """x ↦ x, with the theorem as its JVP rule. Inside the rule the root is this
-        function again, so a derivative of the rule, where the root moves with θ, uses the
-        theorem once more: every order of derivative of the root comes from the theorem,
-        none from the iterations."""
-        x, theta = primals
-        x = root(x, theta)
-        xs = treelib.flatten(x)[0]
-        rhs = partial_jvp(xs, theta, [None] * n, list(tangents[1]))
-        rhs = treelib.tree_map(lambda r: -r, rhs)
-        dx = tangent_solve(
-            lambda v: partial_jvp(xs, theta, treelib.flatten(v)[0], [None] * len(theta)),
-            rhs)
-        return x, dx
-
-    found = root(solution, tuple(captured))
-    return (found, stop_gradient(aux)) if has_aux else found

@@ -83,3 +83,10 @@ class CompileWarning(UserWarning):
     """`cg.jit` compiles or runs a function other than the way it would like to: it runs
     in the interpreter (the message says why), or its compiled code cannot be kept in the
     cache directory (the message names the directory and what to do)."""
+
+
+class RootWarning(UserWarning):
+    """`cg.custom_root`: the solver's result is not a root of `f` (the Newton step from it,
+    `tangent_solve(g, f(x))`, is not small next to the solution), so the implicit
+    function theorem gives wrong derivatives there. A warning, not a CfgradError: the
+    value is the solver's, and may be what was wanted."""

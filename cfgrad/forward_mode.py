@@ -37,6 +37,9 @@ from .primitives import PRIMITIVES
 from .trace import Trace
 from .verify import verify
 
+# the nodes a program's second-order JVP program replaces by units (see build_jvp)
+_UNITS = ("custom_vjp", "custom_jvp", "call")
+
 
 def _or_zeros(tangent: Any, v: Value, zeros: Any) -> Value:
     return (tangent if tangent is not None else zeros(v)).value
@@ -88,10 +91,18 @@ def _place_region(nr: Region, r: Region, starts: dict[Block, Block], ends: dict[
         nr.trip_bounds = (primal[r.trip_bounds[0]], primal[r.trip_bounds[1]])
 
 
-def build_jvp(fwd: Program) -> Program:
+def build_jvp(fwd: Program, active: set[Value] | None = None) -> Program:
     """Parameters: the primals, then one tangent per float primal. Results: the outputs,
-    then one tangent per output (zeros for non-float outputs)."""
-    t = Trace(f"{fwd.name}.jvp", home=fwd.loc, derived=True)  # nodes: the copied node's line
+    then one tangent per output (zeros for non-float outputs).
+
+    With `active` (the values a gradient of the program differentiates), the program
+    whose reverse mode gives the derivative of that gradient (nested.py): each custom
+    rule's node, and each `call`, with an active input becomes its `unit`, whose values
+    and tangents are the rule's as ordinary code and whose reverse mode gives the rule's
+    cotangents and their derivative, as JAX's outer transformation sees a rule that the
+    gradient expanded. Inactive ones keep their JVP: the gradient never expands them."""
+    t = Trace(f"{fwd.name}.{'jvp' if active is None else 'jvp2'}", home=fwd.loc,
+              derived=True)  # nodes: the copied node's line
     t.counters = _next_region_numbers(fwd)
     # every tracer lives in the top scope (or, inside a rule's cond or loop, below it);
     # its region follows the block being copied, so a rule's regions nest in that one
@@ -140,7 +151,7 @@ def build_jvp(fwd: Program) -> Program:
                 tangent[phi.out] = t.tracer(tp.out)
             phi_pairs.append((phi, p, tp))
         for n in b.nodes:
-            _copy_node(t, n, primal, tangent)
+            _copy_node(t, n, primal, tangent, active)
         ends[b] = t.current
         created[b] = t.blocks[first_new:]
         if t.current is not nb and isinstance(b.region, LoopRegion) and b is b.region.header:
@@ -173,7 +184,8 @@ def build_jvp(fwd: Program) -> Program:
     return verify(run_passes(program, JVP_PIPELINE))
 
 
-def _copy_node(t: Trace, n: Node, primal: dict[Value, Value], tangent: dict[Value, Any]) -> None:
+def _copy_node(t: Trace, n: Node, primal: dict[Value, Value], tangent: dict[Value, Any],
+               active: set[Value] | None) -> None:
     """Emit node n into the JVP program at the insertion point, then its JVP rule's nodes
     (which carry n's source location)."""
     if n.op == "const":
@@ -181,18 +193,22 @@ def _copy_node(t: Trace, n: Node, primal: dict[Value, Value], tangent: dict[Valu
         return
     t.loc_override = n.loc
     try:
-        _emit_with_tangent(t, n, primal, tangent)
+        _emit_with_tangent(t, n, primal, tangent, active)
     finally:
         t.loc_override = None
 
 
 def _emit_with_tangent(t: Trace, n: Node, primal: dict[Value, Value],
-                       tangent: dict[Value, Any]) -> None:
+                       tangent: dict[Value, Any], active: set[Value] | None) -> None:
     prim = PRIMITIVES[n.op]
     ins = [t.tracer(primal[v]) for v in n.inputs]
     ts = [tangent.get(v) for v in n.inputs]
     if prim.jvp_gives_primal and any(x is not None for x in ts):
-        outs, tans = prim.jvp(ts, ins, None, **n.params)
+        if active is not None and n.op in _UNITS and any(v in active for v in n.inputs):
+            owner = n.params["of" if n.op == "call" else "rule"]
+            outs, tans = owner.unit(ts, ins, [v in active for v in n.inputs])
+        else:
+            outs, tans = prim.jvp(ts, ins, None, **n.params)
         for o, new_out, tan in zip(n.outputs, outs, tans):
             primal[o] = t.value_of(new_out)  # a tracer, or a constant (zeros)
             if tan is not None and o.type.is_float:

@@ -1,5 +1,5 @@
 """Transformations applied inside another transformation's trace: derivatives of
-derivatives (design §12.2).
+derivatives.
 
 When `grad`, `value_and_grad`, `vjp` or `jvp` is called while a function is being traced,
 it cannot run: its inputs are not known yet. It traces its own function into a sub-program
@@ -16,25 +16,32 @@ parameters (x, dx) and results (y, dy)):
 
 - JVP of `call P` along dx: the tangent results of `call J (x, dx)`.
 - VJP of `call P` for cotangents c: `vjp_call P (x, c)`.
-- JVP of `g = vjp_call P (x, c)` along (dx, dc): g is linear in c, so its tangent is
-  `vjp_call P (x, dc)` plus D_x[J_P(x)ᵀ c] dx. When P has no custom rule this is the
-  derivative in x of `c · J_P(x) dx` (symmetric second derivatives), reverse mode of J with
-  cotangent (0, c) on its results: `vjp_call J (x, dx, 0, c)`, first n results, a
-  Hessian-vector product by reverse over forward, without reversing a reverse. A custom
-  rule's derivative field need not be a gradient, so there it is the transpose it is:
-  reverse mode of J's JVP program in J's tangent parameters (`Pullback._along_x`).
-- VJP of `g = vjp_call P (x, c)` for cotangents ḡ: since `ḡ · g = c · J_P(x) ḡ`, the
-  cotangent of c is `call J (x, ḡ)`'s tangent results and that of x is
-  `vjp_call J (x, ḡ, 0, c)`, first n results.
+- JVP of `g = vjp_call P (x, c)` along (dx, dc). Without custom rules g is linear in c, so
+  its tangent is `vjp_call P (x, dc)` plus D_x[J_P(x)ᵀ c] dx, the derivative in x of
+  `c · J_P(x) dx` (symmetric second derivatives): reverse mode of J with cotangent (0, c)
+  on its results, `vjp_call J (x, dx, 0, c)`, first n results, a Hessian-vector product by
+  reverse over forward, without reversing a reverse. With custom rules, the tangent JAX
+  gives is forward mode over P's reverse pass with each rule's fwd and bwd as ordinary
+  code (a bwd that clips its cotangent is differentiated where it ran, at the cotangent
+  that reached it): reverse mode of K, P's second-order JVP program (J with each custom
+  rule the gradient differentiates replaced by its unit, custom.py), with cotangent
+  (dc, c) on its results, `vjp_call K (x, dx, dc, c)`, whose first n results are the
+  tangent and whose next are g (`Pullback._through_units`).
+- VJP of `g = vjp_call P (x, c)` for cotangents ḡ: where J is the transpose of P's reverse
+  pass (no custom_vjp rule whose bwd is not linear in its cotangent or calls another
+  custom function, `Pullback.transposes_by_rule`), ḡ · g = c · J_P(x) ḡ, so the cotangent
+  of c is `call J (x, ḡ)`'s tangent results and that of x is `vjp_call J (x, ḡ, 0, c)`,
+  first n results. Elsewhere each element of the cotangents is ḡ · dg along a basis
+  vector, one reverse pass of K each (`Pullback._column`).
 
 Every reverse pass is an ordinary reverse pass of an ordinary Program, so while loops with
 data-dependent trip counts, the control log and every checkpoint strategy work at every
 order, and results do not depend on the strategy.
 
 Forward over reverse, reverse over reverse and JAX then agree also for custom rules whose
-derivative field is not a gradient (a rule for x·y that drops y's part): both rules of
-`vjp_call` rest on ḡ · J_P(x)ᵀ c = c · J_P(x) ḡ, which holds for every x whatever the
-rules are.
+derivative field is not a gradient (a rule for x·y that drops y's part), whose bwd clips,
+or that call other custom functions: each composition is a derivative of the reverse pass
+JAX differentiates.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from . import numpy as cnp
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled, detect_anomaly
 from .checkpoint import RunStats, resolve
@@ -61,8 +69,10 @@ from .interpret import (
     repeating,
 )
 from .ir import Program, TensorType
+from .linearity import custom_vjp_rules
 from .primitives import bind
-from .trace import Tracer, trace_nested
+from .reverse import active_values
+from .trace import Tracer, fori_loop, trace_nested, trace_program
 from .trace_context import LOWERING_LOCK, current_trace
 
 # Where the statistics of nested pullbacks' runs go while `recorded_runs()` is active.
@@ -193,6 +203,13 @@ class _Derived:
                           lambda: Pullback(self.jvp_program if of_jvp else self.program, wrt,
                                            checkpoint, check, repeats))
 
+    def second_order_program(self, wrt: tuple[int, ...]) -> Program:
+        """P's second-order JVP program for P's gradient with respect to the parameters
+        `wrt` (forward_mode.build_jvp): its custom rules and calls that gradient
+        differentiates become units."""
+        return self._once(("jvp2", wrt), lambda: build_jvp(
+            self.program, active=active_values(self.program, frozenset(wrt))))
+
     def float_params(self) -> list[int]:
         return [i for i, p in enumerate(self.program.params) if p.type.is_float]
 
@@ -261,6 +278,19 @@ class Call(_Derived):
         m = len(self.program.outputs)
         return outs[:m], outs[m:]
 
+    def unit(self, ts: list[Any], xs: list[Any], active: list[bool]) -> tuple[list, list]:
+        """The node in a second-order JVP program (forward_mode.build_jvp), where a
+        gradient differentiates it through its `active` inputs: one `call` of P's own
+        second-order JVP program for that gradient, whose reverse mode is exact as the
+        enclosing program's is (see `Pullback._through_units`)."""
+        wrt = tuple(i for i, a in enumerate(active) if a)
+        params = self.program.params
+        dx = [_zeros(params[i].type) if ts[i] is None else ts[i] for i in self.float_params()]
+        outs = bind("call", *xs, *dx, of=self._once(("unit", wrt), lambda: Call(
+            self.second_order_program(wrt))))
+        m = len(self.program.outputs)
+        return list(outs[:m]), list(outs[m:])
+
     def cotangents(self, cts: list[Any], xs: list[Any]) -> list[Any]:
         wrt = tuple(self.float_params())
         full = filled(cts, [v.type for v in self.program.outputs])
@@ -312,12 +342,16 @@ class Pullback(_Derived):
         return tuple(as_runtime_value(c) for c in cts)
 
     def outputs_and_tangents(self, ts: list[Any], xs: list[Any]) -> tuple[list, list]:
-        """g = P's pullback of c at x, and its tangent along (dx, dc): g is linear in c,
-        so dc contributes P's pullback of dc; dx contributes the derivative of g in x
-        along dx, from one reverse pass that also gives g (`_along_x`)."""
+        """g = P's pullback of c at x, and its tangent along (dx, dc). Without custom
+        rules, g is linear in c, so dc contributes P's pullback of dc, and dx the
+        derivative of g in x along dx, from one reverse pass that also gives g
+        (`_along_x`). With custom rules, both come from one reverse pass of P's
+        second-order JVP program (`_through_units`)."""
         program = self.program
         n = len(program.params)
         x, c, dx, dc = list(xs[:n]), list(xs[n:]), ts[:n], ts[n:]
+        if self.has_custom_rules:
+            return self._through_units(x, c, dx, dc)
         tangents: list[Any] = [None] * n
         if any(dx[i] is not None for i in self.float_params()):
             outs, tangents = self._along_x(x, dx, c)
@@ -332,36 +366,46 @@ class Pullback(_Derived):
 
     def _along_x(self, x: list[Any], dx: list[Any], c: list[Any]) -> tuple[list, list]:
         """g = J_P(x)ᵀ c and its derivative in x along dx, D_x[J_P(x)ᵀ c] dx (None outside
-        `wrt`).
-
-        When J_P is a true Jacobian (P has no custom rule), that derivative is the gradient
-        of c · J_P(x) dx (symmetric second derivatives): reverse mode of J, whose pass also
-        gives g. A custom rule's derivative field need not be a gradient (a rule for x·y
-        that drops y's part), so then it is computed as the transpose it is: with ḡ the
-        tangent parameters of J (J_P(x) ḡ = J's tangent results), D_x[J_P(x)ᵀ c] dx is the
-        gradient in ḡ of c · D_x[J_P(x) ḡ] dx, the derivative of J's tangent results along
-        (dx, dḡ = 0): reverse mode of J's JVP program with cotangent c on those, where the
-        same pass gives g as the cotangent of dḡ. Both passes are exact whatever the rules
-        are, since ḡ · J_P(x)ᵀ c = c · J_P(x) ḡ for every x."""
+        `wrt`), for P without custom rules: the gradient of c · J_P(x) dx (second
+        derivatives are symmetric), reverse mode of J, whose pass also gives g."""
         program = self.program
         n = len(program.params)
         floats = self.float_params()
-        if not self.has_custom_rules:
-            g = self.jvp_pullback(x, dx, c, self.wrt, self.checkpoint, also_primal=True)
-            value = {i: g[n + k] for k, i in enumerate(floats)}
-            along = {i: g[i] for i in floats}
-        else:
-            nf, m = len(floats), len(program.outputs)
-            g_bar = [_zeros(program.params[i].type) for i in floats]  # J is linear in ḡ
-            wrt = tuple(n + k for k, i in enumerate(floats) if i in self.wrt)
-            g = self.jvp_call_of().jvp_pullback(
-                x + g_bar, list(dx) + [None] * nf, [None] * m + list(c), wrt,
-                self.checkpoint, also_primal=True)
-            value = {i: g[n + 2 * nf + k] for k, i in enumerate(floats)}  # dḡ's
-            along = {i: g[n + k] for k, i in enumerate(floats)}
+        g = self.jvp_pullback(x, dx, c, self.wrt, self.checkpoint, also_primal=True)
+        value = {i: g[n + k] for k, i in enumerate(floats)}
         outs = [value[i] if i in self.wrt else _zeros(p.type)
                 for i, p in enumerate(program.params)]
-        return outs, [along[i] if i in self.wrt else None for i in range(n)]
+        return outs, [g[i] if i in self.wrt else None for i in range(n)]
+
+    def _through_units(self, x: list[Any], c: list[Any], dx: list[Any],
+                       dc: list[Any]) -> tuple[list, list]:
+        """g and its tangent along (dx, dc) for P with custom rules, as JAX's forward mode
+        over P's reverse pass gives them, where each rule's fwd and bwd are ordinary code:
+        reverse mode of K = P's second-order JVP program (forward_mode.py), with cotangent
+        dc on its values and c on its tangents. For every node of P, the cotangent that
+        pass gives a tangent value of K is P's cotangent ū of that value, and the one it
+        gives a value is ū's derivative dū along (dx, dc): for a primitive by the symmetry
+        of its second derivative, and for a custom rule by its unit, whose reverse mode
+        computes ū and dū from the rule as JAX does (bwd where it ran, at the cotangent
+        that reached it, whatever that is linear in). So K's parameters receive the
+        tangent of g (x's) and g (dx's)."""
+        program = self.program
+        n = len(program.params)
+        floats = self.float_params()
+        out_types = [v.type for v in program.outputs]
+        dxs = filled([dx[i] for i in floats], [program.params[i].type for i in floats])
+        wrt = self.wrt + tuple(n + k for k, i in enumerate(floats) if i in self.wrt)
+        g = bind("vjp_call", *x, *dxs, *filled(dc, out_types), *c, of=self.units_pullback(wrt))
+        position = {i: n + k for k, i in enumerate(floats)}
+        outs = [g[position[i]] if i in self.wrt else _zeros(p.type)
+                for i, p in enumerate(program.params)]
+        return outs, [g[i] if i in self.wrt else None for i in range(n)]
+
+    def units_pullback(self, wrt: tuple[int, ...]) -> Pullback:
+        """The parameter of a `vjp_call` of P's second-order JVP program for this
+        pullback's gradient (its `wrt`), with respect to `wrt` of that program."""
+        return self._once(("units", wrt), lambda: Pullback(
+            self.second_order_program(self.wrt), wrt, self.checkpoint, self.check))
 
     @property
     def has_custom_rules(self) -> bool:
@@ -371,6 +415,15 @@ class Pullback(_Derived):
             for p in [self.program] + [q for _, q in sub_programs(self.program)]
             for block in p.blocks for node in block.nodes))
 
+    @property
+    def transposes_by_rule(self) -> bool:
+        """Whether reverse mode of this pullback may take P's JVP program as the transpose
+        of P's reverse pass (`cotangents`): true unless a custom_vjp rule in P has a `bwd`
+        that is not linear in its cotangent (a clipped gradient), or a fwd or bwd that calls
+        another custom function, for which JVP program and reverse pass differ."""
+        return self._once("transposes by rule", lambda: all(
+            rule.second_order_problem() is None for rule in custom_vjp_rules(self.program)))
+
     def cotangents(self, cts: list[Any], xs: list[Any]) -> list[Any]:
         program = self.program
         n = len(program.params)
@@ -379,11 +432,62 @@ class Pullback(_Derived):
         along = [cts[i] if i in self.wrt else None for i in range(n)]
         if all(a is None for a in along):
             return [None] * len(xs)
+        if not self.transposes_by_rule:
+            g_bar = filled([along[i] for i in self.wrt], [program.params[i].type
+                                                          for i in self.wrt])
+            return [bind("call", *x, *c, *g_bar, of=self._column(j))[0]
+                    if t.is_float else None for j, t in enumerate(self._column_types())]
         ct_c = self.jvp_call(x, along)
         ct_x = self.jvp_pullback(x, along, c, tuple(self.float_params()), self.checkpoint)
         ct_x = [g if program.params[i].type.is_float else None for i, g in enumerate(ct_x)]
         ct_c = [g if v.type.is_float else None for v, g in zip(program.outputs, ct_c)]
         return ct_x + ct_c
+
+    def _column_types(self) -> list[TensorType]:
+        """The node's inputs' types: P's parameters, then its results' cotangents."""
+        return [p.type for p in self.program.params] + [v.type for v in self.program.outputs]
+
+    def _column(self, j: int) -> Call:
+        """The cotangent of the node's input j for cotangents ḡ of its results, where P's
+        reverse pass is not linear in c or its JVP program is no transpose of it (see
+        `transposes_by_rule`): element k of it is ḡ · dg along the k-th basis vector e_k
+        of input j, one reverse pass of P's second-order JVP program (`_through_units`)
+        each, in a loop over the elements. That costs a pass per element where JAX
+        transposes the pass it linearized; cg.hessian and cg.jacfwd(cg.grad(f)), forward
+        mode over the reverse pass, need one pass per column."""
+        def build() -> Call:
+            program = self.program
+            n, types = len(program.params), self._column_types()
+            floats, t = self.float_params(), types[j]
+            if t.dtype.kind == "c":
+                raise ArgumentTypeError(
+                    f"a derivative of the gradient of {program.name} in reverse mode meets a "
+                    "custom_vjp rule whose bwd is not linear in its cotangent (or that calls "
+                    "another custom function) and a complex input; use forward mode over "
+                    "the gradient (cg.hessian, cg.jacfwd(cg.grad(f))) instead")
+            units = self.units_pullback(self.wrt)
+
+            def column(*leaves: Any) -> Any:
+                x, c = list(leaves[:n]), list(leaves[n:len(types)])
+                g_bar = leaves[len(types):]
+
+                def element(k: Any, acc: Any) -> Any:
+                    e = cnp.reshape((cnp.arange(t.size) == k).astype(t.dtype), t.shape)
+                    dx = [e if i == j else _zeros(program.params[i].type) for i in floats]
+                    dc = [e if n + o == j else _zeros(v.type)
+                          for o, v in enumerate(program.outputs)]
+                    dg = bind("vjp_call", *x, *dx, *dc, *c, of=units)
+                    total = sum(cnp.sum(cnp.real(gb * dg[i])) for i, gb in zip(self.wrt, g_bar))
+                    return acc.at[k].set(cnp.asarray(total).astype(t.dtype))
+
+                flat = fori_loop(0, t.size, element, np.zeros(t.size, t.dtype))
+                return cnp.reshape(flat, t.shape)
+
+            g_types = [program.params[i].type for i in self.wrt]
+            return Call(trace_program(column, tuple(_zeros(u) for u in types + g_types),
+                                      name=f"{program.name}.column{j}"))
+
+        return self._once(("column", j), build)
 
 
 # ---------------------------------------------------------------------------------

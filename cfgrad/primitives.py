@@ -2719,12 +2719,12 @@ _register(Primitive(
     abstract=lambda types, rule: rule.forward_types(),
     vjp=lambda cts, xs, outs, rule: rule.pullback(cts, xs, outs),
     jvp=lambda ts, xs, outs, rule: rule.outputs_and_tangents(ts, xs), family="custom",
-    promote="none", multi_output=True, jvp_gives_primal=True,
+    promote="none", multi_output=True, jvp_gives_primal=True, aliases=True,
     notes="a cg.custom_vjp function: its fwd runs forward (outputs, then residuals), its bwd "
-          "(a `call` of its program) gives the cotangents; forward mode transposes bwd, "
-          "which is linear in its cotangents, so both modes give the rule's derivative, "
-          "with values from fwd; a derivative of the gradient differentiates fwd and bwd "
-          "as ordinary code", aliases=True))
+          "(a `call` of its program) gives the cotangents; forward mode transposes bwd's "
+          "derivative in its cotangent (bwd itself where it is linear in it), so both modes "
+          "give the rule's derivative, with values from fwd; a derivative of the gradient "
+          "differentiates fwd and bwd as ordinary code, bwd at the cotangent that reached it"))
 _register(Primitive(
     name="custom_jvp", impl=lambda *xs, rule: rule.primal(xs),
     abstract=lambda types, rule: rule.primal_types(),
@@ -2773,6 +2773,7 @@ _register(_sub_program_primitive(
                 "function): its parameters' cotangents from its outputs' cotangents, by a "
                 "taped run and its adjoint under the call's checkpoint strategy; the JVP of "
                 "it is reverse mode of the sub-program's JVP program (a Hessian-vector "
-                "product; of that program's own JVP program when custom rules make the "
-                "second derivative unsymmetric), its VJP a call of that JVP program and "
-                "reverse mode of it"))
+                "product; with custom rules, of its second-order JVP program, where each "
+                "rule differentiates its fwd and bwd as ordinary code), its VJP a call of "
+                "that JVP program and reverse mode of it (with a bwd not linear in its "
+                "cotangent, one reverse pass of the second-order program per input element)"))

@@ -341,6 +341,78 @@ def test_custom_rules_at_second_and_third_order_agree_with_jax(k, strategy):
         assert got == pytest.approx(want3, rel=1e-9, abs=1e-11)
 
 
+# Custom rules that JAX differentiates where they ran (issue 23, item 7): a bwd that clips
+# its cotangent (not linear in it), with and without residuals, in loops, and rules whose
+# fwd or bwd call other custom functions. The derivative of the gradient must
+# differentiate fwd and bwd as ordinary code, as JAX's reverse over reverse does.
+def clipping_rules(lib, custom_vjp):
+    np_ = lib.np
+
+    @custom_vjp
+    def clip_gradient(x):
+        return x
+
+    clip_gradient.defvjp(lambda x: (x, None), lambda r, g: (np_.clip(g, -0.6, 0.6),))
+
+    @custom_vjp
+    def clipped_sin(x):
+        return np_.sin(x)
+
+    clipped_sin.defvjp(lambda x: (np_.sin(x), np_.cos(x)),
+                       lambda c, g: (np_.clip(g * c, -0.5, 0.5),))
+
+    @custom_vjp
+    def skew(x, y):
+        return x * y
+
+    skew.defvjp(lambda x, y: (x * y, (x, y)), lambda r, g: (g * r[1] * 2.0, g * r[0] * r[0]))
+
+    @custom_vjp
+    def nested(x):  # fwd and bwd call other custom functions
+        return np_.sin(x)
+
+    nested.defvjp(lambda x: (skew(np_.sin(x), 1.0), x),
+                  lambda x, g: (skew(g, np_.cos(x)) * x,))
+
+    W = np.array([[0.9, -0.4], [0.3, 1.1]])
+
+    def clipped_rnn(v):
+        out = lib.fori_loop(0, 3, lambda i, c: clip_gradient(np_.tanh(W @ c) * v * 2.0), v)
+        return np_.sum(out * out) * 2.0
+
+    def clipped_scan(v):
+        def step(c, k):
+            c2 = clipped_sin(c * v[0] + k)
+            return c2 * 2.0 + v[1], c2 * c
+        c, ys = lib.scan(step, v[1], np.array([0.1, 0.2, 0.3]))
+        return c + np_.sum(ys)
+
+    def clipped_branches(v):
+        def step(i, c):
+            return lib.cond(c > 0.0, lambda u: clip_gradient(np_.sin(u) * v[0] * 2.0),
+                            lambda u: clipped_sin(u * v[1]), c)
+        return lib.fori_loop(0, 4, step, v[0] + v[1])
+
+    def nested_in_loop(v):
+        return lib.fori_loop(0, 3, lambda i, c: nested(c * v[0]) * 2.0 + c * v[1], v[0])
+
+    return [clipped_rnn, clipped_scan, clipped_branches, nested_in_loop]
+
+
+@pytest.mark.parametrize("k", range(4), ids=["rnn", "scan", "branches", "nested"])
+@pytest.mark.parametrize("strategy", [None, Binomial(2)], ids=repr)
+def test_custom_rules_differentiated_where_they_ran_agree_with_jax(k, strategy):
+    lib = SimpleNamespace(np=cnp, cond=cg.cond, fori_loop=functools.partial(
+        cg.fori_loop, checkpoint=strategy), scan=functools.partial(cg.scan, checkpoint=strategy))
+    ours, theirs = clipping_rules(lib, cg.custom_vjp)[k], clipping_rules(JAX, jax.custom_vjp)[k]
+    x = np.array([0.7, -0.5])
+    want = np.asarray(jax.jacrev(jax.grad(theirs))(jnp.asarray(x)))
+    g = cg.grad(ours, checkpoint=strategy)
+    for got in (cg.hessian(ours, checkpoint=strategy)(x), cg.jacrev(g)(x), cg.jacfwd(g)(x),
+                np.stack([cg.jvp(g, (x,), (e,))[1] for e in np.eye(2)], axis=1)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
 # -- The elementwise family (issue 13): every example of tests/numpy_cases/elementwise.py,
 # value and gradient, against jax.numpy. Where JAX refuses an example (integer rounding
 # to negative decimals, a scalar polynomial, the gradient of a cast to an integer, an

@@ -1,0 +1,466 @@
+"""Reliability of the custom derivative rules (issue 23, items 5, 7 and part of 12):
+`cg.custom_root`'s argument checks, its refusal of a nonlinear `tangent_solve` and its
+warning where the solver's result is no root; second derivatives through `custom_vjp`
+rules whose `bwd` is not linear in the cotangent (gradient clipping) or that call other
+custom functions, in every composition of modes, with closed-form expectations."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import cfgrad as cg
+import cfgrad.numpy as cnp
+from cfgrad.checkpoint import Binomial, Online, Recompute
+
+
+def newton(f, x0):
+    return cg.fori_loop(0, 30, lambda i, x: x - f(x) / cg.grad(f)(x), x0)
+
+
+def bisection(f, x0):
+    def step(i, bracket):
+        lo, hi = bracket
+        mid = 0.5 * (lo + hi)
+        return cg.cond(f(mid) > 0.0, lambda: (lo, mid), lambda: (mid, hi))
+
+    lo, hi = cg.fori_loop(0, 80, step, (0.0 * x0, 10.0 + 0.0 * x0))
+    return 0.5 * (lo + hi)
+
+
+def scalar_solve(g, y):
+    return y / g(1.0)
+
+
+def sqrt_root(a, solve=newton, tangent_solve=scalar_solve, guess=1.0, f=None):
+    return cg.custom_root(f or (lambda x: x * x - a), guess, solve, tangent_solve)
+
+
+# -- custom_root: a tangent_solve that is not linear in y ------------------------------
+
+
+@pytest.mark.parametrize("tangent_solve", [
+    lambda g, y: y * y / g(1.0),                  # the issue's reproduction: gave -0.0
+    lambda g, y: y / g(1.0) + 1.0,                # affine: forward mode would add the 1
+    lambda g, y: cnp.clip(y, -1.0, 1.0) / g(1.0),
+    lambda g, y: cg.cond(y > 0.0, lambda: y / g(1.0), lambda: 2.0 * y / g(1.0)),
+    lambda g, y: cg.while_loop(lambda v: cnp.abs(g(v) - y) > 1e-12,
+                               lambda v: v + (y - g(v)) / g(1.0), 0.0 * y),
+    lambda g, y: cnp.linalg.solve(cnp.reshape(y, (1, 1)), cnp.reshape(g(1.0), (1,)))[0],
+], ids=["square", "affine", "clip", "branch-on-y", "loop-stopping-on-y", "y-as-matrix"])
+def test_a_nonlinear_tangent_solve_is_refused(tangent_solve):
+    with pytest.raises(cg.ArgumentTypeError, match=r"tangent_solve\(g, y\)` must be linear in y"):
+        cg.grad(lambda a: sqrt_root(a, tangent_solve=tangent_solve))(2.0)
+
+
+@pytest.mark.parametrize("tangent_solve", [
+    scalar_solve,
+    lambda g, y: cg.fori_loop(0, 60, lambda i, v: v + (y - g(v)) / g(1.0), 0.0 * y),
+    lambda g, y: cnp.linalg.solve(cnp.reshape(g(1.0), (1, 1)), cnp.reshape(y, (1,)))[0],
+    lambda g, y: cnp.where(cnp.abs(g(1.0)) > 0.0, y / g(1.0), 0.0 * y),
+    lambda g, y: cnp.sum(cnp.stack([y, y]) * np.array([0.25, 0.25])) * 2.0 / g(1.0),
+    lambda g, y: cg.scan(lambda v, k: (v + (y - g(v)) / g(1.0), v * k), 0.0 * y,
+                         np.arange(60.0))[0],
+], ids=["divide", "richardson", "linalg-solve", "where-on-g", "stack-and-sum", "scan"])
+def test_linear_tangent_solves_are_accepted(tangent_solve):
+    """d sqrt(a)/da = 1/(2 sqrt a), by hand."""
+    assert cg.grad(lambda a: sqrt_root(a, tangent_solve=tangent_solve))(2.0) == \
+        pytest.approx(0.5 / np.sqrt(2.0), rel=1e-12)
+
+
+def test_the_reproduction_of_the_issue_names_the_operation_and_line():
+    with pytest.raises(cg.ArgumentTypeError) as err:
+        cg.grad(lambda a: cg.custom_root(lambda y: y * y - a, 1.0, lambda f, y0: cnp.sqrt(a),
+                                         lambda g, y: y * y / g(1.0)))(2.0)
+    message = str(err.value)
+    assert "custom_root(<lambda>)" in message and "`mul`" in message
+    assert "test_reliability_custom.py" in message
+
+
+# -- custom_root: the solver's result is not a root ------------------------------------
+
+
+def stops_early(f, x0):
+    return cg.fori_loop(0, 2, lambda i, x: x - f(x) / cg.grad(f)(x), x0)
+
+
+def first_guess(f, x0):
+    return x0
+
+
+@pytest.mark.parametrize("solve", [first_guess, stops_early], ids=["guess", "two-steps"])
+def test_a_result_that_is_no_root_warns_eagerly_and_in_every_transformation(solve):
+    root = lambda a: sqrt_root(a, solve=solve)  # noqa: E731
+    for run in (root, cg.grad(root), cg.jit(cg.grad(root)),
+                lambda a: cg.jvp(root, (a,), (1.0,)), cg.grad(cg.grad(root))):
+        with pytest.warns(cg.RootWarning, match="not a root of f"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", cg.CompileWarning)
+                run(2.0)
+
+
+def test_the_warning_fires_at_run_time_for_each_input():
+    """The solution is only known when the program runs: a cached program warns for the
+    input where the solver fails and not for the one where it converges."""
+    def solve(f, x0):  # converges from x0 near the root only
+        return cg.fori_loop(0, 4, lambda i, x: x - f(x) / cg.grad(f)(x), x0)
+
+    g = cg.grad(lambda a, guess: sqrt_root(a, solve=solve, guess=guess))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cg.RootWarning)
+        assert g(2.0, 1.4) == pytest.approx(0.5 / np.sqrt(2.0), rel=1e-12)
+    with pytest.warns(cg.RootWarning):
+        g(2.0, 40.0)
+
+
+@pytest.mark.parametrize("solve", [newton, bisection], ids=["newton", "bisection"])
+def test_converged_solvers_do_not_warn(solve):
+    """Also float32 and roots at 0 (scale from the initial guess) and a vector fixed
+    point: a converged solve is at the rounding level."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cg.RootWarning)
+        assert cg.grad(lambda a: sqrt_root(a, solve=solve))(3.0) == pytest.approx(
+            0.5 / np.sqrt(3.0), rel=1e-10)
+        x32 = cg.custom_root(lambda x: x * x - np.float32(2.0), np.float32(1.0), solve,
+                             scalar_solve)
+        assert x32.dtype == np.float32 and x32 == pytest.approx(np.sqrt(2.0), rel=1e-6)
+        assert cg.grad(lambda a: cg.custom_root(lambda x: x - a, 1.0, solve,
+                                                scalar_solve))(0.0) == 1.0
+        W = np.array([[0.2, -0.1], [0.05, 0.3]])
+
+        def equilibrium(b):
+            f = lambda x: x - cnp.tanh(W @ x + b)  # noqa: E731
+            return cg.custom_root(f, cnp.zeros(2),
+                                  lambda f, x0: cg.fori_loop(0, 100, lambda i, x: x - f(x), x0),
+                                  lambda g, y: cg.fori_loop(0, 100,
+                                                            lambda i, v: y + v - g(v), y))
+        cg.grad(lambda b: cnp.sum(equilibrium(b) ** 2))(np.array([0.5, -0.25]))
+
+
+# -- custom_root: argument mistakes ----------------------------------------------------
+
+
+def probe(**changes):
+    """custom_root of x² - a with one argument replaced, under cg.grad."""
+    def fn(a):
+        kw = dict(f=lambda x: x * x - a, initial_guess=1.0,
+                  solve=lambda f, x0: cnp.sqrt(a), tangent_solve=scalar_solve)
+        kw.update({k: (v(a) if k in ("f", "solve") and getattr(v, "wants_a", False) else v)
+                   for k, v in changes.items()})
+        return cnp.sum(cg.custom_root(**kw))
+    return cg.grad(fn)(2.0)
+
+
+def with_a(fn):
+    fn.wants_a = True
+    return fn
+
+
+@pytest.mark.parametrize(("changes", "pattern"), [
+    (dict(f=3.0), r"`f` must be a function x -> f\(x\).*got float 3\.0"),
+    (dict(solve=5), r"`solve` must be a function \(f, initial_guess\).*got int 5"),
+    (dict(tangent_solve=None), r"`tangent_solve` must be a function.*got NoneType None"),
+    (dict(initial_guess="1.0"), r"`initial_guess` must be a float array.*got str '1.0'"),
+    (dict(initial_guess=1), r"`initial_guess` must be a float.*got i64\[\]; write 1\.0 for 1"),
+    (dict(initial_guess=None), r"`initial_guess` must be a float array.*got None"),
+    (dict(f=with_a(lambda a: lambda x: cnp.ones(3) * x - a)),
+     r"`f` must return a residual of its argument's structure.*\(f64\[\]: .*returns f64\[3\]"),
+    (dict(f=with_a(lambda a: lambda x: (x - a, x))),
+     r"`f` must return a residual.*returns \(\*, \*\) with leaves \[f64\[\], f64\[\]\]"),
+    (dict(solve=with_a(lambda a: lambda f, x0: cnp.sqrt(a) * cnp.ones(2))),
+     r"the solution `solve` returned is f64\[2\], but it must have .* initial_guess: f64\[\]"),
+    (dict(solve=with_a(lambda a: lambda f, x0: cnp.sqrt(a).astype(np.float32)),
+          initial_guess=np.float64(1.0)),
+     r"the solution `solve` returned is f32\[\].*initial_guess: f64\[\]"),
+    (dict(tangent_solve=lambda g, y: cnp.ones(2) * y / g(1.0)),
+     r"the result of `tangent_solve` is f64\[2\], but it must have"),
+])
+def test_argument_mistakes_are_typed_errors_naming_the_argument(changes, pattern):
+    with pytest.raises(cg.ArgumentTypeError, match=pattern):
+        probe(**changes)
+
+
+def test_argument_mistakes_are_caught_eagerly_too():
+    with pytest.raises(cg.ArgumentTypeError, match="`f` must be a function"):
+        cg.custom_root(3.0, 1.0, lambda f, x0: 1.0, scalar_solve)
+    with pytest.raises(cg.ArgumentTypeError, match="`f` must return a residual"):
+        cg.custom_root(lambda x: cnp.ones((1, 1)) * (x - 2.0), 1.0, lambda f, x0: 2.0,
+                       scalar_solve)
+
+
+def test_a_root_function_of_another_rank_fails_before_the_solver_runs():
+    """The rank-growing loop of issue 23 (a 33-dimension RuntimeError): f maps a vector to
+    a matrix, so a Python-loop solver grew a dimension per step. The residual's shape is
+    checked on f before `solve` is called."""
+    def fixed_point(f, x0):
+        x = x0
+        for _ in range(40):
+            x = x - f(x)
+        return x
+
+    for run in (lambda a: cg.custom_root(lambda y: y[None] - a, cnp.ones(2), fixed_point,
+                                         scalar_solve),
+                cg.grad(lambda a: cnp.sum(cg.custom_root(lambda y: y[None] - a, cnp.ones(2),
+                                                         fixed_point, scalar_solve)))):
+        with pytest.raises(cg.ArgumentTypeError, match=r"returns f64\[1,2\]"):
+            run(2.0)
+
+
+def test_has_aux_without_a_pair_is_a_typed_error():
+    with pytest.raises(cg.ArgumentTypeError, match=r"has_aux=True\): `solve` must return a pair"):
+        cg.grad(lambda a: cg.custom_root(lambda x: x * x - a, 1.0, lambda f, x0: cnp.sqrt(a),
+                                         scalar_solve, has_aux=True))(2.0)
+
+
+# -- second derivatives through custom rules (item 7) ----------------------------------
+#
+# JAX differentiates a gradient's reverse pass as ordinary code: a custom_vjp's bwd runs
+# at the cotangent that reached it and is differentiated there, whatever it is linear in.
+# Every expectation below is derived by hand from that (the derivation in the comment);
+# tests/test_against_jax.py checks the same programs against JAX itself.
+
+CLIP = 0.6
+
+
+@cg.custom_vjp
+def clip_gradient(x):
+    return x
+
+
+clip_gradient.defvjp(lambda x: (x, None), lambda _, g: (cnp.clip(g, -CLIP, CLIP),))
+
+
+@cg.custom_vjp
+def clipped_sin(x):  # residual cos(x), cotangent clipped after the chain rule
+    return cnp.sin(x)
+
+
+clipped_sin.defvjp(lambda x: (cnp.sin(x), cnp.cos(x)),
+                   lambda c, g: (cnp.clip(g * c, -0.5, 0.5),))
+
+
+def second_derivatives(f, x, checkpoint=None):
+    """The derivative of f's gradient at scalar x by every composition of modes."""
+    g = cg.grad(f, checkpoint=checkpoint)
+    return {"hessian": cg.hessian(f, checkpoint=checkpoint)(x), "jacfwd(grad)": cg.jacfwd(g)(x),
+            "jacrev(grad)": cg.jacrev(g)(x), "grad(grad)": cg.grad(g)(x),
+            "jvp(grad)": cg.jvp(g, (x,), (1.0,))[1]}
+
+
+def clipped_power(loop):
+    """c ← clip_gradient(x·c) three times from c = x: the value x⁴. Reverse, the output's
+    cotangent 1 is clipped to L = CLIP, then L·x and L·x² pass (below L for 0 < x < 1):
+    gradient L·x³ + (L·x)·x² + (L·x²)·x + (L·x²)·x = 4 L x³, whose derivative — the
+    clipped bwd differentiated where it ran — is 12 L x² (the unclipped one would be
+    12 x²), under every checkpoint strategy (`checkpoint=`)."""
+    def f(x, checkpoint=None):
+        def step(c):
+            return clip_gradient(x * c)
+
+        if loop == "fori":
+            return cg.fori_loop(0, 3, lambda i, c: step(c), x, checkpoint=checkpoint)
+        if loop == "while":
+            return cg.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, step(c[1])), (0, x),
+                                 checkpoint=checkpoint)[1]
+        if loop == "scan":
+            return cg.scan(lambda c, k: (step(c), k), x, np.arange(3.0),
+                           checkpoint=checkpoint)[0]
+        c = x
+        for _ in range(3):
+            c = step(c)
+        return c
+    return f
+
+
+@pytest.mark.parametrize("loop", ["python", "fori", "while", "scan"])
+def test_a_clipped_gradient_in_a_loop_is_differentiated_where_it_clipped(loop):
+    f, x = clipped_power(loop), 0.8
+    assert cg.grad(f)(x) == pytest.approx(4 * CLIP * x ** 3, rel=1e-14)
+    for name, got in second_derivatives(f, x).items():
+        assert got == pytest.approx(12 * CLIP * x ** 2, rel=1e-13), name
+
+
+@pytest.mark.parametrize("strategy", [Binomial(2), Recompute(), Online(1)], ids=repr)
+def test_the_clipped_second_derivative_is_the_same_under_every_strategy(strategy):
+    f, x = clipped_power("while"), 0.8
+    g = lambda x: f(x, checkpoint=strategy)  # noqa: E731
+    for name, got in second_derivatives(g, x, checkpoint=strategy).items():
+        assert got == pytest.approx(12 * CLIP * x ** 2, rel=1e-13), name
+
+
+def test_the_third_derivative_through_a_clipped_loop():
+    """The derivative of 12 L x² (above) is 24 L x, by every composition of three modes."""
+    f, x = clipped_power("fori"), 0.8
+    for got in (cg.jacfwd(cg.hessian(f))(x), cg.grad(cg.grad(cg.grad(f)))(x),
+                cg.jvp(cg.hessian(f), (x,), (1.0,))[1]):
+        assert got == pytest.approx(24 * CLIP * x, rel=1e-12)
+
+
+def test_a_clipped_gradient_of_a_product():
+    """f = 3·clip_gradient(x sin x): the cotangent 3 is clipped to L, so f' = L u' with
+    u = x sin x, and f'' = L u'' = L (2 cos x - x sin x) (3 u'' unclipped)."""
+    f, x = (lambda x: 3.0 * clip_gradient(cnp.sin(x) * x)), 1.3
+    for name, got in second_derivatives(f, x).items():
+        assert got == pytest.approx(CLIP * (2 * np.cos(x) - x * np.sin(x)), rel=1e-13), name
+
+
+@pytest.mark.parametrize("x", [0.8, 1.2125], ids=["clipped", "unclipped"])
+def test_a_rule_with_residuals_clipping_after_the_chain_rule(x):
+    """f = 3·clipped_sin(x²): f' = clip(3 cos u, ±1/2)·2x with u = x². Where 3 cos u > 1/2
+    (x = 0.8) the clip is constant, f' = x and f'' = 1; where it is not (x = 1.2125),
+    f'' = 6 cos u - 12 u sin u."""
+    f = lambda x: clipped_sin(x * x) * 3.0  # noqa: E731
+    u = x * x
+    want = 1.0 if x == 0.8 else 6 * np.cos(u) - 12 * u * np.sin(u)
+    for name, got in second_derivatives(f, x).items():
+        assert got == pytest.approx(want, rel=1e-12), name
+
+
+def test_a_vector_hessian_through_clipping_in_a_loop_is_the_derivative_of_the_gradient():
+    """The Hessian JAX computes is the derivative of the gradient function as computed
+    (clipping included), which away from a clip's kink central differences of cg.grad
+    give (its first derivative is right: test_custom.py)."""
+    W = np.array([[0.9, -0.4], [0.3, 1.1]])
+
+    def loss(clip):
+        def f(v):
+            out = cg.fori_loop(0, 3, lambda i, c: clip(cnp.tanh(W @ c) * v * 2.0), v)
+            return cnp.sum(out * out) * 2.0
+        return f
+
+    f, v, h = loss(clip_gradient), np.array([0.7, -0.5]), 1e-6
+    g = cg.grad(f)
+    want = np.stack([(g(v + h * e) - g(v - h * e)) / (2 * h) for e in np.eye(2)], axis=1)
+    unclipped = cg.hessian(loss(lambda c: c))(v)
+    assert np.max(np.abs(unclipped - want)) > 1.0  # the clips are active at v
+    for got in (cg.hessian(f)(v), cg.jacrev(g)(v), cg.jacfwd(g)(v),
+                np.stack([cg.jvp(g, (v,), (e,))[1] for e in np.eye(2)], axis=1)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
+
+
+# custom_vjp rules that call other custom functions: the derivative of the gradient
+# differentiates fwd and bwd with those functions' rules, as JAX does.
+
+@cg.custom_vjp
+def skewed_sin(x):  # its rule: cos(x)·(1 + 0.3x)
+    return cnp.sin(x)
+
+
+skewed_sin.defvjp(lambda x: (cnp.sin(x), (cnp.cos(x), x)),
+                  lambda r, g: (g * r[0] * (1.0 + 0.3 * r[1]),))
+
+
+@cg.custom_vjp
+def skewed_product(x, y):  # its rule: ∂/∂x = 2y, ∂/∂y = x²
+    return x * y
+
+
+skewed_product.defvjp(lambda x, y: (x * y, (x, y)),
+                      lambda r, g: (g * r[1] * 2.0, g * r[0] * r[0]))
+
+
+@cg.custom_vjp
+def sin_by_skewed_fwd(x):
+    return cnp.sin(x)
+
+
+sin_by_skewed_fwd.defvjp(lambda x: (skewed_sin(x) * 1.0, x), lambda x, g: (g * cnp.cos(x) * x,))
+
+
+@cg.custom_vjp
+def sin_by_skewed_bwd(x):
+    return cnp.sin(x)
+
+
+sin_by_skewed_bwd.defvjp(lambda x: (cnp.sin(x), x),
+                         lambda x, g: (skewed_product(g, cnp.cos(x)) * x,))
+
+
+def test_a_fwd_calling_another_custom_function_is_differentiated_by_its_rule():
+    """F = A(x²)·3x with A's value sin from fwd = skewed_sin, bwd g·cos(u)·u: F' =
+    3 sin u + 6x⁴ cos u (u = x²); F'' differentiates sin u by skewed_sin's rule,
+    cos u (1 + 0.3u)·2x, so F'' = 6x cos u (1 + 0.3u) + 24x³ cos u - 12x⁵ sin u (the
+    plain cos u in the first term before)."""
+    x = 1.1
+    u = x * x
+    want = 6 * x * np.cos(u) * (1 + 0.3 * u) + 24 * x ** 3 * np.cos(u) - 12 * x ** 5 * np.sin(u)
+    for name, got in second_derivatives(lambda x: sin_by_skewed_fwd(x * x) * 3.0 * x, x).items():
+        assert got == pytest.approx(want, rel=1e-12), name
+
+
+def test_a_bwd_calling_another_custom_function_is_differentiated_by_its_rule():
+    """F = B(x²)·3x with bwd skewed_product(g, cos u)·u at g = 3x: F' = 3 sin u + s·2x³
+    with s = 3x cos u (skewed_product's value); F'' = 6x cos u + s'·2x³ + s·6x², where
+    s' comes from skewed_product's rule: 2 cos u·3 + (3x)²·(-2x sin u)."""
+    x = 1.1
+    u = x * x
+    s, ds = 3 * x * np.cos(u), 6 * np.cos(u) - 18 * x ** 3 * np.sin(u)
+    want = 6 * x * np.cos(u) + ds * 2 * x ** 3 + s * 6 * x ** 2
+    for name, got in second_derivatives(lambda x: sin_by_skewed_bwd(x * x) * 3.0 * x, x).items():
+        assert got == pytest.approx(want, rel=1e-12), name
+
+
+def test_a_custom_jvp_rule_whose_tangent_has_a_custom_coefficient():
+    """f = j(x²) whose rule's tangent is dx·q(x, x), q = x·y with the rule y dx + x² dy:
+    f' = 2x⁵; f'' differentiates q(u, u) by its rule, (u + u²)·2x, so f'' = 6x⁴ + 4x⁶
+    (JAX's value; 10 x⁴ if q were differentiated as x·y)."""
+    @cg.custom_jvp
+    def q(x, y):
+        return x * y
+
+    @q.defjvp
+    def _(p, t):
+        return p[0] * p[1], p[1] * t[0] + p[0] * p[0] * t[1]
+
+    @cg.custom_jvp
+    def j(x):
+        return cnp.tanh(x)
+
+    @j.defjvp
+    def _(p, t):
+        return cnp.tanh(p[0]), t[0] * q(p[0], p[0])
+
+    x = 0.8
+    for name, got in second_derivatives(lambda x: j(x * x), x).items():
+        assert got == pytest.approx(6 * x ** 4 + 4 * x ** 6, rel=1e-13), name
+
+
+@cg.custom_vjp
+def clip_calling_itself(x):
+    return x
+
+
+clip_calling_itself.defvjp(lambda x: (clip_calling_itself(x), None),
+                           lambda _, g: (cnp.clip(g, -CLIP, CLIP),))
+
+
+@cg.custom_vjp
+def clipped_inside_fwd(x):
+    return cnp.sin(x)
+
+
+clipped_inside_fwd.defvjp(lambda x: (clipped_sin(x), x), lambda x, g: (g * cnp.cos(x),))
+
+
+@cg.custom_vjp
+def clipped_inside_bwd(x):
+    return cnp.sin(x)
+
+
+clipped_inside_bwd.defvjp(lambda x: (cnp.sin(x), x),
+                          lambda x, g: (clip_gradient(g * cnp.cos(x)),))
+
+
+@pytest.mark.parametrize("fn", [clip_calling_itself, clipped_inside_fwd, clipped_inside_bwd],
+                         ids=["fwd-calls-itself", "in-fwd", "in-bwd"])
+def test_a_clipping_rule_inside_a_rule_refuses_the_second_derivative(fn):
+    """cfgrad differentiates a rule's fwd and bwd in forward mode, which a clipping rule
+    called there does not have (JAX's jacfwd refuses these too); the first derivative
+    works."""
+    f = lambda x: fn(x * x) * 3.0  # noqa: E731
+    assert np.isfinite(cg.grad(f)(0.9))
+    for second in (cg.hessian(f), cg.grad(cg.grad(f))):
+        with pytest.raises(cg.ArgumentTypeError, match="has none: .*not linear in its cotangent"):
+            second(0.9)
