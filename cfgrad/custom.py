@@ -466,7 +466,7 @@ class _JVPRule(_Signature):
             return self._rule_outputs(list(leaves), _dummies(self.in_types))[0]
 
         program = self.lower(rule_primal, self.in_types, f"{self.name}.jvp_primal",
-                             calls=self.fn.node)
+                             self.jvp_rule, calls=self.fn.node)
         _refuse_forward_mode_through_clipping(program, f"{self.name}'s jvp rule")
         primal_output = Call(program)
 

@@ -358,6 +358,9 @@ logical_and, logical_or, logical_xor = (
     _make_binary(n) for n in ("logical_and", "logical_or", "logical_xor"))
 
 
+_FLOAT64_INTEGERS = int(_np.finfo(_np.float64).max)  # the largest integer float() takes
+
+
 def power(x: Any, y: Any) -> Any:
     """x ** y. With a Python integer exponent it is `integer_pow` (repeated
     multiplication, like JAX): exact, cheap, and with a derivative for negative bases (no
@@ -366,10 +369,10 @@ def power(x: Any, y: Any) -> Any:
             x, int | float):
         if y == 1:
             return x
-        if not -2**63 <= y < 2**63:
+        if abs(y) > _FLOAT64_INTEGERS:  # its derivative n x^(n-1) needs float(n)
             raise ArgumentValueError(
-                f"power: an integer exponent of {len(str(abs(int(y))))} digits is beyond int64, "
-                "which numpy cannot take either (OverflowError); use a float exponent")
+                f"power: an integer exponent of {len(str(abs(int(y))))} digits is beyond "
+                "float64's range, which numpy cannot take either (OverflowError)")
         if y < 0 and _np.dtype(getattr(x, "dtype", _np.float64)).kind in "biu":
             raise ArgumentValueError(
                 f"power: an integer base to the negative power {int(y)}; integers to "
