@@ -211,7 +211,13 @@ def test_a_negative_integer_power_raises_numpys_error_compiled_too(negative: str
 # ---------------------------------------------------------------------------------
 
 ENDLESS = textwrap.dedent("""
+    import signal
+
     import cfgrad as cg
+
+    # Python's own Ctrl-C handler, which a process started with SIGINT ignored (a test
+    # command run in the background, as CI may) does not install by itself
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def forever(x):
         return cg.while_loop(lambda c: c >= 0.0, lambda c: c + 1.0, x)

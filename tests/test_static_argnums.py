@@ -158,20 +158,25 @@ def test_static_values_are_keyed_by_type_and_bits_at_every_depth(transform):
     assert len(traced) == 4
 
 
-def test_a_static_argument_taking_new_values_keeps_a_bounded_cache():
+def test_a_static_argument_taking_new_values_keeps_a_bounded_cache(monkeypatch):
     """A program calling with ever new static values (or shapes) keeps the signatures
-    traced last, not all of them (the cache grew without end)."""
+    traced last, not all of them (the cache grew without end). The bound is made small
+    here (each new static value of a jitted function is a compile)."""
+    import cfgrad.api
+    import cfgrad.jitted
     from cfgrad.api import _CACHE
-    from cfgrad.caches import SIGNATURES_PER_FUNCTION
+
+    limit = 4
+    monkeypatch.setattr(cfgrad.api, "SIGNATURES_PER_FUNCTION", limit)
+    monkeypatch.setattr(cfgrad.jitted, "SIGNATURES_PER_FUNCTION", limit)
 
     def f(x, s):
         return x * s
 
     jitted = cg.jit(f, static_argnums=1)
     grad = cg.grad(f, static_argnums=1)
-    for s in range(SIGNATURES_PER_FUNCTION + 20):
+    for s in range(limit + 3):
         assert jitted(2.0, float(s)) == 2.0 * s
         assert grad(2.0, float(s)) == s
-    assert len(_CACHE[f]) == SIGNATURES_PER_FUNCTION
-    assert len(jitted._runners) <= SIGNATURES_PER_FUNCTION
+    assert len(_CACHE[f]) == limit and len(jitted._runners) == limit
     assert grad(2.0, 1.0) == 1.0 and jitted(2.0, 1.0) == 2.0  # an evicted one traces again
