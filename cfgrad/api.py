@@ -405,7 +405,7 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     its cache, as `jax.jit`'s). `autograph=False` traces `fun` as written, without
     converting its Python `if`/`while`/`for` (docs/autograph.md)."""
     check_strategy(checkpoint, "cfgrad.vjp")
-    fun = traced_as(fun, autograph)
+    fun = traced_as(fun, autograph, "cfgrad.vjp")
     name = getattr(fun, "__name__", "f")
     statics = static_positions(argnums_tuple(static_argnums, "cfgrad.vjp", "static_argnums"),
                                len(primals), (), "cfgrad.vjp", name)
@@ -468,8 +468,8 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: 
     arguments passed as they are, hashable Python values keying the cache of traced
     programs, as `jax.jit`'s. `autograph=False` traces `fun` as written, without
     converting its Python `if`/`while`/`for` (docs/autograph.md)."""
-    return _value_and_grad(traced_as(fun, autograph), argnums, has_aux, checkpoint,
-                           detect_anomaly, "cfgrad.value_and_grad",
+    return _value_and_grad(traced_as(fun, autograph, "cfgrad.value_and_grad"), argnums,
+                           has_aux, checkpoint, detect_anomaly, "cfgrad.value_and_grad",
                            static_argnums=static_argnums, holomorphic=holomorphic)
 
 
@@ -588,7 +588,7 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
     derivative f'(z) of a complex-scalar function of complex inputs.
     `detect_anomaly=True` checks every result for NaN/Inf, as under
     `cg.detect_anomaly()`; `static_argnums` and `autograph` as in `value_and_grad`."""
-    vg = _value_and_grad(traced_as(fun, autograph), argnums, has_aux, checkpoint,
+    vg = _value_and_grad(traced_as(fun, autograph, "cfgrad.grad"), argnums, has_aux, checkpoint,
                          detect_anomaly, "cfgrad.grad", want_value=has_aux,
                          static_argnums=static_argnums, holomorphic=holomorphic)
 
@@ -605,7 +605,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     """`(fun(*primals), J @ tangents)` by forward mode through the same control flow;
     `autograph` as in `vjp`."""
     primals, tangents = tuple(primals), tuple(tangents)
-    fun = traced_as(fun, autograph)
+    fun = traced_as(fun, autograph, "cfgrad.jvp")
     if nested.is_tracing():  # inside a traced function: one node
         return nested.jvp(fun, primals, tangents)
     entry, leaves = lowered(fun, primals)
@@ -638,7 +638,7 @@ def lower(fun: Callable, *args: Any, static_argnums: int | Sequence[int] = (),
     """Trace `fun` at `args` and return its Program (`print(program)` shows the IR);
     `fun`'s Python `if`/`while`/`for` on traced values become regions (`autograph=False`:
     traced as written)."""
-    return lower_traced(traced_as(fun, autograph), *args,
+    return lower_traced(traced_as(fun, autograph, "cfgrad.lower"), *args,
                         static_argnums=static_argnums)
 
 

@@ -39,7 +39,7 @@ import numpy as np
 from . import tree as treelib
 from .caches import SIGNATURES_PER_FUNCTION, BoundedDict
 from .convert import converted
-from .errors import ArgumentTypeError, TracerBoolError
+from .errors import ArgumentTypeError, TracerBoolError, require_callable
 from .interpret import Compiled, Machine, as_runtime_value
 from .ir import Node, Program, TensorType, type_of
 from .linearity import custom_vjp_rules, linear_in
@@ -546,6 +546,7 @@ class _CustomFunction:
     node_op: str
 
     def __init__(self, fun: Callable):
+        require_callable(fun, self.node_op, "the function")
         functools.update_wrapper(self, fun)
         self.fun = converted(fun)  # its Python control flow works on traced values too
         self._rules: dict[Any, Any] = BoundedDict(SIGNATURES_PER_FUNCTION)
@@ -616,6 +617,8 @@ class custom_vjp(_CustomFunction):  # noqa: N801 - the JAX name
         self.bwd: Callable | None = None
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
+        require_callable(fwd, f"{self.__name__}.defvjp", "fwd")
+        require_callable(bwd, f"{self.__name__}.defvjp", "bwd")
         self.fwd, self.bwd = converted(fwd), converted(bwd)
         self._redefined()
 
@@ -659,6 +662,7 @@ class custom_jvp(_CustomFunction):  # noqa: N801 - the JAX name
         self.jvp: Callable | None = None
 
     def defjvp(self, jvp: Callable) -> Callable:
+        require_callable(jvp, f"{self.__name__}.defjvp", "the rule")
         self.jvp = converted(jvp)
         self._redefined()
         return jvp

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import tree as treelib
+from .errors import require_callable
 from .primitives import PRIMITIVES
 from .trace_context import current_trace, is_traced
 
@@ -64,6 +65,7 @@ def callback(callback: Callable[..., Any], *args: Any, ordered: bool = False,
     """Call `callback(*args, **kwargs)` when the program runs this point, with read-only
     numpy arrays for the traced values (other values as they are). Calls are always in program
     order: `ordered` is accepted for JAX's signature and changes nothing."""
+    require_callable(callback, "debug.callback", "callback")
     _emit(callback, args, kwargs, f"callback({getattr(callback, '__name__', 'fn')})")
 
 

@@ -50,6 +50,17 @@ class ArgumentTypeError(CfgradError, TypeError):
     the wrong structure or shape."""
 
 
+def require_callable(value: object, caller: str, what: str) -> None:
+    """A function argument that is not callable is an ArgumentTypeError naming it where it
+    is passed (as JAX's "Expected a callable value"), not Python's "'float' object is not
+    callable" from deep inside the first call."""
+    if not callable(value):
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise ArgumentTypeError(f"{caller}: {what} must be a function (a callable), got "
+                                f"{type(value).__name__} {shown}")
+
+
 class ArgumentValueError(CfgradError, ValueError):
     """An invalid parameter: a checkpoint strategy's `snapshots < 1` or `k < 1`, a
     negative `max_iters`, an unsupported `check_grads` order."""

@@ -124,7 +124,7 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = F
     pullback per element of the output, so it suits functions with fewer outputs than
     inputs. `checkpoint` is the strategy of every loop that did not choose its own;
     `autograph` as in `cg.vjp`."""
-    return _jacrev(traced_as(fun, autograph), argnums, has_aux, checkpoint,
+    return _jacrev(traced_as(fun, autograph, "cfgrad.jacrev"), argnums, has_aux, checkpoint,
                    "cfgrad.jacrev", getattr(fun, "__name__", "f"))
 
 
@@ -183,7 +183,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, *,
     """The Jacobian of `fun` by forward mode, like `jax.jacfwd`: one JVP run per element of
     the differentiated inputs, so it suits functions with more outputs than inputs;
     `autograph` as in `cg.jvp`."""
-    return _jacfwd(traced_as(fun, autograph), argnums, has_aux, "cfgrad.jacfwd",
+    return _jacfwd(traced_as(fun, autograph, "cfgrad.jacfwd"), argnums, has_aux, "cfgrad.jacfwd",
                    getattr(fun, "__name__", "f"))
 
 
@@ -248,7 +248,7 @@ def hessian(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = 
     leaves of shapes T and U, its leaf has shape S + T + U. `checkpoint` is the strategy
     of the reverse pass's loops; `autograph` as in `cg.vjp`."""
     name = getattr(fun, "__name__", "f")
-    inner = _jacrev(traced_as(fun, autograph), argnums, has_aux, checkpoint,
+    inner = _jacrev(traced_as(fun, autograph, "cfgrad.hessian"), argnums, has_aux, checkpoint,
                     "cfgrad.hessian", name)
     hessian_fn = _jacfwd(inner, argnums, has_aux, "cfgrad.hessian", name)
     hessian_fn.__name__ = f"hessian({name})"

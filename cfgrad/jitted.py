@@ -68,7 +68,7 @@ class Jitted:
     def __init__(self, fun: Callable, static_argnums: tuple[int, ...], fallback: bool,
                  autograph: bool):
         self.fun = fun
-        self._traced = traced_as(fun, autograph)
+        self._traced = traced_as(fun, autograph, "cfgrad.jit")
         self._statics = static_argnums
         self.fallback = fallback
         # id(Lowering) -> (Lowering, runner), as many as api keeps lowerings of a function

@@ -27,6 +27,7 @@ from .errors import (
     LoopLimitError,
     LoweringError,
     TracerBoolError,
+    require_callable,
 )
 from .ir import (
     DTYPE_BY_SHORT_NAME,
@@ -698,6 +699,8 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
 
     Only the taken branch runs and only it is differentiated, so a NaN in the untaken
     branch (say `sqrt` of a negative) never reaches the gradient."""
+    require_callable(true_fun, "cond", "true_fun")
+    require_callable(false_fun, "cond", "false_fun")
     trace = current_trace()
     if trace is None:
         return true_fun(*operands) if bool(np.asarray(pred)) else false_fun(*operands)
@@ -711,6 +714,8 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     branches = list(branches)
     if not branches:
         raise LoweringError("switch needs at least one branch")
+    for i, branch in enumerate(branches):
+        require_callable(branch, "switch", f"branch {i}")
     trace = current_trace()
     if trace is None:
         i = int(np.clip(np.asarray(index), 0, len(branches) - 1))
@@ -731,6 +736,8 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *,
 
     `checkpoint` chooses how the reverse pass gets each iteration's state (see
     cfgrad.checkpoint); `max_iters` bounds the loop (`LoopLimitError` past it)."""
+    require_callable(cond_fun, "while_loop", "cond_fun")
+    require_callable(body_fun, "while_loop", "body_fun")
     if max_iters is not None and (isinstance(max_iters, bool) or not isinstance(max_iters, int)
                                   or max_iters < 0):
         raise ArgumentValueError(f"while_loop: max_iters must be a non-negative int, got "
@@ -754,6 +761,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
 
     The trip count is known when the loop is entered, which lets `Binomial` checkpointing
     use the optimal (revolve) schedule. Bounds may be traced integers."""
+    require_callable(body_fun, "fori_loop", "body_fun")
     trace = current_trace()
     if trace is None:
         val = init_val
@@ -787,6 +795,7 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
     (`write_row`), so no strategy snapshots or tapes the stack, and the reverse pass reads
     each row's cotangent. `reverse=True` runs from the last x to the first; ys keep the
     order of xs, as in JAX."""
+    require_callable(f, "scan", "f")
     n = _scan_length(xs, length)
     if not isinstance(reverse, bool | np.bool_):
         raise ArgumentTypeError(f"scan: reverse must be True or False (static), got "

@@ -398,3 +398,30 @@ def test_every_error_is_a_cfgrad_error(thunk: Callable[[], Any]) -> None:
     with pytest.raises(Exception) as info:
         thunk()
     assert isinstance(info.value, cg.CfgradError), type(info.value).__mro__
+
+
+@pytest.mark.parametrize("case", [
+    ("cfgrad.grad", lambda: cg.grad(3.0)),
+    ("cfgrad.value_and_grad", lambda: cg.value_and_grad(3.0)),
+    ("cfgrad.vjp", lambda: cg.vjp(3.0, 1.0)),
+    ("cfgrad.jvp", lambda: cg.jvp(3.0, (1.0,), (1.0,))),
+    ("cfgrad.jit", lambda: cg.jit(3.0)),
+    ("cfgrad.lower", lambda: cg.lower(3.0, 1.0)),
+    ("cfgrad.jacrev", lambda: cg.jacrev(None)),
+    ("cfgrad.jacfwd", lambda: cg.jacfwd(None)),
+    ("cfgrad.hessian", lambda: cg.hessian(None)),
+    ("cond", lambda: cg.grad(lambda x: cg.cond(x > 0, None, lambda: x))(1.0)),
+    ("switch", lambda: cg.switch(0, [lambda: 1.0, 2.0])),
+    ("while_loop", lambda: cg.while_loop(1, lambda c: c, 1.0)),
+    ("while_loop", lambda: cg.grad(lambda x: cg.while_loop(lambda c: c < 1, 2, x))(1.0)),
+    ("fori_loop", lambda: cg.grad(lambda x: cg.fori_loop(0, 3, None, x))(1.0)),
+    ("scan", lambda: cg.scan(None, 0.0, np.ones(3))),
+    ("custom_vjp", lambda: cg.custom_vjp(3.0)),
+    ("custom_jvp", lambda: cg.custom_jvp(3.0)),
+    ("debug.callback", lambda: cg.debug.callback(3.0, 1.0)),
+], ids=lambda c: c[0])
+def test_a_function_argument_that_is_not_callable_is_named_where_it_is_passed(case):
+    """(Python's "'float' object is not callable" came from inside the first call.)"""
+    caller, call = case
+    with pytest.raises(cg.ArgumentTypeError, match=f"^{caller}: .* must be a function"):
+        call()

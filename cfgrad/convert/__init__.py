@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ArgumentTypeError, TracerBoolError
+from ..errors import ArgumentTypeError, TracerBoolError, require_callable
 from ..trace_context import LOWERING_LOCK, is_traced
 from . import operators
 from .rewrite import OPS, Unconvertible, convert_function, convert_lambda, locate
@@ -340,9 +340,11 @@ def autograph(fun: Callable) -> Callable:
     return converted(fun)
 
 
-def traced_as(fun: Callable, autograph: bool) -> Callable:
-    """What a transformation traces for `fun`: its converted form, or with
-    `autograph=False` `fun` as written (the `autograph` argument every entry point takes)."""
+def traced_as(fun: Callable, autograph: bool, caller: str) -> Callable:
+    """What the transformation `caller` traces for `fun`: its converted form, or with
+    `autograph=False` `fun` as written (the `autograph` argument every entry point takes);
+    a `fun` that is not callable is refused here, naming `caller`."""
+    require_callable(fun, caller, "the function to transform")
     return converted(fun) if autograph else fun
 
 
