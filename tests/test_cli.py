@@ -40,6 +40,7 @@ EXAMPLES = ROOT / "examples"
 SEEDS = "examples/seeds.py"
 DOC = ROOT / "docs" / "inspector.md"
 REGEN = bool(os.environ.get("CFGRAD_REGEN_GOLDEN"))
+HANG_GUARD = 300  # seconds: a command still running then is stuck, not slow (no timing)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_docs_api import normalized, run_example, runnable_examples  # noqa: E402
@@ -52,7 +53,7 @@ def cfgrad(*argv: str, env: dict | None = None, cwd: Path = ROOT) -> subprocess.
     base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR",
                                                               "COLUMNS", "TERM")}
     return subprocess.run([sys.executable, "-m", "cfgrad", *argv], capture_output=True,
-                          text=True, cwd=cwd, env={**base, **(env or {})}, timeout=60)
+                          text=True, cwd=cwd, env={**base, **(env or {})}, timeout=HANG_GUARD)
 
 
 def cfgrad_many(*argvs: tuple[str, ...]) -> list[subprocess.CompletedProcess]:
@@ -214,7 +215,7 @@ def test_python_m_and_the_console_script():
     if not Path(path).exists():
         pytest.fail("the cfgrad script is not installed: pip install -e .")
     proc = subprocess.run([path, "inspect", f"{SEEDS}:cancel", "--text"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=HANG_GUARD)
     assert proc.returncode == 0 and proc.stdout == ok("inspect", f"{SEEDS}:cancel", "--text")
 
 
