@@ -1,14 +1,14 @@
 """`python ARGV` for many commands, without paying interpreter start-up for each.
 
-A command-line test runs `python -m cfgrad …` or an example script as a user does, in a
-process of its own. Most of such a process's time is start-up (the interpreter, numpy,
-Numba, rich and cfgrad imported: ~0.6 s of CPU), so a test file with a hundred commands
-spent a minute starting processes. `PythonServer` starts one server process that imports
-those modules once; for each command it forks a child, which takes the command's working
-directory, environment, `sys.argv` and `sys.path[0]` as `python ARGV` would set them, runs
-the module, `-c` code or script with runpy, and exits with the status Python would (0,
-SystemExit's code, or 1 after printing an uncaught exception's traceback). Each command
-still has a process of its own, forked from a server that has run nothing but imports, so
+A command-line test runs `python -m cfgrad …` as a user does, in a process of its own.
+Most of such a process's time is start-up (the interpreter, numpy, rich and cfgrad
+imported: ~0.6 s of CPU), so a test file with a hundred commands spent a minute starting
+processes. `PythonServer` starts one server process that imports those modules once; for
+each command it forks a child, which takes the command's working directory, environment,
+`sys.argv` and `sys.path[0]` as `python ARGV` would set them, runs the module, `-c` code
+or script with runpy, and exits with the status Python would (0, SystemExit's code, or 1
+after printing an uncaught exception's traceback). Each command still has a process of
+its own, forked from a server that has run nothing but imports (one thread, no Numba), so
 no command sees what another did; what differs from a fresh interpreter is only that the
 preloaded modules are imported before the command starts (tests/test_cli.py compares a
 real `python -m cfgrad` run with a forked one). Where there is no `os.fork`, commands run
