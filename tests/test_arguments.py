@@ -21,7 +21,7 @@ import cfgrad as cg
 import cfgrad.numpy as cnp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from threads import all_at_once  # noqa: E402
+from threads import HANG_GUARD, all_at_once  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
 
@@ -305,13 +305,13 @@ def test_eager_control_flow_in_one_thread_while_another_traces() -> None:
 
     def slow(x):
         tracing_started.set()
-        eager_done.wait(5.0)  # the eager loop runs while this function is being traced
+        eager_done.wait(HANG_GUARD)  # the eager loop runs while this is being traced
         return cg.while_loop(lambda c: c < 3.0, lambda c: c + x, x)
 
     grads: list[Any] = []
     tracer_thread = threading.Thread(target=lambda: grads.append(cg.grad(slow)(1.0)))
     tracer_thread.start()
-    assert tracing_started.wait(5.0)
+    assert tracing_started.wait(HANG_GUARD)
     try:
         eager = cg.while_loop(lambda c: c < 10, lambda c: c + 4, 1)
         branch = cg.cond(True, lambda: "taken", lambda: "not taken")

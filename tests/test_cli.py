@@ -1,4 +1,6 @@
-"""The `cfgrad` command line, run as a user runs it: in a subprocess.
+"""The `cfgrad` command line, run as a user runs it: `python -m cfgrad …` in a process of
+its own (forked from a server that has imported cfgrad: tests/forked_python.py; one test
+runs the installed script and `python -m cfgrad` from scratch and compares).
 
 Every option of `cfgrad inspect` and `cfgrad demo`, every error path (exit status 2 for a
 mistake on the command line, 1 for an error of the user's code or of cfgrad, the script's
@@ -25,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -40,25 +41,39 @@ EXAMPLES = ROOT / "examples"
 SEEDS = "examples/seeds.py"
 DOC = ROOT / "docs" / "inspector.md"
 REGEN = bool(os.environ.get("CFGRAD_REGEN_GOLDEN"))
+HANG_GUARD = 300  # seconds: a command still running then is stuck, not slow (no timing)
 
 sys.path.insert(0, str(Path(__file__).parent))
+from forked_python import PythonServer  # noqa: E402
 from test_docs_api import normalized, run_example, runnable_examples  # noqa: E402
 from test_inspector import has_colour, schedule_sections, totals_of  # noqa: E402
+
+PYTHON = PythonServer(preload=["cfgrad.cli"])  # what `python -m cfgrad` imports first
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_the_python_server():
+    yield
+    PYTHON.close()
+
+
+def plain_environment(env: dict | None = None) -> dict:
+    """This process's environment without colour variables, plus `env`."""
+    base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR",
+                                                              "COLUMNS", "TERM")}
+    return {**base, **(env or {})}
 
 
 def cfgrad(*argv: str, env: dict | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """`python -m cfgrad ARGV` with a plain environment (no colour variables) unless `env`
     adds some."""
-    base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR",
-                                                              "COLUMNS", "TERM")}
-    return subprocess.run([sys.executable, "-m", "cfgrad", *argv], capture_output=True,
-                          text=True, cwd=cwd, env={**base, **(env or {})}, timeout=60)
+    return PYTHON.run(["-m", "cfgrad", *argv], env=plain_environment(env), cwd=cwd)
 
 
 def cfgrad_many(*argvs: tuple[str, ...]) -> list[subprocess.CompletedProcess]:
-    """Several commands at once (each is mostly interpreter start-up)."""
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return list(pool.map(lambda argv: cfgrad(*argv), argvs))
+    """Several commands at once, each in a process of its own."""
+    return PYTHON.run_many([["-m", "cfgrad", *argv] for argv in argvs],
+                           env=plain_environment(), cwd=ROOT)
 
 
 def ok(*argv: str, **kw) -> str:
@@ -208,14 +223,21 @@ def test_demo(tmp_path):
 
 
 def test_python_m_and_the_console_script():
+    """The installed script and `python -m cfgrad`, each started from scratch, print and
+    exit as the forked commands of the other tests do, on success and on a mistake."""
     (script,) = [e for e in entry_points(group="console_scripts") if e.name == "cfgrad"]
     assert script.value == "cfgrad.cli:main" and script.load() is cli.main
     path = shutil.which("cfgrad") or str(Path(sys.executable).parent / "cfgrad")
     if not Path(path).exists():
         pytest.fail("the cfgrad script is not installed: pip install -e .")
-    proc = subprocess.run([path, "inspect", f"{SEEDS}:cancel", "--text"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and proc.stdout == ok("inspect", f"{SEEDS}:cancel", "--text")
+    for argv in (["inspect", f"{SEEDS}:cancel", "--text"], ["inspect", f"{SEEDS}:nope"]):
+        forked = cfgrad(*argv)
+        assert forked.returncode in (0, 2) and (forked.stdout or forked.stderr)
+        for command in ([path], [sys.executable, "-m", "cfgrad"]):
+            proc = subprocess.run([*command, *argv], cwd=ROOT, env=plain_environment(),
+                                  capture_output=True, text=True, timeout=HANG_GUARD)
+            assert (proc.returncode, proc.stdout, proc.stderr) == (
+                forked.returncode, forked.stdout, forked.stderr), command
 
 
 def test_help():

@@ -42,6 +42,11 @@ from cfgrad.interpret import differentiate, execute
 from cfgrad.testing import check_grads
 
 MAX_DEPTH = 3
+# Examples per property: 100 under the deterministic default profile, which among them
+# run loops zero, one and many times, loops three deep, swaps, branches and switches in
+# loops, and branches that decide differently from one iteration to the next; more under
+# CFGRAD_HYPOTHESIS=long.
+EXAMPLES = max(100, settings.default.max_examples)
 
 
 class State(NamedTuple):
@@ -548,7 +553,7 @@ def test_generated_programs_reach_depth_three(prog: Prog) -> None:
 
 
 @given(cases())
-@settings(max_examples=300)
+@settings(max_examples=EXAMPLES)
 def test_random_program_forward_log_vjp_jvp(case: tuple) -> None:
     """Forward values, the control log (content, then empty after reverse), vjp vs jvp."""
     prog, a, b, v = case
@@ -607,7 +612,7 @@ def python_gradient_fd(prog: Prog, a: float, b: float, v: np.ndarray,
 
 
 @given(cases())
-@settings(max_examples=300)
+@settings(max_examples=EXAMPLES)
 def test_random_program_gradients_match_finite_differences(case: tuple) -> None:
     """`grad` equals finite differences of the Python version; check_grads (fwd and rev)."""
     prog, a, b, v = case

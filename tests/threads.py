@@ -5,6 +5,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+# How long a test waits for another thread before giving up: a guard against a deadlock,
+# not a timing (a loaded machine may pause a thread for seconds).
+HANG_GUARD = 120.0  # seconds
+
 
 def all_at_once(work: Callable[[int], None], count: int = 8) -> None:
     """Run `work(0)` … `work(count - 1)`, each in a thread of its own, released together
