@@ -1,12 +1,20 @@
-"""Hypothesis profiles.
+"""Hypothesis profiles, and a Numba cache of each test process's own.
 
 The default profile, `default`, is deterministic: the same examples on every run and every
 machine, with or without `CI` set, so the README's test command never fails by chance.
 `CFGRAD_HYPOTHESIS=long` opts in to a long random search for local bug hunting; a failure
 it finds prints a reproduction blob to paste into `@reproduce_failure`.
+
+The README's test command runs the files in two processes (pytest-xdist, `-n 2 --dist
+loadfile`: each file whole in one process, in its own order). Numba's disk cache is not
+safe for two processes saving signatures of one function at the same moment (each picks
+the first free data file, and the index one saves can name the other's machine code), so
+each worker keeps its own cache (`NUMBA_CACHE_DIR`, read when Numba is imported, which
+cfgrad does on the first compile, after this file runs).
 """
 
 import os
+from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 
@@ -18,3 +26,8 @@ settings.register_profile(
 settings.register_profile(
     "long", max_examples=500, deadline=None, print_blob=True, suppress_health_check=_QUIET)
 settings.load_profile(os.environ.get("CFGRAD_HYPOTHESIS", "default"))
+
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER:
+    _CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cfgrad"
+    os.environ["NUMBA_CACHE_DIR"] = str(_CACHE / "numba-tests" / _WORKER)
