@@ -4,6 +4,9 @@ it exists for (a bisection differentiated directly gives exactly 0)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,34 +15,8 @@ import cfgrad.numpy as cnp
 from cfgrad.checkpoint import Binomial, EveryK, Online, Recompute, StoreAll
 from cfgrad.testing import check_grads
 
-
-def newton(f, x0):
-    return cg.fori_loop(0, 30, lambda i, x: x - f(x) / cg.grad(f)(x), x0)
-
-
-def newton_until(f, x0):
-    """Newton with a tolerance stop: a data-dependent trip count."""
-    def step(c):
-        x, _ = c
-        x_new = x - f(x) / cg.grad(f)(x)
-        return x_new, cnp.abs(x_new - x)
-
-    return cg.while_loop(lambda c: c[1] > 1e-13, step, (x0, 1.0 + 0.0 * x0), max_iters=100)[0]
-
-
-def bisection(f, x0):
-    def step(i, bracket):
-        lo, hi = bracket
-        mid = 0.5 * (lo + hi)
-        return cg.cond(f(mid) > 0.0, lambda: (lo, mid), lambda: (mid, hi))
-
-    lo, hi = cg.fori_loop(0, 80, step, (0.0 * x0, 10.0 + 0.0 * x0))
-    return 0.5 * (lo + hi)
-
-
-def scalar_solve(g, y):
-    return y / g(1.0)
-
+sys.path.insert(0, str(Path(__file__).parent))
+from solvers import bisection, newton, newton_until, scalar_solve  # noqa: E402
 
 SOLVERS = [newton, newton_until, bisection]
 

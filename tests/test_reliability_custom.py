@@ -6,7 +6,9 @@ custom functions, in every composition of modes, with closed-form expectations."
 
 from __future__ import annotations
 
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,23 +17,8 @@ import cfgrad as cg
 import cfgrad.numpy as cnp
 from cfgrad.checkpoint import Binomial, Online, Recompute
 
-
-def newton(f, x0):
-    return cg.fori_loop(0, 30, lambda i, x: x - f(x) / cg.grad(f)(x), x0)
-
-
-def bisection(f, x0):
-    def step(i, bracket):
-        lo, hi = bracket
-        mid = 0.5 * (lo + hi)
-        return cg.cond(f(mid) > 0.0, lambda: (lo, mid), lambda: (mid, hi))
-
-    lo, hi = cg.fori_loop(0, 80, step, (0.0 * x0, 10.0 + 0.0 * x0))
-    return 0.5 * (lo + hi)
-
-
-def scalar_solve(g, y):
-    return y / g(1.0)
+sys.path.insert(0, str(Path(__file__).parent))
+from solvers import bisection, newton, scalar_solve  # noqa: E402
 
 
 def sqrt_root(a, solve=newton, tangent_solve=scalar_solve, guess=1.0, f=None):
