@@ -73,18 +73,19 @@ class Lowering:
     """
 
     __slots__ = ("program", "epoch", "compiled", "_plans", "_jvp", "_strategies",
-                 "_grad_calls")
+                 "_grad_calls", "_dtypes")
 
     def __init__(self, program: Program):
         self.program = program
         self.epoch = lowering_epoch()  # a custom rule redefined later makes it stale
         self.compiled = Compiled(program)  # the one forward compilation, for every wrt
+        self._dtypes = [p.type.dtype for p in program.params]
         self._plans: dict[frozenset[int] | None, GradPlan] = {}
         self._jvp: Compiled | None = None
         self._strategies: dict[Any, list[Any]] = BoundedDict(STRATEGY_CHOICES)
-        # value_and_grad's per-(argnums, has_aux) checks and seeds: (GradPlan, seeds, the
-        # positions of outputs then gradients that owned_results copies)
-        self._grad_calls: dict[Any, tuple[GradPlan, list[Any], frozenset[int]]] = {}
+        # value_and_grad's calls, checked and prepared per (argnums, single, has_aux,
+        # holomorphic)
+        self._grad_calls: dict[Any, _GradCall] = {}
 
     def grad_plan(self, wrt: frozenset[int] | None) -> GradPlan:
         """The plan for differentiating the parameters in `wrt` (all when None), built
@@ -111,9 +112,7 @@ class Lowering:
         scalars converted, numpy arrays passed as they are, a subclass such as `cg.Array`
         as a plain array of the same memory: the interpreter's results, gradients
         included, are plain numpy arrays whatever the arguments were)."""
-        return [as_runtime_value(x if type(x) is np.ndarray or isinstance(x, np.generic)
-                                 else np.asarray(x, p.type.dtype))
-                for x, p in zip(leaves, self.program.params)]
+        return [_runtime_argument(x, dtype) for x, dtype in zip(leaves, self._dtypes)]
 
     def run(self, leaves: list[Any], *, check: bool = False,
             events: bool = False) -> tuple[list[Any], Machine]:
@@ -139,6 +138,19 @@ class Lowering:
             s = [resolve(r.checkpoint, call_choice) for r in self.program.loops()]
             self._strategies[call_choice] = s
         return s
+
+
+def _runtime_argument(x: Any, dtype: np.dtype) -> Any:
+    """One argument leaf as the runtime value of a parameter of `dtype` (which its leaf
+    key chose): a Python number as that numpy scalar, a numpy array or scalar as it is (a
+    0-d array as a scalar), anything else (a `cg.Array`, a 0-d subclass) through
+    `np.asarray`."""
+    kind = type(x)
+    if kind is float or kind is int or kind is bool or kind is complex:
+        return dtype.type(x)
+    if kind is np.ndarray or isinstance(x, np.generic):
+        return as_runtime_value(x)
+    return as_runtime_value(np.asarray(x, dtype))
 
 
 _CACHE: weakref.WeakKeyDictionary[Callable, dict[Any, Lowering]] = weakref.WeakKeyDictionary()
@@ -475,60 +487,114 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: 
 
 def _value_and_grad(fun: Callable, argnums: int | Sequence[int], has_aux: bool,
                     checkpoint: Any, detect_anomaly: bool, caller: str,
-                    want_value: bool = True,
+                    grad_only: bool = False,
                     static_argnums: int | Sequence[int] = (),
                     holomorphic: bool = False) -> Callable:
     """value_and_grad under the name the user called (errors name `grad` or
-    `value_and_grad`). Without `want_value` (`grad`, no aux) a nested call emits no node
-    for the value."""
+    `value_and_grad`). With `grad_only` (`grad`) the function returns the gradients (and
+    the aux value with `has_aux`), as `grad` does, without a wrapper of its own around
+    each call; a nested call then emits no node for the value, unless aux needs it."""
+    want_value = not grad_only or has_aux
     check_strategy(checkpoint, caller)
     requested = argnums_tuple(argnums, caller)
     requested_statics = argnums_tuple(static_argnums, caller, "static_argnums")
     single = isinstance(argnums, int | np.integer)
     name = getattr(fun, "__name__", "f")
 
+    # calls whose arguments are all leaves (numbers and arrays), with no keyword or
+    # static arguments, by their leaf keys: the prepared call, found without flattening
+    # the arguments or building the lowering cache's key (jit's dispatch does the same)
+    by_leaves: dict[tuple, _GradCall] = BoundedDict(SIGNATURES_PER_FUNCTION)
+
     def value_and_grad_fn(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs and not requested_statics and not nested.is_tracing():
+            try:
+                call = by_leaves[tuple(map(typed_key, args))]
+            except (KeyError, TypeError):
+                pass
+            else:
+                if call.entry.epoch == lowering_epoch():
+                    out, grads, value_and_grad_fn.stats = call(args, checkpoint,
+                                                                detect_anomaly)
+                    return returned(out, grads)
         nums = resolve_argnums(requested, len(args), caller, name)
         statics = static_positions(requested_statics, len(args), nums, caller, name)
         dnums = _dynamic_nums(nums, statics) if statics else nums
         if nested.is_tracing():  # a derivative of a derivative: one node
-            return nested.value_and_grad(
+            return returned(*nested.value_and_grad(
                 _closing_over_statics(fun, args, statics, kwargs),
                 dynamic_args(args, statics), dnums, single, checkpoint,
                 lambda program: _check_grad_io(program, args, nums, has_aux, name,
                                                holomorphic),
-                want_value, detect_anomaly)
+                want_value, detect_anomaly))
         entry, leaves = lowered(fun, args, statics, kwargs=kwargs)
-        program = entry.program
-        prepared = entry._grad_calls.get((dnums, has_aux, holomorphic))
-        if prepared is None:  # checked and prepared once per signature, like the lowering
+        key = (dnums, single, has_aux, holomorphic)
+        call = entry._grad_calls.get(key)
+        if call is None:  # checked and prepared once per signature, like the lowering
             with LOWERING_LOCK:
-                prepared = entry._grad_calls.get((dnums, has_aux, holomorphic))
-                if prepared is None:
-                    _check_grad_io(program, args, nums, has_aux, name, holomorphic)
-                    seeds = [np.ones((), program.outputs[0].type.dtype)[()]] + [
-                        np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
-                    plan = entry.grad_plan(_param_indices(program, dnums))
-                    # the outputs and then the gradients are handed over as one list
-                    n = len(program.outputs)
-                    shared = entry.compiled.shared_outputs | {
-                        n + i for i in plan.compiled.shared_outputs}
-                    prepared = entry._grad_calls[(dnums, has_aux, holomorphic)] = (
-                        plan, seeds, frozenset(shared))
-        plan, seeds, shared = prepared
-        tape = _forward(entry, plan, leaves, checkpoint, check=detect_anomaly)
-        with _running(checkpoint, tape.checked):
-            results = [as_runtime_value(r) for r in tape.pullback(seeds)]
-        results = owned_results(tape.outputs + results, shared)
-        n = len(program.outputs)
-        out = treelib.unflatten(program.out_tree, results[:n])
-        per_arg = treelib.unflatten(program.in_tree, results[n:])
-        grads = per_arg[dnums[0]] if single else tuple(per_arg[i] for i in dnums)
-        value_and_grad_fn.stats = tape.stats  # type: ignore[attr-defined]
-        return out, grads
+                call = entry._grad_calls.get(key)
+                if call is None:
+                    _check_grad_io(entry.program, args, nums, has_aux, name, holomorphic)
+                    call = entry._grad_calls[key] = _GradCall(entry, dnums, single)
+        if not kwargs and not statics and len(leaves) == len(args) and all(
+                x is y for x, y in zip(leaves, args)):  # every argument is a leaf
+            by_leaves[tuple(map(typed_key, args))] = call
+        out, grads, value_and_grad_fn.stats = call(leaves, checkpoint, detect_anomaly)
+        return returned(out, grads)
 
-    value_and_grad_fn.__name__ = f"value_and_grad({name})"
+    def returned(out: Any, grads: Any) -> Any:
+        if not grad_only:
+            return out, grads
+        return (grads, out[1]) if has_aux else grads
+
+    value_and_grad_fn.__name__ = f"{'grad' if grad_only else 'value_and_grad'}({name})"
     return value_and_grad_fn
+
+
+class _GradCall:
+    """value_and_grad of one lowered signature and choice of arguments, prepared once:
+    the plan, the output seeds (one for the value, zeros for aux outputs), which of the
+    outputs and gradients a run may not own (`owned_results`, the outputs then the
+    gradients as one list) and how to build the results. Calling it runs the taped
+    forward program and its adjoint under one numpy error state."""
+
+    __slots__ = ("entry", "plan", "seeds", "shared", "n_out", "build_out", "build_in",
+                 "nums", "single")
+
+    def __init__(self, entry: Lowering, nums: tuple[int, ...], single: bool):
+        program = entry.program
+        self.entry, self.nums, self.single = entry, nums, single
+        self.plan = entry.grad_plan(_param_indices(program, nums))
+        self.seeds = [np.ones((), program.outputs[0].type.dtype)[()]] + [
+            np.zeros(v.type.shape, v.type.dtype) for v in program.outputs[1:]]
+        self.n_out = len(program.outputs)
+        self.shared = entry.compiled.shared_outputs | frozenset(
+            self.n_out + i for i in self.plan.compiled.shared_outputs)
+        self.build_out = treelib.builder(program.out_tree)
+        self.build_in = treelib.builder(program.in_tree)
+
+    def __call__(self, leaves: Sequence[Any], checkpoint: Any, detect_anomaly: bool
+                 ) -> tuple[Any, Any, RunStats]:
+        """(value, gradients, the run's statistics) at the flat argument `leaves`."""
+        entry = self.entry
+        check = detect_anomaly or anomaly_detection_enabled()
+        with _running(checkpoint, check):
+            tape = execute(self.plan, entry.arguments(leaves), entry.strategies(checkpoint),
+                           check=check)
+            cotangents = tape.pullback(self.seeds)
+        results = owned_results([as_runtime_value(r) for r in tape.outputs + cotangents],
+                                self.shared)
+        n = self.n_out
+        out = self.build_out(results[:n])
+        per_arg = self.build_in(results[n:])
+        grads = per_arg[self.nums[0]] if self.single else tuple(per_arg[i] for i in self.nums)
+        return out, grads, tape.stats
+
+
+def typed_key(x: Any) -> tuple:
+    """An argument's part of a dispatch key without flattening: its Python type beside its
+    leaf key (a list has an array's leaf key, but is a pytree of several leaves)."""
+    return type(x), leaf_key(x)
 
 
 def _param_indices(program: Program, argnums: tuple[int, ...]) -> frozenset[int]:
@@ -588,16 +654,9 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, *, has_aux: bool = Fal
     derivative f'(z) of a complex-scalar function of complex inputs.
     `detect_anomaly=True` checks every result for NaN/Inf, as under
     `cg.detect_anomaly()`; `static_argnums` and `autograph` as in `value_and_grad`."""
-    vg = _value_and_grad(traced_as(fun, autograph, "cfgrad.grad"), argnums, has_aux, checkpoint,
-                         detect_anomaly, "cfgrad.grad", want_value=has_aux,
-                         static_argnums=static_argnums, holomorphic=holomorphic)
-
-    def grad_fn(*args: Any, **kwargs: Any) -> Any:
-        value, g = vg(*args, **kwargs)
-        return (g, value[1]) if has_aux else g
-
-    grad_fn.__name__ = f"grad({getattr(fun, '__name__', 'f')})"
-    return grad_fn
+    return _value_and_grad(traced_as(fun, autograph, "cfgrad.grad"), argnums, has_aux,
+                           checkpoint, detect_anomaly, "cfgrad.grad", grad_only=True,
+                           static_argnums=static_argnums, holomorphic=holomorphic)
 
 
 def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,

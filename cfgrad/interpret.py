@@ -418,20 +418,25 @@ class Machine:
         self.env: list[Any] = list(compiled.template)
         self.strategies = strategies
         self.taped = plan is not None  # log decisions and keep checkpoint records
-        n_if, n_loops = len(compiled.if_index), len(compiled.loops)
-        self.log = ControlLog([[] for _ in range(n_if)], [[] for _ in range(n_loops)])
-        self.counters = [0] * n_loops
-        self.reverse_iterations = [0] * n_loops  # the iteration each reverse loop is in
+        self.log = ControlLog([[] for _ in compiled.if_index], [[] for _ in compiled.loops])
         self.sinks: list[list[Any]] = []  # control events being collected (replay checks)
         self.reversing = False
         self.block_hook = block_hook
+        loops = compiled.loops
+        if not loops:  # (most calls of small functions: nothing per loop to set up)
+            self.counters = self.reverse_iterations = self.nested_record_slots = []
+            self.runners = []
+            self.stats = RunStats([])
+            return
+        self.counters = [0] * len(loops)
+        self.reverse_iterations = [0] * len(loops)  # the iteration each reverse loop is in
         self.stats = RunStats([LoopStats(li.region.id, repr(strategies[li.index]) if strategies
-                                         else "none") for li in compiled.loops])
+                                         else "none") for li in loops])
         saves = plan.saves if plan is not None else ()
         # per loop, the record slots to clear after each taped iteration (see LoopSaves)
         self.nested_record_slots = [s.nested_record_slots for s in saves]
         self.runners = [_Runner(self, li, ls, s, self.stats.loops[li.index])
-                        for li, ls, s in zip(compiled.loops, saves, strategies or ())]
+                        for li, ls, s in zip(loops, saves, strategies or ())]
 
     # -- walking -------------------------------------------------------------------
     def run(self, args: list[Any]) -> list[Any]:

@@ -24,7 +24,7 @@ from typing import Any
 from . import nested
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
-from .api import argnums_tuple, leaf_key, lowered, static_positions
+from .api import argnums_tuple, lowered, static_positions, typed_key
 from .caches import SIGNATURES_PER_FUNCTION, BoundedDict
 from .convert import traced_as
 from .errors import CompileError, CompileWarning
@@ -74,7 +74,7 @@ class Jitted:
         # id(Lowering) -> (Lowering, runner), as many as api keeps lowerings of a function
         self._runners: dict[int, tuple[Any, Any]] = BoundedDict(SIGNATURES_PER_FUNCTION)
         # calls whose arguments are all leaves, by their leaf keys (api's cache key without
-        # flattening): (Lowering, runner)
+        # flattening): (Lowering, runner, the builder of its output structure)
         self._by_leaves: dict[tuple, tuple[Any, Any]] = BoundedDict(SIGNATURES_PER_FUNCTION)
         self.__name__ = f"jit({getattr(fun, '__name__', 'f')})"
         self.__doc__ = getattr(fun, "__doc__", None)
@@ -88,17 +88,18 @@ class Jitted:
             return treelib.unflatten(entry.program.out_tree, outs)
         if not kwargs and not self._statics:  # the common call: numbers and arrays
             try:
-                entry, runner = self._by_leaves[tuple(map(_typed_key, args))]
+                entry, runner, build = self._by_leaves[tuple(map(typed_key, args))]
             except (KeyError, TypeError):
                 pass
             else:
                 if entry.epoch == lowering_epoch():
-                    return treelib.unflatten(entry.program.out_tree, runner(list(args)))
+                    return build(runner(args))
         entry, runner, leaves = self._prepare(args, kwargs)
+        build = treelib.builder(entry.program.out_tree)
         if not kwargs and not self._statics and len(leaves) == len(args) and all(
                 x is y for x, y in zip(leaves, args)):  # every argument is a leaf
-            self._by_leaves[tuple(map(_typed_key, args))] = (entry, runner)
-        return treelib.unflatten(entry.program.out_tree, runner(leaves))
+            self._by_leaves[tuple(map(typed_key, args))] = (entry, runner, build)
+        return build(runner(leaves))
 
     def lower(self, *args: Any, **kwargs: Any) -> Program:
         return self._prepare(args, kwargs)[0].program
@@ -143,12 +144,6 @@ class Jitted:
         warnings.warn(f"cfgrad.jit of {name} runs in the interpreter: {reason}",
                       CompileWarning, stacklevel=4)
         return _Interpreted(entry, reason)
-
-
-def _typed_key(x: Any) -> tuple:
-    """An argument's part of the fast path's key: its Python type beside api's leaf key
-    (a list has an array's leaf key, but is a pytree of several leaves)."""
-    return type(x), leaf_key(x)
 
 
 def _first_cause(message: str) -> str:

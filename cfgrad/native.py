@@ -1036,7 +1036,11 @@ class NativeProgram:
         self.runs = module.runs
         self.records = bool(module.runs)  # whether a call has runs to record
         self._recording: tuple[Any, tuple] | None = None  # (main, C) of the variant
-        self._out_types = [v.type for v in program.outputs]
+        # each output's numpy scalar type (None for arrays), and whether any is an array
+        # (only arrays may need owned_results' copies)
+        self._scalars = [v.type.dtype.type if v.type.shape == () else None
+                         for v in program.outputs]
+        self._arrays = None in self._scalars
         self._param_types = [p.type for p in program.params]
         # the Python type Numba reads as each scalar parameter's dtype (none for arrays)
         self._native_kinds = [_NATIVE_SCALARS.get(t.dtype.name) if t.shape == () else None
@@ -1066,9 +1070,8 @@ class NativeProgram:
             if self.compile_seconds is None:
                 self.compile(args)
             results = self._fn(self._constants, *args)
-        return owned_results([t.dtype.type(r) if t.shape == () else r
-                              for r, t in zip(results, self._out_types)],
-                             self.compiled.shared_outputs)
+        outs = [r if scalar is None else scalar(r) for r, scalar in zip(results, self._scalars)]
+        return owned_results(outs, self.compiled.shared_outputs) if self._arrays else outs
 
     def _recorded(self, args: list[Any], sink: list[tuple[str, RunStats]]) -> tuple:
         """Run the recording variant, its runs to `sink` in the interpreter's order; the

@@ -11,6 +11,8 @@ is the one fact every flatten reads, so a registered class works wherever a tupl
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -152,6 +154,18 @@ def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> tuple[
         return TreeDef(kind, meta, tuple(walk(c) for c in kids))
 
     return leaves, walk(tree)
+
+
+def builder(treedef: TreeDef) -> Callable[[Sequence[Any]], Any]:
+    """A function rebuilding `treedef` from a sequence of exactly its leaves: `unflatten`
+    without its count check and walk for the structures a call's arguments and results
+    usually have (one leaf, a tuple of leaves), built once where one structure is rebuilt
+    on every call of a transformed function."""
+    if treedef.kind == "leaf":
+        return operator.itemgetter(0)
+    if treedef.kind == "tuple" and all(c.kind == "leaf" for c in treedef.children):
+        return tuple
+    return functools.partial(unflatten, treedef)
 
 
 def unflatten(treedef: TreeDef, leaves: Iterable[Any]) -> Any:
