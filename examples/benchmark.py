@@ -992,6 +992,48 @@ def hvp_section(console: Console, sizes: Sizes) -> None:
         "the RNN's threshold is out of reach here, so every step runs"])
 
 
+def fixed_cost_section(console: Console, sizes: Sizes, compiled: bool) -> None:
+    """What one call of a transformed function costs beyond the program's own work: a
+    function of one multiplication, called on a Python float, per call (the best of many
+    batches of calls). Interpreted, the call looks up its prepared signature, runs the
+    forward program taped and its adjoint, and hands over the results; compiled (cg.jit),
+    it is one Numba dispatch. The aims (issue 28): at most 10 µs interpreted, 3 µs
+    compiled."""
+    def double(x):
+        return x * 2.0
+
+    calls = 200 if sizes is QUICK else 20_000
+
+    def per_call(fn: Callable) -> float:
+        fn(1.5)  # lower (and compile) outside the timing
+        return min(timeit.repeat(lambda: fn(1.5), number=calls,
+                                 repeat=max(sizes.repeats // 3, 1))) / calls
+
+    def pullback_of_vjp(x: float) -> Any:
+        _, pullback = cg.vjp(double, x)
+        return pullback(1.0)
+
+    rows = [("cg.grad(f)(x)", "interpreter", cg.grad(double)),
+            ("cg.value_and_grad(f)(x)", "interpreter", cg.value_and_grad(double)),
+            ("cg.vjp(f, x), then pullback(1.0)", "interpreter", pullback_of_vjp),
+            ("cg.jvp(f, (x,), (1.0,))", "interpreter",
+             lambda x: cg.jvp(double, (x,), (1.0,)))]
+    if compiled:
+        rows += [("cg.jit(cg.grad(f))(x)", "cg.jit", cg.jit(cg.grad(double))),
+                 ("cg.jit(f)(x)", "cg.jit", cg.jit(double))]
+    table = Table(title=f"Fixed cost of one call: f(x) = x * 2.0 at a Python float, best of "
+                        f"{calls:,} calls")
+    for column in ("call", "runs in", "per call"):
+        table.add_column(column, justify="right" if column == "per call" else "left")
+    for label, where, fn in rows:
+        table.add_row(label, where, f"{per_call(fn) * 1e6:.2f} µs")
+    console.print(table)
+    print_notes(console, [
+        "the program itself is one multiplication (and its adjoint one more): the rest is "
+        "the call's dispatch, the taped run's setup, numpy's error state and handing over "
+        "the results; aims: at most 10 µs for an interpreted grad, 3 µs compiled"])
+
+
 def many_branches(x):
     """110 conds in a row, about 2000 nodes: a large program for the inspector timing."""
     for i in range(110):
@@ -1047,6 +1089,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if not opts.heat_only:
         library_tables(console, sizes, libs, missing, compiled=not opts.quick)
+        fixed_cost_section(console, sizes, compiled=not opts.quick)
         hvp_section(console, sizes)
         inspector_section(console)
         import realistic  # here, not at the top: it imports this module's timing helpers
