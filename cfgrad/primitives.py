@@ -373,9 +373,22 @@ def _dtype_param(op: str, value: Any) -> np.dtype:
     return dtype
 
 
+@dataclass(frozen=True)
+class DtypeOf:
+    """An elementwise result dtype that depends on the promoted input dtype (`of`)."""
+
+    of: Callable[[np.dtype], np.dtype]
+
+
 def _elementwise_type(op: str, out_dtype: Any = None) -> Callable[..., TensorType]:
+    """The rule of an elementwise primitive: the inputs' broadcast shape, in the dtype the
+    inputs are promoted to, or `out_dtype` (a dtype, or a `DtypeOf` the promoted one)."""
     def rule(types: list[TensorType]) -> TensorType:
-        dtype = np.dtype(out_dtype) if out_dtype is not None else types[-1].dtype
+        dtype = types[-1].dtype
+        if isinstance(out_dtype, DtypeOf):
+            dtype = out_dtype.of(dtype)
+        elif out_dtype is not None:
+            dtype = np.dtype(out_dtype)
         return TensorType(_broadcast(types, op), dtype)
 
     return rule
@@ -622,7 +635,9 @@ def _pow_dx(x, y, out):
 
 _binary("pow", np.power, _pow_dx, _pow_dy,
         "d/dy is taken as 0 where x <= 0 (log x undefined); d/dx follows y*x^(y-1), and is "
-        "0 where y == 0 (also at x = 0, as JAX); int ** int stays integer, as numpy",
+        "0 where y == 0 (also at x = 0, as JAX); int ** int stays integer, as numpy, and "
+        "bool ** bool is int8, numpy's",
+        out_dtype=DtypeOf(lambda dtype: np.dtype(np.int8) if dtype == np.bool_ else dtype),
         kernel=ks.power)
 
 

@@ -16,6 +16,8 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+from .caches import static_key
+
 
 class TreeDef(NamedTuple):
     """The shape of a pytree: a node kind, its static metadata and its children."""
@@ -127,8 +129,33 @@ def _node_of(node: Any) -> tuple[str, Any, Sequence[Any]]:
     spec = _NODE_TYPES.get(type(node))
     if spec is not None:
         kids, aux = spec.flatten(node)
-        return "custom", (type(node), aux), tuple(kids)
+        return "custom", (type(node), StaticData(aux)), tuple(kids)
     return "leaf", None, ()
+
+
+class StaticData:
+    """A registered node's static data (`aux_data`, a dataclass's meta fields) as part of
+    a TreeDef, compared and hashed by `caches.static_key`: the TreeDef keys the caches of
+    traced programs, and static data equal under `==` may trace differently (0.0 and
+    -0.0, 2 and 2.0) or never equal itself (NaN)."""
+
+    __slots__ = ("value", "_key", "_hash")
+
+    def __init__(self, value: Any):
+        self.value = value
+        self._key = static_key(value)
+        self._hash: int | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StaticData) and self._key == other._key
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(self._key)  # a TypeError for unhashable data, as before
+        return self._hash
+
+    def __repr__(self) -> str:
+        return repr(self.value)
 
 
 def _describe_node(tree: Any) -> str:
@@ -192,7 +219,7 @@ def unflatten(treedef: TreeDef, leaves: Iterable[Any]) -> Any:
             return dict(zip(td.meta, kids))
         if td.kind == "custom":
             nodetype, aux = td.meta
-            return _NODE_TYPES[nodetype].unflatten(aux, tuple(kids))
+            return _NODE_TYPES[nodetype].unflatten(aux.value, tuple(kids))
         return td.meta(*kids)
 
     return build(treedef)

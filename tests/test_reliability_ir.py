@@ -435,7 +435,6 @@ def test_a_parsed_program_without_lines_gives_an_adjoint_without_lines():
     ("%0: bool[] = neg %b", "bool"),
     ("%0: bool[] = sub %b, %b", "bool, bool"),
     ("%0: bool[] = signbit %z", "complex128"),
-    ("%0: bool[] = pow %b, %b", "bool, bool"),
 ])
 def test_the_verifier_refuses_dtypes_numpy_refuses(line, dtypes):
     op = line.split("= ")[1].split()[0]
@@ -447,13 +446,29 @@ def test_the_verifier_refuses_dtypes_numpy_refuses(line, dtypes):
 
 def test_tracing_and_eager_calls_refuse_them_too():
     for fun in (lambda x: bind("bitwise_and", x, x), lambda x: cnp.sign(x > 0),
-                lambda x: -(x > 0), lambda x: cnp.power(x > 0, x > 0)):
+                lambda x: -(x > 0)):
         with pytest.raises(LoweringError, match="numpy's"):
             cg.lower(fun, 1.5)
         with pytest.raises(LoweringError, match="numpy's"):
             cg.jit(fun)(1.5)  # Numba would have computed a number
     with pytest.raises(ArgumentTypeError, match="sign is not defined for inputs of dtype bool"):
         cnp.sign(np.bool_(True))
+
+
+def test_bool_to_a_bool_power_is_numpys_int8():
+    """numpy's power of two bools is int8: the rule says so (it refused them), traced and
+    compiled alike, and a text declaring it bool is refused."""
+    text = program_text("%0: bool[] = pow %b, %b", "Return %x",
+                        params="%x: f64[], %b: bool[], %z: c128[]")
+    with pytest.raises(VerifyError, match=r"declared bool\[\], but pow of these inputs "
+                                          r"gives i8\[\]"):
+        cg.parse_program(text)
+    a, b = np.array([True, False]), np.array([True, True])
+    want = a ** b
+    for got in (cg.jit(lambda a, b: a ** b)(a, b), cg.jvp(lambda a, b: a ** b, (a, b),
+                                                         (a, b))[0]):
+        assert got.dtype == want.dtype == np.int8
+        np.testing.assert_array_equal(got, want)
 
 
 def test_every_ufunc_entry_gives_numpys_dtype_or_refuses():

@@ -180,3 +180,31 @@ def test_a_static_argument_taking_new_values_keeps_a_bounded_cache(monkeypatch):
         assert grad(2.0, float(s)) == s
     assert len(_CACHE[f]) == limit and len(jitted._runners) == limit
     assert grad(2.0, 1.0) == 1.0 and jitted(2.0, 1.0) == 2.0  # an evicted one traces again
+
+
+def test_static_data_of_a_registered_pytree_is_keyed_by_type_and_bits():
+    """A dataclass's meta fields (aux data) key the caches as static arguments do: they
+    were compared with ==, so 0.0 and -0.0, 2 and 2.0 shared a Program (the second call
+    got the first one's numbers), and a NaN traced on every call."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Scaled:
+        x: float
+        s: float = dataclasses.field(metadata=dict(static=True))
+
+    cg.tree_util.register_dataclass(Scaled)
+    traced = []
+
+    def f(c):
+        traced.append(c.s)
+        return c.x / c.s * (2 if type(c.s) is int else 3)
+
+    g = cg.grad(f)
+    assert g(Scaled(1.0, 0.0)).x == np.inf
+    assert g(Scaled(1.0, -0.0)).x == -np.inf
+    assert g(Scaled(1.0, 2)).x == 1.0 and g(Scaled(1.0, 2.0)).x == 1.5
+    for _ in range(3):
+        g(Scaled(1.0, float("nan")))
+    assert len(traced) == 5
+    assert cg.jit(f)(Scaled(1.0, -0.0)) == -np.inf
