@@ -33,7 +33,7 @@ import numpy as np
 from . import debug
 from . import tree as treelib
 from .custom import custom_jvp, stop_gradient
-from .errors import ArgumentTypeError, RootWarning
+from .errors import ArgumentTypeError, RootWarning, require_callable
 from .ir import Program, SourceLoc, TensorType, ir_dtype, type_of
 from .linearity import linear_in
 from .nested import Call, is_tracing
@@ -81,13 +81,8 @@ class _Arguments:
 
     def __init__(self, f: Callable, initial_guess: Any, solve: Callable,
                  tangent_solve: Callable, has_aux: bool):
-        for what, fn, needs in (("f", f, "x -> f(x), of x's structure"),
-                                ("solve", solve, "(f, initial_guess) -> a root"),
-                                ("tangent_solve", tangent_solve,
-                                 "(g, y) -> v solving the linear system g(v) = y")):
-            if not callable(fn):
-                raise ArgumentTypeError(f"custom_root: `{what}` must be a function {needs}, "
-                                        f"got {type(fn).__name__} {fn!r:.60}")
+        for what, fn in (("f", f), ("solve", solve), ("tangent_solve", tangent_solve)):
+            require_callable(fn, "custom_root", f"`{what}`")
         self.f, self.tangent_solve, self.has_aux = f, tangent_solve, has_aux
         self.name = getattr(f, "__name__", "f")
         self.guess_leaves, self.tree = treelib.flatten(initial_guess)

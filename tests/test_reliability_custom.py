@@ -146,8 +146,8 @@ def with_a(fn):
 
 
 @pytest.mark.parametrize(("changes", "pattern"), [
-    (dict(f=3.0), r"`f` must be a function x -> f\(x\).*got float 3\.0"),
-    (dict(solve=5), r"`solve` must be a function \(f, initial_guess\).*got int 5"),
+    (dict(f=3.0), r"custom_root: `f` must be a function \(a callable\), got float 3\.0"),
+    (dict(solve=5), r"`solve` must be a function \(a callable\), got int 5"),
     (dict(tangent_solve=None), r"`tangent_solve` must be a function.*got NoneType None"),
     (dict(initial_guess="1.0"), r"`initial_guess` must be a float array.*got str '1.0'"),
     (dict(initial_guess=1), r"`initial_guess` must be a float.*got i64\[\]; write 1\.0 for 1"),
