@@ -188,9 +188,10 @@ class _AtRoot:
                 f"custom_root({self.args.name}): `tangent_solve(g, y)` must be linear in y "
                 f"(it solves the linear system g(v) = y, and reverse mode transposes it), but "
                 f"its result depends on y through {verdict.culprit}; solve with y and g only "
-                "by linear operations (y / g(1.0) for a scalar root, a fixed number of "
-                "Richardson or conjugate-gradient steps, cnp.linalg.solve of g's matrix), "
-                "and no constant term")
+                "by linear operations, with no constant term: y / g(1.0) for a scalar root; "
+                "a fixed number of Richardson steps v + w * (y - g(v)) from v = 0, or of "
+                "Jacobi sweeps, which divide by g's diagonal; cnp.linalg.solve of g's "
+                "matrix, whose columns are g of the unit vectors")
         return Call(program)
 
     def newton_step(self) -> list[Any]:

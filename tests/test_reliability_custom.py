@@ -451,3 +451,156 @@ def test_a_clipping_rule_inside_a_rule_refuses_the_second_derivative(fn):
     for second in (cg.hessian(f), cg.grad(cg.grad(f))):
         with pytest.raises(cg.ArgumentTypeError, match="has none: .*not linear in its cotangent"):
             second(0.9)
+
+# -- custom_root: linearity through nested programs (review of issue 23's fixes) --------
+#
+# The analysis follows a nested program (g, a cg.vjp's function, a custom rule's primal)
+# also where its inputs do not depend on y: g(0) in Richardson's first step is zero, so
+# y - g(0) is linear. It must stay sound: nothing nonlinear or affine is accepted.
+
+W2 = np.array([[0.2, -0.1], [0.05, 0.3]])
+B2 = np.array([0.5, -0.25])
+
+
+def python_richardson(g, y):
+    """The textbook Richardson solve the refusal message recommends (issue's code)."""
+    x = cnp.zeros_like(y)
+    for _ in range(100):
+        x = x + 0.3 * (y - g(x))
+    return x
+
+
+def unit_vectors(y):
+    n = np.shape(y)[0]
+    return [np.eye(n)[i] for i in range(n)]
+
+
+def jacobi(g, y):
+    """A fixed number of Jacobi sweeps: Richardson divided by g's diagonal."""
+    diagonal = cnp.stack([g(e)[i] for i, e in enumerate(unit_vectors(y))])
+    v = cnp.zeros_like(y)
+    for _ in range(60):
+        v = v + (y - g(v)) / diagonal
+    return v
+
+
+def matrix_solve(g, y):
+    """cnp.linalg.solve of g's matrix, its columns g of the unit vectors."""
+    return cnp.linalg.solve(cnp.stack([g(e) for e in unit_vectors(y)], axis=1), y)
+
+
+def equilibrium_gradient(tangent_solve):
+    """d/db of |x|² at x = tanh(W x + b)."""
+    def loss(b):
+        x = cg.custom_root(lambda x: x - cnp.tanh(W2 @ x + b), cnp.zeros(2),
+                           lambda f, x0: cg.fori_loop(0, 100, lambda i, x: x - f(x), x0),
+                           tangent_solve)
+        return cnp.sum(x * x)
+    return cg.grad(loss)(B2)
+
+
+def equilibrium_gradient_by_hand():
+    """x = tanh(W x + b) gives dx = (I - S W)⁻¹ S db with S = diag(1 - x²), so
+    d|x|²/db = 2 Sᵀ (I - S W)⁻ᵀ x."""
+    x = np.zeros(2)
+    for _ in range(200):
+        x = np.tanh(W2 @ x + B2)
+    S = np.diag(1.0 - x * x)
+    return 2.0 * S.T @ np.linalg.solve((np.eye(2) - S @ W2).T, x)
+
+
+@pytest.mark.parametrize("tangent_solve", [
+    python_richardson,
+    lambda g, y: cg.fori_loop(0, 100, lambda i, v: v + 0.9 * (y - g(v)), cnp.zeros_like(y)),
+    jacobi,
+    matrix_solve,
+], ids=["richardson-python-loop", "richardson-fori", "jacobi", "linalg-solve-of-g"])
+def test_each_recommended_vector_tangent_solve_is_accepted_and_exact(tangent_solve):
+    np.testing.assert_allclose(equilibrium_gradient(tangent_solve),
+                               equilibrium_gradient_by_hand(), rtol=1e-10)
+
+
+@pytest.mark.parametrize("tangent_solve", [python_richardson, scalar_solve],
+                         ids=["richardson-python-loop", "divide"])
+def test_each_recommended_scalar_tangent_solve_is_accepted_and_exact(tangent_solve):
+    """The issue's reproduction: the Python-loop Richardson solve was refused."""
+    for a in (2.0, 0.3):
+        assert cg.grad(lambda a: sqrt_root(a, tangent_solve=tangent_solve))(a) == \
+            pytest.approx(0.5 / np.sqrt(a), rel=1e-12)
+
+
+def conjugate_gradients(g, y):
+    """Its step sizes are quotients of y's inner products: not linear in y."""
+    v, r = cnp.zeros_like(y), y
+    p = r
+    for _ in range(2):
+        gp = g(p)
+        alpha = cnp.sum(r * r) / cnp.sum(p * gp)
+        v, r_new = v + alpha * p, r - alpha * gp
+        p, r = r_new + cnp.sum(r_new * r_new) / cnp.sum(r * r) * p, r_new
+    return v
+
+
+def test_the_refusal_recommends_only_forms_that_are_linear():
+    with pytest.raises(cg.ArgumentTypeError) as err:
+        cg.grad(lambda a: sqrt_root(a, tangent_solve=lambda g, y: y * y / g(1.0)))(2.0)
+    message = str(err.value)
+    for form in ("y / g(1.0)", "Richardson", "Jacobi", "cnp.linalg.solve of g's matrix"):
+        assert form in message
+    assert "conjugate" not in message
+    with pytest.raises(cg.ArgumentTypeError, match="must be linear in y"):
+        equilibrium_gradient(conjugate_gradients)
+
+
+@cg.custom_jvp
+def custom_cos(x):
+    return cnp.cos(x)
+
+
+custom_cos.defjvp(lambda p, t: (cnp.cos(p[0]), -cnp.sin(p[0]) * t[0]))
+
+
+@cg.custom_jvp
+def custom_square(x):
+    return x * x
+
+
+custom_square.defjvp(lambda p, t: (p[0] * p[0], 2.0 * p[0] * t[0]))
+
+
+def g_of_zeros(g, y):
+    """g(0): a traced zero, known to be zero only by following g's program (a function
+    of constants, such as cnp.zeros_like(y), is computed while tracing)."""
+    return g(cnp.zeros_like(y))
+
+
+@pytest.mark.parametrize("tangent_solve", [
+    lambda g, y: g(y * y) / g(1.0) ** 2,                      # g applied to y²
+    lambda g, y: y / g(1.0) + g(1.0),                         # affine: g of a constant
+    lambda g, y: python_richardson(lambda v: g(v) + 1.0, y),  # g made affine
+    lambda g, y: y / g(1.0) + cg.vjp(cnp.cos, g_of_zeros(g, y))[0],     # cos(0) = 1
+    lambda g, y: y / g(1.0) + custom_cos(g_of_zeros(g, y)),  # the same by a custom rule
+    lambda g, y: cg.vjp(lambda v: 3.0 * v, 1.0)[1](y * y)[0] / g(1.0),  # gave 0.0 silently
+    lambda g, y: cg.vjp(lambda v: (3.0 * v, v), 1.0)[1]((y, 1.0))[0] / g(1.0),  # affine
+    lambda g, y: cg.vjp(lambda v: v * v, y)[1](1.0)[0] / g(1.0),  # a point moving with y
+    conjugate_gradients,
+], ids=["g-of-square", "plus-g-of-constant", "affine-g", "call-of-cos-of-zeros",
+        "custom-cos-of-zeros", "pullback-of-square",
+        "pullback-of-constant-cotangent", "pullback-at-y", "conjugate-gradients"])
+def test_nonlinear_tangent_solves_through_nested_programs_are_refused(tangent_solve):
+    with pytest.raises(cg.ArgumentTypeError, match=r"tangent_solve\(g, y\)` must be linear in y"):
+        cg.grad(lambda a: sqrt_root(a, tangent_solve=tangent_solve))(2.0)
+
+
+@pytest.mark.parametrize("tangent_solve", [
+    lambda g, y: y / g(1.0) + g_of_zeros(g, y),
+    lambda g, y: y / g(1.0) + cg.vjp(lambda c: c * c, g_of_zeros(g, y))[0],  # 0² = 0
+    lambda g, y: y / g(1.0) + custom_square(g_of_zeros(g, y)),
+    lambda g, y: cg.vjp(lambda v: 3.0 * v, 1.0)[1](y)[0] / (3.0 * g(1.0)),
+    lambda g, y: y / g(1.0) + cg.vjp(lambda v: v * v, 1.0)[1](g_of_zeros(g, y))[0],
+], ids=["plus-g-of-zeros", "call-of-square-of-zeros", "custom-square-of-zeros",
+        "pullback-at-a-constant", "pullback-of-zeros"])
+def test_linear_tangent_solves_through_nested_programs_are_accepted(tangent_solve):
+    assert cg.grad(lambda a: sqrt_root(a, tangent_solve=tangent_solve))(2.0) == \
+        pytest.approx(0.5 / np.sqrt(2.0), rel=1e-12)
+
