@@ -18,8 +18,10 @@ The theorem gives the derivative at a root, so a solver that stops early (or ret
 initial guess) gives wrong derivatives without a sign. Each run therefore measures the
 Newton step from the solver's result, tangent_solve(g, f(x*)), the distance to the root
 to first order, and warns (`RootWarning`) where it exceeds ROOT_TOLERANCE (or √eps of a
-lower precision) of the solution's scale: max |x*|, |initial guess| (1 where both are
-zero). A converged solver's step is at the rounding level, orders below that.
+lower precision) times the solution's scale, max(|x*|, |initial guess|, 1): relative to
+the solution where it is large, absolute near 0, where a solver stopping at |f| < 1e-10
+has converged though a root of size 1e-9 is not found to 1e-4 of its size. A converged
+solver's step is at the rounding level, orders below that.
 """
 
 from __future__ import annotations
@@ -216,15 +218,16 @@ def _warn_if_no_root(where: _Where, step: list[Any], x: list[Any], guess: list[A
 
     eps = max(np.finfo(np.asarray(a).dtype).eps for a in x)
     tolerance = max(ROOT_TOLERANCE, float(np.sqrt(eps)))
-    scale = max(largest(x), largest(guess)) or 1.0
+    scale = max(largest(x), largest(guess), 1.0)
     size = largest(step)
     if np.isfinite(size) and size <= tolerance * scale:
         return
     loc = where.loc
     warnings.warn_explicit(
         f"cg.custom_root({where.name}): the solver's result is not a root of f: the Newton step "
-        f"from it, tangent_solve(g, f(x)), is larger than {tolerance:g} of the solution's "
-        "scale (or not finite), so the implicit function theorem, which holds at a root, "
+        f"from it, tangent_solve(g, f(x)), is larger than {tolerance:g} times the "
+        "solution's scale, max(|x|, |initial guess|, 1) (or not finite), so the implicit "
+        "function theorem, which holds at a root, "
         "gives wrong derivatives; make `solve` converge (more iterations, a tighter "
         "tolerance) or check f and the initial guess",
         RootWarning, loc.file if loc else "<cfgrad>", loc.line if loc else 0)

@@ -604,3 +604,90 @@ def test_linear_tangent_solves_through_nested_programs_are_accepted(tangent_solv
     assert cg.grad(lambda a: sqrt_root(a, tangent_solve=tangent_solve))(2.0) == \
         pytest.approx(0.5 / np.sqrt(2.0), rel=1e-12)
 
+# -- custom_root: the root check's scale near 0 and far from it ------------------------
+
+
+def fixed_point_until(tolerance):
+    """z ← z - f(z) until max |f(z)| < tolerance: an absolute stopping rule."""
+    def solve(f, z0):
+        def step(c):
+            z = c[0] - f(c[0])
+            return z, cnp.max(cnp.abs(f(z)))
+        return cg.while_loop(lambda c: c[1] >= tolerance, step,
+                             (z0, cnp.max(cnp.abs(f(z0)))), max_iters=10_000)[0]
+    return solve
+
+
+def tanh_root(b, guess, solve):
+    """The root of z - tanh(z/2 + b), a solution near 2b for small b."""
+    return cg.custom_root(lambda z: z - cnp.tanh(0.5 * z + b), guess, solve,
+                          lambda g, y: jacobi(g, y) if np.ndim(y) else y / g(1.0))
+
+
+def tanh_root_derivative(z, b):
+    s = 1.0 - np.tanh(0.5 * z + b) ** 2
+    return s / (1.0 - 0.5 * s)
+
+
+def runs_without_warning(fn, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cg.RootWarning)
+        return fn(*args)
+
+
+def warns_no_root(fn, *args):
+    with pytest.warns(cg.RootWarning, match="not a root of f"):
+        return fn(*args)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_converged_solver_at_a_root_near_zero_does_not_warn(dtype):
+    """The review's case: stopping at |f| < 1e-10 for b = 1e-9 from 0 warned, though the
+    derivative is exact (the root's scale, 2e-9, was taken for the tolerance's)."""
+    b, tolerance = dtype(1e-9 if dtype == np.float64 else 1e-6), \
+        1e-10 if dtype == np.float64 else 1e-8
+    solve = fixed_point_until(tolerance)
+    z = runs_without_warning(tanh_root, b, dtype(0.0), solve)
+    assert z.dtype == dtype and 0.0 < z < 4 * b
+    grad = runs_without_warning(cg.grad(lambda b: tanh_root(b, dtype(0.0), solve)), b)
+    assert grad == pytest.approx(tanh_root_derivative(float(z), float(b)),
+                                 rel=1e-9 if dtype == np.float64 else 1e-5)
+
+
+def test_a_converged_vector_solver_at_a_root_near_zero_does_not_warn():
+    b = np.array([1e-9, -3e-10])
+    solve = fixed_point_until(1e-12)
+    loss = lambda b: cnp.sum(tanh_root(b, cnp.zeros(2), solve))  # noqa: E731
+    z = runs_without_warning(tanh_root, b, np.zeros(2), solve)
+    np.testing.assert_allclose(runs_without_warning(cg.grad(loss), b),
+                               tanh_root_derivative(z, b), rtol=1e-9)
+
+
+def test_a_root_of_size_a_million_is_checked_relative_to_its_size():
+    a = 1.7e12  # root 1.3038e6
+    converged = runs_without_warning(sqrt_root, a, newton, scalar_solve, 1e6)
+    assert converged == pytest.approx(np.sqrt(a), rel=1e-14)
+    assert runs_without_warning(cg.grad(lambda a: sqrt_root(a, guess=1e6)), a) == \
+        pytest.approx(0.5 / np.sqrt(a), rel=1e-10)
+    off = lambda f, x0: np.sqrt(a) * (1.0 + 1e-3)  # noqa: E731
+    warns_no_root(sqrt_root, a, off, scalar_solve, 1e6)
+    warns_no_root(cg.grad(lambda a: sqrt_root(a, solve=lambda f, x0: cnp.sqrt(a) * 1.001,
+                                              guess=1e6)), a)
+
+
+@pytest.mark.parametrize("case", ["guess-near-zero", "stops-early", "vector-guess",
+                                  "float32-guess"])
+def test_a_clear_non_root_near_zero_still_warns(case):
+    """A solver that returns its initial guess 0 for a root at 0.01 or stops at |f| < 1e-2
+    for a root at 0.8: steps of 1e-2 are 100 times the absolute floor."""
+    if case == "guess-near-zero":
+        args = (0.005, 0.0, first_guess)
+    elif case == "stops-early":
+        args = (0.5, 0.0, fixed_point_until(1e-2))
+    elif case == "vector-guess":
+        args = (np.array([0.005, 0.0]), np.zeros(2), first_guess)
+    else:
+        args = (np.float32(0.005), np.float32(0.0), first_guess)
+    warns_no_root(tanh_root, *args)
+    warns_no_root(cg.grad(lambda b: cnp.sum(tanh_root(b, *args[1:]))), args[0])
+
