@@ -21,7 +21,10 @@ to first order, and warns (`RootWarning`) where it exceeds ROOT_TOLERANCE (or �
 lower precision) times the solution's scale, max(|x*|, |initial guess|, 1): relative to
 the solution where it is large, absolute near 0, where a solver stopping at |f| < 1e-10
 has converged though a root of size 1e-9 is not found to 1e-4 of its size. A converged
-solver's step is at the rounding level, orders below that.
+solver's step is at the rounding level, orders below that. Outside a trace the step is
+computed from f's and tangent_solve's values at x* and the JVP program of f's program
+(traced once per call before the solve, to check f's residual), so the eager check
+traces nothing more.
 """
 
 from __future__ import annotations
@@ -144,18 +147,14 @@ class _Arguments:
         return leaves
 
 
-class _AtRoot:
-    """What custom_root builds at the solver's result x* in the trace being built: `f` as
-    a sub-program (its parameters: x, then the values θ it closes over), its partial
-    derivatives, and `tangent_solve` traced as a function of y, checked for linearity."""
+class _Residual:
+    """`f` as a program (its parameters: x's leaves, then the values θ it closes over in
+    the trace being built) with its partial derivatives, and `tangent_solve` with g = ∂f/∂x."""
 
-    def __init__(self, args: _Arguments, x_leaves: list[Any]):
+    def __init__(self, args: _Arguments, program: Program, theta: list[Any]):
         self.args = args
-        self.x_leaves = x_leaves
-        self.n = len(x_leaves)
-        self.program, self.theta = args.residual(x_leaves)
-        self.residual = Call(self.program)
-        self.linear_solve = self._traced_tangent_solve()
+        self.program, self.theta = program, theta
+        self.residual = Call(program)
 
     def partial_jvp(self, x: list[Any], theta: tuple, dx: list[Any],
                     dtheta: list[Any]) -> Any:
@@ -170,6 +169,18 @@ class _AtRoot:
             y)
         self.args.check_like_guess("the result of `tangent_solve`", dx)
         return dx
+
+
+class _AtRoot(_Residual):
+    """What custom_root builds at the solver's result x* in the trace being built: `f` as
+    a sub-program, its partial derivatives, and `tangent_solve` traced as a function of y,
+    checked for linearity."""
+
+    def __init__(self, args: _Arguments, x_leaves: list[Any]):
+        super().__init__(args, *args.residual(x_leaves))
+        self.x_leaves = x_leaves
+        self.n = len(x_leaves)
+        self.linear_solve = self._traced_tangent_solve()
 
     def _traced_tangent_solve(self) -> Call:
         """`tangent_solve` at the root as a program of y (then what it closes over), which
@@ -233,22 +244,32 @@ def _warn_if_no_root(where: _Where, step: list[Any], x: list[Any], guess: list[A
         RootWarning, loc.file if loc else "<cfgrad>", loc.line if loc else 0)
 
 
+def _eager_newton_step(args: _Arguments, program: Program, x: list[np.ndarray]) -> list[Any]:
+    """tangent_solve(g, f(x*)) outside a trace, where f and tangent_solve are functions of
+    arrays: f and tangent_solve called on x*'s values, g = ∂f/∂x the JVP program of f's
+    program (traced before the solve, its closed-over values constants of this call), so
+    no program is traced for the check and tangent_solve is not traced at all (nothing is
+    differentiated, so its linearity does not matter here)."""
+    at = _Residual(args, program, [])
+    x = [v.astype(p.type.dtype, copy=False) for v, p in zip(x, program.params)]
+    r = args.f(treelib.unflatten(args.tree, x))
+    return treelib.flatten(at.solve_linear(x, (), r))[0]
+
+
 def custom_root(f: Callable, initial_guess: Any, solve: Callable, tangent_solve: Callable,
                 has_aux: bool = False) -> Any:
     """A root of `f` found by `solve(f, initial_guess)`, differentiated by the implicit
     function theorem, as `jax.lax.custom_root` (see the module's docstring)."""
     args = _Arguments(f, initial_guess, solve, tangent_solve, has_aux)
-    args.residual([np.zeros(t.shape, t.dtype) for t in args.types])  # before solve uses f
+    program, _ = args.residual([np.zeros(t.shape, t.dtype)
+                                for t in args.types])  # checked before solve uses f
     solved = solve(f, initial_guess)
     solution, aux = args.split(solved)
     x_leaves = args.check_like_guess("the solution `solve` returned", solution)
     where = _Where(args.name, current_loc())
     if not is_tracing():  # nothing to differentiate: only check the result
-        eager = [np.asarray(x) for x in x_leaves]
-        program = trace_program(lambda *xs: _AtRoot(args, list(xs)).newton_step(),
-                                tuple(eager), name=f"custom_root({args.name}).check")
-        _warn_if_no_root(where, list(Call(program).run(tuple(eager))), eager,
-                         args.guess_leaves)
+        x = [np.asarray(v) for v in x_leaves]
+        _warn_if_no_root(where, _eager_newton_step(args, program, x), x, args.guess_leaves)
         return solved
     x_leaves = treelib.flatten(stop_gradient(solution))[0]
     at = _AtRoot(args, x_leaves)

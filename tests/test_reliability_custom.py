@@ -16,6 +16,7 @@ import pytest
 import cfgrad as cg
 import cfgrad.numpy as cnp
 from cfgrad.checkpoint import Binomial, Online, Recompute
+from cfgrad.trace import Tracer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from solvers import bisection, newton, scalar_solve  # noqa: E402
@@ -452,6 +453,7 @@ def test_a_clipping_rule_inside_a_rule_refuses_the_second_derivative(fn):
         with pytest.raises(cg.ArgumentTypeError, match="has none: .*not linear in its cotangent"):
             second(0.9)
 
+
 # -- custom_root: linearity through nested programs (review of issue 23's fixes) --------
 #
 # The analysis follows a nested program (g, a cg.vjp's function, a custom rule's primal)
@@ -604,6 +606,7 @@ def test_linear_tangent_solves_through_nested_programs_are_accepted(tangent_solv
     assert cg.grad(lambda a: sqrt_root(a, tangent_solve=tangent_solve))(2.0) == \
         pytest.approx(0.5 / np.sqrt(2.0), rel=1e-12)
 
+
 # -- custom_root: the root check's scale near 0 and far from it ------------------------
 
 
@@ -691,3 +694,51 @@ def test_a_clear_non_root_near_zero_still_warns(case):
     warns_no_root(tanh_root, *args)
     warns_no_root(cg.grad(lambda b: cnp.sum(tanh_root(b, *args[1:]))), args[0])
 
+
+# -- custom_root outside a transformation: the check from values ----------------------
+
+
+def test_the_eager_check_uses_the_values_f_closes_over_at_each_call():
+    """Outside a trace f's program is traced at each call: one f object whose closed-over
+    value changes is checked against the value of the call, not a cached one."""
+    box = [2.0]
+    f = lambda x: x * x - box[0]  # noqa: E731
+    for a in (2.0, 9.0, 0.25):
+        box[0] = a
+        assert runs_without_warning(cg.custom_root, f, 1.0, newton, scalar_solve) == \
+            pytest.approx(np.sqrt(a), rel=1e-14)
+    box[0] = 16.0
+    warns_no_root(cg.custom_root, f, 1.0, lambda f, x0: 3.0, scalar_solve)
+
+
+def test_the_eager_check_calls_tangent_solve_on_values():
+    """Outside a transformation nothing is differentiated: tangent_solve is called on the
+    residual's values (not traced), g is exact, and a float32 solution of a Python-float
+    guess is checked."""
+    seen = []
+
+    def solve_and_record(g, y):
+        seen.append(type(y))
+        return y / g(1.0)
+
+    x = runs_without_warning(cg.custom_root, lambda x: x * x - 2.0, 1.0,
+                             lambda f, x0: np.float32(np.sqrt(2.0)), solve_and_record)
+    assert x.dtype == np.float32 and seen and not any(issubclass(t, Tracer) for t in seen)
+    warns_no_root(cg.custom_root, lambda x: x * x - 2.0, 1.0, lambda f, x0: np.float32(1.4),
+                  solve_and_record)
+    z = np.array([0.3, -0.2])
+    step = []
+
+    def record_exact(g, y):  # g is the exact Jacobian of x - tanh(W x + b) at the solution
+        s = 1.0 - np.tanh(W2 @ z + B2) ** 2
+        np.testing.assert_allclose(g(np.array([1.0, 0.0])),
+                                   np.eye(2)[0] - s * W2[:, 0], rtol=1e-15)
+        step.append(matrix_solve(g, y))
+        return step[-1]
+
+    warns_no_root(cg.custom_root, lambda x: x - cnp.tanh(W2 @ x + B2), np.zeros(2),
+                  lambda f, x0: z, record_exact)
+    x = np.zeros(2)
+    for _ in range(200):
+        x = np.tanh(W2 @ x + B2)
+    np.testing.assert_allclose(z - step[0], x, atol=0.1)  # one Newton step towards it
