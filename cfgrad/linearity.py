@@ -18,6 +18,13 @@ those inputs, or a pullback (`vjp_call`) at constant primals whose reverse pass 
 in its cotangents. A Phi joins its inputs' classes, and a branch or loop whose decision
 depends on the parameters makes the program nonlinear; adding a nonzero constant to a
 linear value is affine, not linear.
+
+A node standing for a sub-program (`call`, a custom rule's node) is analysed through that
+program also where none of its inputs depends on the parameters: a linear sub-program of
+zeros gives zeros (g(0) in the first step of a Richardson solve v ← v + ω(y - g(v)) from
+v = 0), which a linear value added to it keeps linear, while a constant it gives makes
+that sum affine. A pullback's results, linear images of its cotangents, get the join of
+their classes: zeros for zeros, affine where a constant cotangent meets a linear one.
 """
 
 from __future__ import annotations
@@ -66,10 +73,15 @@ def _at(n: Node) -> str:
 
 
 class _Analysis:
-    def __init__(self, program: Program, params: list[str]):
+    def __init__(self, program: Program, params: list[str],
+                 verdicts: dict[tuple[int, tuple[str, ...]], Verdict] | None = None):
         self.program = program
         self.classes: dict[Value, str] = dict(zip(program.params, params))
         self.culprit: str | None = None
+        # the verdicts on sub-programs by their parameters' classes, shared by the
+        # analyses of one program: a sub-program called in every step of a Python loop,
+        # or again in each sweep to the fixpoint, is analysed once per such classes
+        self.verdicts = {} if verdicts is None else verdicts
 
     def of(self, v: Value) -> str | None:
         return self.classes.get(v)
@@ -111,10 +123,10 @@ class _Analysis:
             return []
         if n.op == "const":
             return [CONST if n.params["value"].any() else ZERO]
-        if NONLINEAR not in ins and LINEAR not in ins:
-            return [self._independent(n, ins)] * len(n.outputs)
         if n.op in ("call", "custom_vjp", "custom_jvp", "vjp_call"):
             return self._opaque(n, ins)
+        if NONLINEAR not in ins and LINEAR not in ins:
+            return [self._independent(n, ins)] * len(n.outputs)
         cls = self._primitive(n, ins)
         if cls == NONLINEAR:
             self.blame(f"`{n.op}`{_at(n)}")
@@ -159,28 +171,50 @@ class _Analysis:
         return NONLINEAR
 
     def _opaque(self, n: Node, ins: list[str]) -> list[str]:
-        """A node standing for another program: the classes of that program's results."""
+        """A node standing for another program: the classes of that program's results,
+        also where its inputs do not depend on the parameters (a linear sub-program of
+        zeros, such as g(0) in a Richardson solve's first step, gives zeros, which the
+        linear values added to it keep linear)."""
         if n.op == "vjp_call":
-            pullback = n.params["of"]
-            count = len(pullback.program.params)
-            if all(c in (ZERO, CONST) for c in ins[:count]):
-                problem = reverse_pass_problem(pullback.program)
-                if problem is None:
-                    return [LINEAR] * len(n.outputs)
-                self.blame(f"a pullback{_at(n)} whose reverse pass is not linear: {problem}")
-            else:
-                self.blame(f"a pullback{_at(n)} taken at a point that depends on them")
-            return [NONLINEAR] * len(n.outputs)
+            return self._pullback(n, ins)
         if n.op == "call":
             program = n.params["of"].program
         elif n.op == "custom_vjp":
             program = n.params["rule"].fwd_program
         else:
             program = n.params["rule"].primal_program
-        verdict = _Analysis(program, ins).run()
+        key = (id(program), tuple(ins))
+        verdict = self.verdicts.get(key)
+        if verdict is None:
+            verdict = self.verdicts[key] = _Analysis(program, ins, self.verdicts).run()
         if verdict.culprit is not None:
             self.blame(f"{verdict.culprit} in {program.name}")
         return verdict.classes
+
+    def _pullback(self, n: Node, ins: list[str]) -> list[str]:
+        """A pullback J(x)ᵀ·c at primals x that do not depend on the parameters is linear
+        in its cotangents c where its reverse pass is: each result is then a sum of linear
+        images of the cotangents, of the class of their join (zeros where all are zeros,
+        affine where a constant one meets a linear one)."""
+        pullback = n.params["of"]
+        count = len(pullback.program.params)
+        cotangents = ins[count:]
+        if any(c in (LINEAR, NONLINEAR) for c in ins[:count]):
+            self.blame(f"a pullback{_at(n)} taken at a point that depends on them")
+            return [NONLINEAR] * len(n.outputs)
+        problem = reverse_pass_problem(pullback.program)
+        if problem is not None:
+            if LINEAR not in cotangents and NONLINEAR not in cotangents:
+                return [CONST] * len(n.outputs)
+            self.blame(f"a pullback{_at(n)} whose reverse pass is not linear: {problem}")
+            return [NONLINEAR] * len(n.outputs)
+        cls = ZERO
+        for c in cotangents:
+            cls = join(cls, c)
+        if cls == NONLINEAR and NONLINEAR not in cotangents:
+            self.blame(f"a pullback{_at(n)} of a constant cotangent added to one that depends "
+                       "on them")
+        return [cls] * len(n.outputs)
 
 
 def linear_in(program: Program, params: list[int]) -> Verdict:

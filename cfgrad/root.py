@@ -18,8 +18,13 @@ The theorem gives the derivative at a root, so a solver that stops early (or ret
 initial guess) gives wrong derivatives without a sign. Each run therefore measures the
 Newton step from the solver's result, tangent_solve(g, f(x*)), the distance to the root
 to first order, and warns (`RootWarning`) where it exceeds ROOT_TOLERANCE (or √eps of a
-lower precision) of the solution's scale: max |x*|, |initial guess| (1 where both are
-zero). A converged solver's step is at the rounding level, orders below that.
+lower precision) times the solution's scale, max(|x*|, |initial guess|, 1): relative to
+the solution where it is large, absolute near 0, where a solver stopping at |f| < 1e-10
+has converged though a root of size 1e-9 is not found to 1e-4 of its size. A converged
+solver's step is at the rounding level, orders below that. Outside a trace the step is
+computed from f's and tangent_solve's values at x* and the JVP program of f's program
+(traced once per call before the solve, to check f's residual), so the eager check
+traces nothing more.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import numpy as np
 from . import debug
 from . import tree as treelib
 from .custom import custom_jvp, stop_gradient
-from .errors import ArgumentTypeError, RootWarning
+from .errors import ArgumentTypeError, RootWarning, require_callable
 from .ir import Program, SourceLoc, TensorType, ir_dtype, type_of
 from .linearity import linear_in
 from .nested import Call, is_tracing
@@ -81,13 +86,8 @@ class _Arguments:
 
     def __init__(self, f: Callable, initial_guess: Any, solve: Callable,
                  tangent_solve: Callable, has_aux: bool):
-        for what, fn, needs in (("f", f, "x -> f(x), of x's structure"),
-                                ("solve", solve, "(f, initial_guess) -> a root"),
-                                ("tangent_solve", tangent_solve,
-                                 "(g, y) -> v solving the linear system g(v) = y")):
-            if not callable(fn):
-                raise ArgumentTypeError(f"custom_root: `{what}` must be a function {needs}, "
-                                        f"got {type(fn).__name__} {fn!r:.60}")
+        for what, fn in (("f", f), ("solve", solve), ("tangent_solve", tangent_solve)):
+            require_callable(fn, "custom_root", f"`{what}`")
         self.f, self.tangent_solve, self.has_aux = f, tangent_solve, has_aux
         self.name = getattr(f, "__name__", "f")
         self.guess_leaves, self.tree = treelib.flatten(initial_guess)
@@ -147,18 +147,14 @@ class _Arguments:
         return leaves
 
 
-class _AtRoot:
-    """What custom_root builds at the solver's result x* in the trace being built: `f` as
-    a sub-program (its parameters: x, then the values θ it closes over), its partial
-    derivatives, and `tangent_solve` traced as a function of y, checked for linearity."""
+class _Residual:
+    """`f` as a program (its parameters: x's leaves, then the values θ it closes over in
+    the trace being built) with its partial derivatives, and `tangent_solve` with g = ∂f/∂x."""
 
-    def __init__(self, args: _Arguments, x_leaves: list[Any]):
+    def __init__(self, args: _Arguments, program: Program, theta: list[Any]):
         self.args = args
-        self.x_leaves = x_leaves
-        self.n = len(x_leaves)
-        self.program, self.theta = args.residual(x_leaves)
-        self.residual = Call(self.program)
-        self.linear_solve = self._traced_tangent_solve()
+        self.program, self.theta = program, theta
+        self.residual = Call(program)
 
     def partial_jvp(self, x: list[Any], theta: tuple, dx: list[Any],
                     dtheta: list[Any]) -> Any:
@@ -173,6 +169,18 @@ class _AtRoot:
             y)
         self.args.check_like_guess("the result of `tangent_solve`", dx)
         return dx
+
+
+class _AtRoot(_Residual):
+    """What custom_root builds at the solver's result x* in the trace being built: `f` as
+    a sub-program, its partial derivatives, and `tangent_solve` traced as a function of y,
+    checked for linearity."""
+
+    def __init__(self, args: _Arguments, x_leaves: list[Any]):
+        super().__init__(args, *args.residual(x_leaves))
+        self.x_leaves = x_leaves
+        self.n = len(x_leaves)
+        self.linear_solve = self._traced_tangent_solve()
 
     def _traced_tangent_solve(self) -> Call:
         """`tangent_solve` at the root as a program of y (then what it closes over), which
@@ -193,9 +201,10 @@ class _AtRoot:
                 f"custom_root({self.args.name}): `tangent_solve(g, y)` must be linear in y "
                 f"(it solves the linear system g(v) = y, and reverse mode transposes it), but "
                 f"its result depends on y through {verdict.culprit}; solve with y and g only "
-                "by linear operations (y / g(1.0) for a scalar root, a fixed number of "
-                "Richardson or conjugate-gradient steps, cnp.linalg.solve of g's matrix), "
-                "and no constant term")
+                "by linear operations, with no constant term: y / g(1.0) for a scalar root; "
+                "a fixed number of Richardson steps v + w * (y - g(v)) from v = 0, or of "
+                "Jacobi sweeps, which divide by g's diagonal; cnp.linalg.solve of g's "
+                "matrix, whose columns are g of the unit vectors")
         return Call(program)
 
     def newton_step(self) -> list[Any]:
@@ -220,18 +229,31 @@ def _warn_if_no_root(where: _Where, step: list[Any], x: list[Any], guess: list[A
 
     eps = max(np.finfo(np.asarray(a).dtype).eps for a in x)
     tolerance = max(ROOT_TOLERANCE, float(np.sqrt(eps)))
-    scale = max(largest(x), largest(guess)) or 1.0
+    scale = max(largest(x), largest(guess), 1.0)
     size = largest(step)
     if np.isfinite(size) and size <= tolerance * scale:
         return
     loc = where.loc
     warnings.warn_explicit(
         f"cg.custom_root({where.name}): the solver's result is not a root of f: the Newton step "
-        f"from it, tangent_solve(g, f(x)), is larger than {tolerance:g} of the solution's "
-        "scale (or not finite), so the implicit function theorem, which holds at a root, "
+        f"from it, tangent_solve(g, f(x)), is larger than {tolerance:g} times the "
+        "solution's scale, max(|x|, |initial guess|, 1) (or not finite), so the implicit "
+        "function theorem, which holds at a root, "
         "gives wrong derivatives; make `solve` converge (more iterations, a tighter "
         "tolerance) or check f and the initial guess",
         RootWarning, loc.file if loc else "<cfgrad>", loc.line if loc else 0)
+
+
+def _eager_newton_step(args: _Arguments, program: Program, x: list[np.ndarray]) -> list[Any]:
+    """tangent_solve(g, f(x*)) outside a trace, where f and tangent_solve are functions of
+    arrays: f and tangent_solve called on x*'s values, g = ∂f/∂x the JVP program of f's
+    program (traced before the solve, its closed-over values constants of this call), so
+    no program is traced for the check and tangent_solve is not traced at all (nothing is
+    differentiated, so its linearity does not matter here)."""
+    at = _Residual(args, program, [])
+    x = [v.astype(p.type.dtype, copy=False) for v, p in zip(x, program.params)]
+    r = args.f(treelib.unflatten(args.tree, x))
+    return treelib.flatten(at.solve_linear(x, (), r))[0]
 
 
 def custom_root(f: Callable, initial_guess: Any, solve: Callable, tangent_solve: Callable,
@@ -239,17 +261,15 @@ def custom_root(f: Callable, initial_guess: Any, solve: Callable, tangent_solve:
     """A root of `f` found by `solve(f, initial_guess)`, differentiated by the implicit
     function theorem, as `jax.lax.custom_root` (see the module's docstring)."""
     args = _Arguments(f, initial_guess, solve, tangent_solve, has_aux)
-    args.residual([np.zeros(t.shape, t.dtype) for t in args.types])  # before solve uses f
+    program, _ = args.residual([np.zeros(t.shape, t.dtype)
+                                for t in args.types])  # checked before solve uses f
     solved = solve(f, initial_guess)
     solution, aux = args.split(solved)
     x_leaves = args.check_like_guess("the solution `solve` returned", solution)
     where = _Where(args.name, current_loc())
     if not is_tracing():  # nothing to differentiate: only check the result
-        eager = [np.asarray(x) for x in x_leaves]
-        program = trace_program(lambda *xs: _AtRoot(args, list(xs)).newton_step(),
-                                tuple(eager), name=f"custom_root({args.name}).check")
-        _warn_if_no_root(where, list(Call(program).run(tuple(eager))), eager,
-                         args.guess_leaves)
+        x = [np.asarray(v) for v in x_leaves]
+        _warn_if_no_root(where, _eager_newton_step(args, program, x), x, args.guess_leaves)
         return solved
     x_leaves = treelib.flatten(stop_gradient(solution))[0]
     at = _AtRoot(args, x_leaves)
