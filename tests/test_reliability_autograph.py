@@ -4,9 +4,11 @@ Regressions of four defects (cfgrad/convert): a broad `except` that caught cfgra
 refusal and had its handler traced instead (a wrong value and gradient), a `raise` under a
 traced condition that fired while tracing (no gradient even where Python raises nothing),
 `range` with a traced step of zero that ran no iteration (Python raises), and a recursion
-that ends on a traced condition, which hit Python's RecursionError. Expected values come
-from plain Python on the same inputs, closed forms or finite differences, never from
-numbers cfgrad printed. The functions live in this file: conversion reads source.
+that ends on a traced condition, which hit Python's RecursionError; and of one a review
+found after: a `TracerBoolError` (code cfgrad could not trace) caught by an `except` of
+converted code, its handler traced in its place. Expected values come from plain Python
+on the same inputs, closed forms or finite differences, never from numbers cfgrad
+printed. The functions live in this file: conversion reads source.
 """
 
 import inspect
@@ -421,3 +423,72 @@ def test_recursion_that_a_static_argument_ends_still_works():
     assert cg.grad(bounded, static_argnums=1)(1.0, 4) == 16.0
     assert cg.grad(bounded, static_argnums=1)(-1.0, 3) == 27.0
     assert cg.grad(fact, argnums=1, static_argnums=0)(3, 2.0) == 6.0
+
+
+# -------------------------------------------------------------------------------------
+# 2, continued: what the review found an `except` of converted code still did
+# A. a TracerBoolError (cfgrad could not trace the code) was caught, the handler traced
+#    in place of the code: a value and gradient Python never computes
+# -------------------------------------------------------------------------------------
+
+
+def float_in_try(x):
+    try:
+        y = float(x)
+    except Exception:
+        y = 0.0
+    return x * y
+
+
+def float_in_type_error_try(x):
+    try:
+        y = float(x)
+    except TypeError:  # written to detect a traced value: now cfgrad's error instead
+        y = 0.0
+    return x * y
+
+
+def float_in_try_star(x):
+    try:
+        y = float(x)
+    except* TypeError:
+        y = 0.0
+    return x * y
+
+
+@pytest.mark.parametrize("fn", [float_in_try, float_in_type_error_try])
+def test_a_tracer_bool_error_passes_every_except_of_converted_code(fn):
+    assert fn(2.0) == 4.0  # Python: float(2.0) never raises, the handler never runs
+    assert cg.autograph(fn)(2.0) == 4.0
+    with pytest.raises(cg.TracerBoolError) as info:
+        cg.value_and_grad(fn)(2.0)
+    assert f"test_reliability_autograph.py:{_line(fn, 'float(x)')}" in str(info.value)
+
+
+def test_a_tracer_bool_error_passes_except_star_in_its_group():
+    with pytest.raises(ExceptionGroup) as info:
+        cg.value_and_grad(float_in_try_star)(2.0)
+    assert info.value.subgroup(cg.TracerBoolError) is not None
+
+
+def test_without_autograph_a_handler_catches_a_tracer_bool_error_as_python_would():
+    # nothing is rewritten: the function is traced as written, its handler included
+    assert cg.value_and_grad(float_in_try, autograph=False)(2.0) == (0.0, 0.0)
+
+
+def squared_by_float(x):
+    return float(x) * x
+
+
+def transform_in_try(x):
+    try:
+        return cg.grad(squared_by_float)(x)
+    except TypeError:
+        return -1.0
+
+
+def test_converted_code_on_concrete_values_catches_a_failed_inner_transformation():
+    # nothing of the caller is traced: the inner transformation failed and finished
+    # inside the `try`, where Python's handler catches its error too
+    assert transform_in_try(2.0) == -1.0
+    assert cg.autograph(transform_in_try)(2.0) == -1.0

@@ -21,7 +21,8 @@ never reads unless the loop runs no iteration, where Python would raise
 Python's exceptions keep their meaning where they can: a `raise` ending a branch of a
 traced `if`, and Python's own check of a traced `range` step, become checks the program
 makes when it runs (a `debug_callback` node that raises); what cannot be converted is a
-`ConversionError` that no `except` of converted code catches (`refused`), including a
+`ConversionError` that no `except` of converted code catches (`refused`; nor, while
+tracing, a `TracerBoolError`: code cfgrad could not trace), including a
 recursion that ends on a traced condition (`_recursion_checked`).
 """
 
@@ -40,7 +41,7 @@ import numpy as np
 from .. import numpy as cnp
 from .. import tree as treelib
 from ..debug import callback
-from ..errors import ConversionError, LoweringError
+from ..errors import ConversionError, LoweringError, TracerBoolError
 from ..ir import SourceLoc, TensorType, Value, type_of
 from ..trace import Trace, Tracer, argument_problem, cond, fori_loop, while_loop
 from ..trace_context import current_loc, current_trace, is_traced, tracing
@@ -50,6 +51,10 @@ _TRY_NOTE = ("its handlers cannot catch errors of the traced program, which happ
              "runs, not when it is traced, and cfgrad does not trace a handler in place of "
              "the code it refuses; move the control flow out of the `try`, or the `try` "
              "outside the function being transformed")
+
+# cfgrad's errors for code it could not trace, which no `except` of converted code
+# catches while tracing (see `refused`)
+_NEVER_CAUGHT = (ConversionError, TracerBoolError)
 
 
 class Undefined:
@@ -98,14 +103,18 @@ def python_test(test: Any, what: str, instead: str) -> Any:
 
 
 def refused() -> bool:
-    """Whether the exception an `except` clause of converted code is handling is a
-    `ConversionError` (in an exception group, for `except*`): cfgrad's refusal of the
-    code being traced, which the clause re-raises before running (a handler traced in
-    place of the refused code would compute a value Python never computes)."""
+    """Whether the exception an `except` clause of converted code is handling is cfgrad's
+    refusal of the code being traced, which the clause re-raises before running: a
+    `ConversionError`, or, while a trace is being built, a `TracerBoolError` (`float(x)`
+    of a traced `x`: code cfgrad could not trace), also in an exception group (`except*`).
+    A handler traced in place of that code would compute a value Python never computes.
+    With no trace being built, the `try` ran on concrete values and a `TracerBoolError`
+    is that of a transformation called inside it, which failed there: Python's."""
     active = sys.exception()
+    never = _NEVER_CAUGHT if current_trace() is not None else ConversionError
     if isinstance(active, BaseExceptionGroup):
-        return active.subgroup(ConversionError) is not None
-    return isinstance(active, ConversionError)
+        return active.subgroup(never) is not None
+    return isinstance(active, never)
 
 
 def _predicate(test: Any, construct: str, loc: SourceLoc | None, guarded: int | None

@@ -22,8 +22,8 @@ Three steps, in order, on a copy of the function's node:
    A branch that always raises takes a flag saying whether it is traced under a traced
    condition, and the `raise`s at its top level ask `operators.raised` for their
    exception, which makes it a run-time check then. Every `except` clause first re-raises
-   a `ConversionError` (`operators.refused`): cfgrad's refusal must reach the user, not
-   have a handler traced in place of the refused code.
+   cfgrad's refusal of the code (`operators.refused`): it must reach the user, not have a
+   handler traced in place of the refused code.
 
 Generated nodes take the location of the statement they replace, so tracebacks, source
 locations in Programs and the errors of the runtime name the user's lines. AutoGraph
