@@ -4,7 +4,10 @@ Regressions of four defects (cfgrad/convert): a broad `except` that caught cfgra
 refusal and had its handler traced instead (a wrong value and gradient), a `raise` under a
 traced condition that fired while tracing (no gradient even where Python raises nothing),
 `range` with a traced step of zero that ran no iteration (Python raises), and a recursion
-that ends on a traced condition, which hit Python's RecursionError. Expected values come
+that ends on a traced condition, which hit Python's RecursionError; and of two a review
+found after: a `TracerBoolError` (code cfgrad could not trace) caught by an `except` of
+converted code, its handler traced in its place, and traced control flow reached through
+a call in a `try` body, whose run-time check escaped the handler. Expected values come
 from plain Python on the same inputs, closed forms or finite differences, never from
 numbers cfgrad printed. The functions live in this file: conversion reads source.
 """
@@ -129,7 +132,8 @@ def test_except_star_lets_the_refusal_pass_in_its_group():
 
 
 def test_a_refusal_in_a_called_function_passes_the_callers_except():
-    with pytest.raises(cg.ConversionError, match="differs between the branches"):
+    # (the traced `if` it reaches is refused as such, before its branches are compared)
+    with pytest.raises(cg.ConversionError, match="traced value inside the `try`"):
         cg.value_and_grad(helper_in_try)(2.0)
 
 
@@ -421,3 +425,289 @@ def test_recursion_that_a_static_argument_ends_still_works():
     assert cg.grad(bounded, static_argnums=1)(1.0, 4) == 16.0
     assert cg.grad(bounded, static_argnums=1)(-1.0, 3) == 27.0
     assert cg.grad(fact, argnums=1, static_argnums=0)(3, 2.0) == 6.0
+
+
+# -------------------------------------------------------------------------------------
+# 2, continued: what the review found an `except` of converted code still did
+# A. a TracerBoolError (cfgrad could not trace the code) was caught, the handler traced
+#    in place of the code: a value and gradient Python never computes
+# B. a traced `if`, a `raise` check or an `assert` check reached through a function
+#    called in a `try` body was not refused: the check escaped the handler at run time
+# -------------------------------------------------------------------------------------
+
+
+def float_in_try(x):
+    try:
+        y = float(x)
+    except Exception:
+        y = 0.0
+    return x * y
+
+
+def float_in_type_error_try(x):
+    try:
+        y = float(x)
+    except TypeError:  # written to detect a traced value: now cfgrad's error instead
+        y = 0.0
+    return x * y
+
+
+def float_in_try_star(x):
+    try:
+        y = float(x)
+    except* TypeError:
+        y = 0.0
+    return x * y
+
+
+@pytest.mark.parametrize("fn", [float_in_try, float_in_type_error_try])
+def test_a_tracer_bool_error_passes_every_except_of_converted_code(fn):
+    assert fn(2.0) == 4.0  # Python: float(2.0) never raises, the handler never runs
+    assert cg.autograph(fn)(2.0) == 4.0
+    with pytest.raises(cg.TracerBoolError) as info:
+        cg.value_and_grad(fn)(2.0)
+    assert f"test_reliability_autograph.py:{_line(fn, 'float(x)')}" in str(info.value)
+
+
+def test_a_tracer_bool_error_passes_except_star_in_its_group():
+    with pytest.raises(ExceptionGroup) as info:
+        cg.value_and_grad(float_in_try_star)(2.0)
+    assert info.value.subgroup(cg.TracerBoolError) is not None
+
+
+def test_without_autograph_a_handler_catches_a_tracer_bool_error_as_python_would():
+    # nothing is rewritten: the function is traced as written, its handler included
+    assert cg.value_and_grad(float_in_try, autograph=False)(2.0) == (0.0, 0.0)
+
+
+def squared_by_float(x):
+    return float(x) * x
+
+
+def transform_in_try(x):
+    try:
+        return cg.grad(squared_by_float)(x)
+    except TypeError:
+        return -1.0
+
+
+def test_converted_code_on_concrete_values_catches_a_failed_inner_transformation():
+    # nothing of the caller is traced: the inner transformation failed and finished
+    # inside the `try`, where Python's handler catches its error too
+    assert transform_in_try(2.0) == -1.0
+    assert cg.autograph(transform_in_try)(2.0) == -1.0
+
+
+def check_sign(x):
+    if x < 0:
+        raise ValueError("negative")
+    return x
+
+
+def check_in_try(x):
+    try:
+        y = check_sign(x)
+    except ValueError:
+        y = 0 * x
+    return y
+
+
+def check_two_calls_deep(x):
+    return check_sign(x) * 2.0
+
+
+def deep_check_in_try(x):
+    try:
+        y = check_two_calls_deep(x)
+    except ValueError:
+        y = 0 * x
+    return y
+
+
+def asserts_positive(x):
+    assert x > 0, "x must be positive"
+    return x
+
+
+def assert_in_try(x):
+    try:
+        y = asserts_positive(x)
+    except AssertionError:
+        y = 0 * x
+    return y
+
+
+def doubling_loop(x):
+    while x < 10:
+        x = x * 2
+    return x
+
+
+def while_in_try(x):
+    try:
+        y = doubling_loop(x)
+    except ValueError:
+        y = 0 * x
+    return y
+
+
+def summing_rows(v):
+    total = 0.0
+    for row in v:
+        total = total + row
+    return total
+
+
+def for_in_try(x):
+    try:
+        y = summing_rows(cnp.stack([x, 2 * x]))
+    except ValueError:
+        y = 0 * x
+    return y
+
+
+def picks(x):
+    return x if x > 0 else -x
+
+
+def conditional_expression_in_try(x):
+    try:
+        y = picks(x)
+    except KeyError:
+        y = 0 * x
+    return y
+
+
+@pytest.mark.parametrize(("fn", "callee", "statement", "construct"), [
+    (check_in_try, check_sign, "if x < 0", "`if`"),
+    (deep_check_in_try, check_sign, "if x < 0", "`if`"),
+    (assert_in_try, asserts_positive, "assert x > 0", "`assert`"),
+    (while_in_try, doubling_loop, "while x < 10", "`while` loop"),
+    (for_in_try, summing_rows, "for row in v", "`for` loop"),
+    (conditional_expression_in_try, picks, "return x if", "conditional expression")])
+def test_traced_control_flow_reached_from_a_try_body_is_refused(fn, callee, statement,
+                                                                construct):
+    with pytest.raises(cg.ConversionError) as info:
+        cg.value_and_grad(fn)(2.0)
+    message = str(info.value)
+    assert f"the {construct} at test_reliability_autograph.py:" \
+           f"{_line(callee, statement)}" in message
+    assert f"inside the `try` at test_reliability_autograph.py:{_line(fn, 'try:')}" in message
+    assert "move the control flow out of the `try`" in message
+
+
+def test_the_check_that_escaped_the_handler_is_refused_where_python_catches():
+    # the review's case: Python's handler catches the ValueError of check_sign(-1.0);
+    # the traced program's run-time check could not be caught, so it is refused
+    assert check_in_try(-1.0) == 0.0 and cg.autograph(check_in_try)(-1.0) == 0.0
+    with pytest.raises(cg.ConversionError, match="inside the `try`"):
+        cg.value_and_grad(check_in_try)(-1.0)
+
+
+def python_check(x, n):
+    if n < 1:
+        raise ValueError("n must be positive")
+    for _ in range(n):
+        x = x * 2.0
+    return x
+
+
+def python_flow_in_try(x, n):
+    try:
+        y = python_check(x, n)
+    except ValueError:
+        y = 5.0 * x
+    return y
+
+
+def test_a_try_around_python_valued_control_flow_is_python():
+    grad = cg.value_and_grad(python_flow_in_try, static_argnums=1)
+    assert grad(1.5, 2) == (python_flow_in_try(1.5, 2), 4.0) == (6.0, 4.0)
+    assert grad(1.5, 0) == (python_flow_in_try(1.5, 0), 5.0) == (7.5, 5.0)
+
+
+def check_in_try_finally(x):
+    try:
+        y = check_sign(x)
+    finally:
+        pass
+    return y
+
+
+def test_try_finally_without_except_is_not_a_guard():
+    assert cg.value_and_grad(check_in_try_finally)(3.0) == (3.0, 1.0)
+    _raises(ValueError, "negative", lambda: check_in_try_finally(-1.0))
+    _raises(ValueError, "negative", lambda: cg.value_and_grad(check_in_try_finally)(-1.0))
+
+
+def check_in_else(x, table):
+    try:
+        scale = table["scale"]
+    except KeyError:
+        scale = 2.0
+    else:
+        scale = check_sign(scale)
+    return check_sign(x) * scale
+
+
+def test_the_else_and_the_code_after_a_try_are_not_guarded():
+    value_and_grad = cg.value_and_grad(check_in_else)
+    assert value_and_grad(3.0, {}) == (6.0, 2.0)
+    assert value_and_grad(3.0, {"scale": 4.0}) == (12.0, 4.0)
+    _raises(ValueError, "negative", lambda: value_and_grad(-3.0, {}))
+
+
+def returns_from_try(x, table):
+    try:
+        return x * table["scale"]
+    except KeyError:
+        return x
+
+
+def jumps_in_try(x):
+    total = 0.0
+    for i in range(4):
+        try:
+            if i == 1:
+                continue
+            if i == 3:
+                break
+            total = total + x * i
+        except KeyError:
+            pass
+    return total
+
+
+def leaves_tries_every_way(x):
+    """Traced control flow after `try`s left by `return`, `break`/`continue`, an
+    exception caught and an exception that escaped: each exit popped its `try`."""
+    y = returns_from_try(x, {}) + returns_from_try(x, {"scale": 2.0}) + jumps_in_try(x)
+    try:
+        {}["missing"]
+    except KeyError:
+        y = y + x
+    return check_sign(y)
+
+
+def test_every_way_out_of_a_try_body_ends_its_guard():
+    assert leaves_tries_every_way(1.0) == 6.0
+    assert cg.value_and_grad(leaves_tries_every_way)(1.0) == (6.0, 6.0)
+    # a refusal unwinds through the `try`: the next trace is not inside it
+    with pytest.raises(cg.ConversionError):
+        cg.value_and_grad(check_in_try)(2.0)
+    assert cg.value_and_grad(check_sign)(2.0) == (2.0, 1.0)
+    _raises(ValueError, "negative", lambda: cg.value_and_grad(check_sign)(-2.0))
+
+
+def transformation_in_try(x):
+    try:
+        return cg.grad(check_sign)(x)
+    except ValueError:
+        return 0.0
+
+
+def test_a_try_entered_on_concrete_values_catches_the_checks_of_an_inner_program():
+    # the inner program is traced and run inside the body: Python's handler catches it
+    assert transformation_in_try(-1.0) == 0.0
+    assert cg.autograph(transformation_in_try)(-1.0) == 0.0
+    assert cg.autograph(transformation_in_try)(2.0) == 1.0

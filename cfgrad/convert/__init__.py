@@ -58,7 +58,8 @@ _FUTURE_FLAGS = functools.reduce(
 # the runtime as converted code sees it: the operators, and `call`, defined below
 RUNTIME = types.SimpleNamespace(**{name: getattr(operators, name) for name in (
     "Undefined", "ld", "python_test", "if_stmt", "if_exp", "while_stmt", "for_stmt", "and_",
-    "or_", "not_", "chain", "assert_", "raised", "reraise", "refused")})
+    "or_", "not_", "chain", "assert_", "raised", "reraise", "refused", "enter_try",
+    "exit_try")})
 
 # the converted function per function (it holds the original's cells and globals, never
 # the original itself, so an entry goes with its function), and the converted code per

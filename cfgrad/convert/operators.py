@@ -21,8 +21,13 @@ never reads unless the loop runs no iteration, where Python would raise
 Python's exceptions keep their meaning where they can: a `raise` ending a branch of a
 traced `if`, and Python's own check of a traced `range` step, become checks the program
 makes when it runs (a `debug_callback` node that raises); what cannot be converted is a
-`ConversionError` that no `except` of converted code catches (`refused`), including a
-recursion that ends on a traced condition (`_recursion_checked`).
+`ConversionError` that no `except` of converted code catches (`refused`; nor, while
+tracing, a `TracerBoolError`: code cfgrad could not trace), including a recursion that
+ends on a traced condition (`_recursion_checked`). While the body of a
+`try` with `except` clauses runs under tracing (`enter_try`), no traced `if`, loop or
+check may be made, in it or in any function it calls: its handlers could not catch what
+the program raises when it runs, and tracing both branches could have them catch what
+Python never raises.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import numpy as np
 from .. import numpy as cnp
 from .. import tree as treelib
 from ..debug import callback
-from ..errors import ConversionError, LoweringError
+from ..errors import ConversionError, LoweringError, TracerBoolError
 from ..ir import SourceLoc, TensorType, Value, type_of
 from ..trace import Trace, Tracer, argument_problem, cond, fori_loop, while_loop
 from ..trace_context import current_loc, current_trace, is_traced, tracing
@@ -48,8 +53,12 @@ from .rewrite import PREFIX
 
 _TRY_NOTE = ("its handlers cannot catch errors of the traced program, which happen when it "
              "runs, not when it is traced, and cfgrad does not trace a handler in place of "
-             "the code it refuses; move the control flow out of the `try`, or the `try` "
-             "outside the function being transformed")
+             "the code it refuses; move the control flow out of the `try` (or the call that "
+             "reaches it), or the `try` outside the function being transformed")
+
+# cfgrad's errors for code it could not trace, which no `except` of converted code
+# catches while tracing (see `refused`)
+_NEVER_CAUGHT = (ConversionError, TracerBoolError)
 
 
 class Undefined:
@@ -98,31 +107,61 @@ def python_test(test: Any, what: str, instead: str) -> Any:
 
 
 def refused() -> bool:
-    """Whether the exception an `except` clause of converted code is handling is a
-    `ConversionError` (in an exception group, for `except*`): cfgrad's refusal of the
-    code being traced, which the clause re-raises before running (a handler traced in
-    place of the refused code would compute a value Python never computes)."""
+    """Whether the exception an `except` clause of converted code is handling is cfgrad's
+    refusal of the code being traced, which the clause re-raises before running: a
+    `ConversionError`, or, while a trace is being built, a `TracerBoolError` (`float(x)`
+    of a traced `x`: code cfgrad could not trace), also in an exception group (`except*`).
+    A handler traced in place of that code would compute a value Python never computes.
+    With no trace being built, the `try` ran on concrete values and a `TracerBoolError`
+    is that of a transformation called inside it, which failed there: Python's."""
     active = sys.exception()
+    never = _NEVER_CAUGHT if current_trace() is not None else ConversionError
     if isinstance(active, BaseExceptionGroup):
-        return active.subgroup(ConversionError) is not None
-    return isinstance(active, ConversionError)
+        return active.subgroup(never) is not None
+    return isinstance(active, never)
 
 
-def _predicate(test: Any, construct: str, loc: SourceLoc | None, guarded: int | None
-               ) -> Any:
+class _Tries(threading.local):
+    """The `try`s with `except` clauses of converted code whose bodies this thread runs
+    while tracing, innermost last, by their location. (A `try` entered on concrete values
+    is not among them: a program traced inside its body also runs there, and its errors
+    reach the handlers as Python's would.)"""
+
+    def __init__(self) -> None:
+        self.entered: list[SourceLoc] = []
+
+
+_TRIES = _Tries()
+
+
+def enter_try(line: int) -> bool:
+    """The body of the `try` at `line` (of the calling converted code's file) begins:
+    whether it begins while a trace is being built, in which case its `finally` calls
+    `exit_try` on every way out of it. (On concrete values this is all the `try` costs.)"""
+    if current_trace() is None:
+        return False
+    _TRIES.entered.append(SourceLoc(sys._getframe(1).f_code.co_filename, line))
+    return True
+
+
+def exit_try() -> None:
+    _TRIES.entered.pop()
+
+
+def _refuse_in_try(what: str) -> None:
+    """Refuse `what`, a traced `if`, loop or check (the user's line included), while the
+    body of a `try` with handlers runs under tracing, in the function of the `try` or in
+    one it calls: the innermost such `try` is named."""
+    if _TRIES.entered:
+        raise ConversionError(f"{what} inside the `try` at {_TRIES.entered[-1]}: {_TRY_NOTE}")
+
+
+def _predicate(test: Any, construct: str, loc: SourceLoc | None) -> Any:
     """The traced scalar bool standing for the truth of `test`, a traced value. (The
     operators test `is_traced` first and find the user's line only then: on concrete
     values they must cost little more than the statement they run.)"""
-    if guarded is not None:
-        raise _in_try(f"the {construct}{_where(loc)} depends on a traced value", loc, guarded)
+    _refuse_in_try(f"the {construct}{_where(loc)} depends on a traced value")
     return _truth(test, f"the condition of the {construct}{_where(loc)}")
-
-
-def _in_try(what: str, loc: SourceLoc | None, try_line: int) -> ConversionError:
-    """The refusal of traced control flow in the body of the `try` (with handlers) at
-    `try_line` of the file of `loc`."""
-    where = SourceLoc(loc.file, try_line) if loc else f"line {try_line}"
-    return ConversionError(f"{what} inside the `try` at {where}: {_TRY_NOTE}")
 
 
 def _truth(test: Any, what: str) -> Any:
@@ -239,8 +278,8 @@ def _function_of(fn: Callable) -> str:
 
 
 def if_stmt(test: Any, true_fn: Callable, false_fn: Callable, state: tuple,
-            outputs: tuple[str, ...] | None, guarded: int | None = None,
-            raises: tuple[bool, bool] = (False, False), raise_later: bool = False) -> Any:
+            outputs: tuple[str, ...] | None, raises: tuple[bool, bool] = (False, False),
+            raise_later: bool = False) -> Any:
     """An `if`: the branches are functions of `state` returning the variables named in
     `outputs`, or, when `outputs` is None, the function's return value. A branch that
     always raises (`raises`) takes one argument more, `raise_later` (`raised`): on a
@@ -249,7 +288,7 @@ def if_stmt(test: Any, true_fn: Callable, false_fn: Callable, state: tuple,
         taken, raising = (true_fn, raises[0]) if test else (false_fn, raises[1])
         return taken(*state, raise_later) if raising else taken(*state)
     loc = current_loc()
-    pred = _predicate(test, "`if`", loc, guarded)
+    pred = _predicate(test, "`if`", loc)
     returns = outputs is None
     names = ("the return value",) if returns else outputs
     with _recursion_checked("`if`", loc, true_fn):
@@ -381,7 +420,7 @@ def if_exp(test: Any, true_thunk: Callable, false_thunk: Callable) -> Any:
     if not is_traced(test):
         return true_thunk() if test else false_thunk()
     loc = current_loc()
-    pred = _predicate(test, "conditional expression", loc, None)
+    pred = _predicate(test, "conditional expression", loc)
     names = ("the value of the conditional expression",)
     with _recursion_checked("conditional expression", loc, true_thunk):
         if _typing():
@@ -545,6 +584,7 @@ def assert_(test: Any, message: Callable | None) -> None:
         assert test, message() if message is not None else None
         return
     loc = current_loc()
+    _refuse_in_try(f"the `assert`{_where(loc)} has a traced condition")
     truth = _truth(test, f"the condition of the `assert`{_where(loc)}")
     text = message() if message is not None else None
 
@@ -807,15 +847,15 @@ def _zeros(t: TensorType) -> Any:
 _PYTHON_KIND: dict[str, type] = {"b": bool, "i": int, "u": int, "f": float, "c": complex}
 
 
-def while_stmt(test_fn: Callable, body_fn: Callable, state: tuple, names: tuple[str, ...],
-               guarded: int | None = None) -> tuple:
+def while_stmt(test_fn: Callable, body_fn: Callable, state: tuple, names: tuple[str, ...]
+               ) -> tuple:
     """A `while`: Python iterations while the condition is concrete; from the first
     traced one, a `cg.while_loop` over the variables in `names`."""
     while True:
         test = test_fn(*state)
         if is_traced(test):
             loc = current_loc()
-            pred = _predicate(test, "`while` loop", loc, guarded)
+            pred = _predicate(test, "`while` loop", loc)
             with _recursion_checked("`while` loop", loc, body_fn):
                 return _traced_while(test_fn, body_fn, state, names, pred, loc)
         if not test:
@@ -918,16 +958,14 @@ def traced_zip(*xs: Any) -> TracedIteration:
 
 
 def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: tuple,
-             names: tuple[str, ...], guarded: int | None = None) -> tuple:
+             names: tuple[str, ...]) -> tuple:
     """A `for`: over traced values (a traced array's rows, `range` with a traced bound,
     their `enumerate` and `zip`) a loop region; over anything else Python iterations. A
     `break` (`test_fn`, false once the loop should stop) that becomes traced in a `range`
     loop turns the remaining iterations into one region."""
     if traced_iterable(iterable):
         loc = current_loc()
-        if guarded is not None:
-            raise _in_try(f"the `for` loop{_where(loc)} iterates over traced values", loc,
-                          guarded)
+        _refuse_in_try(f"the `for` loop{_where(loc)} iterates over traced values")
         with _recursion_checked("`for` loop", loc, body_fn):
             return _traced_for(_as_iteration(iterable), test_fn, body_fn, state, names, loc)
     iterator = iter(iterable)
@@ -937,7 +975,7 @@ def for_stmt(iterable: Any, test_fn: Callable | None, body_fn: Callable, state: 
             test = test_fn(*state)
             if is_traced(test):
                 loc = current_loc()
-                pred = _predicate(test, "`for` loop's `break`", loc, guarded)
+                pred = _predicate(test, "`for` loop's `break`", loc)
                 if isinstance(iterable, range):
                     with _recursion_checked("`for` loop", loc, body_fn):
                         return _traced_for(_rest_of(iterable[position:]), test_fn, body_fn,

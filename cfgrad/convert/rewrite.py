@@ -22,8 +22,10 @@ Three steps, in order, on a copy of the function's node:
    A branch that always raises takes a flag saying whether it is traced under a traced
    condition, and the `raise`s at its top level ask `operators.raised` for their
    exception, which makes it a run-time check then. Every `except` clause first re-raises
-   a `ConversionError` (`operators.refused`): cfgrad's refusal must reach the user, not
-   have a handler traced in place of the refused code.
+   cfgrad's refusal of the code (`operators.refused`): it must reach the user, not have a
+   handler traced in place of the refused code; and the body of a `try` with `except`
+   clauses runs between `operators.enter_try` and `exit_try` (in a `finally`), so that
+   traced control flow it reaches, in any function, is refused.
 
 Generated nodes take the location of the statement they replace, so tracebacks, source
 locations in Programs and the errors of the runtime name the user's lines. AutoGraph
@@ -391,7 +393,6 @@ class Functionalize(ast.NodeTransformer):
         self.local = local  # the function's own variables (parameters and assigned)
         self.unassigned = unassigned  # those that may be read before any assignment
         self.cells = cells  # those a nested function reads
-        self.in_try: list[int] = []  # the lines of the `try`s with handlers it is inside
         # rewriting the top level of a branch that always raises: its `raise` statements
         # (and the `if`s that hand its flag on) read the branch's RAISE_LATER
         self.raise_later = False
@@ -429,11 +430,10 @@ class Functionalize(ast.NodeTransformer):
         changed = assigned(stmts, mutations=True) & self.local
         return sorted((assigned(stmts) | changed) - self.outside)
 
-    def _call(self, fn: str, args: list[ast.expr], at: ast.AST,
+    @staticmethod
+    def _call(fn: str, args: list[ast.expr], at: ast.AST,
               keywords: list[ast.keyword] | None = None) -> ast.Call:
-        keywords = ([ast.keyword("guarded", _const(self.in_try[-1]))] if self.in_try
-                    else []) + (keywords or [])
-        return locate(ast.Call(_ops(fn), args, keywords), at)
+        return locate(ast.Call(_ops(fn), args, keywords or []), at)
 
     def _rewritten(self, stmts: list[ast.stmt], raise_later: bool) -> list[ast.stmt]:
         """`stmts` rewritten, at the top level of a branch that always raises or not."""
@@ -558,14 +558,19 @@ class Functionalize(ast.NodeTransformer):
         return defs + [body, self._bind(carries, call, node)]
 
     def visit_Try(self, node: ast.Try) -> ast.Try:
-        """A `try`: traced control flow in its body is refused (`guarded`), and every
-        handler first lets a `cg.ConversionError` pass (`operators.refused`), so the
-        refusal reaches the user instead of the handler being traced in its place. (A
-        `raise` inside is not at a raising branch's top level: a handler may catch it.)"""
-        self.in_try += [node.lineno] if node.handlers else []
+        """A `try`: with `except` clauses, its body runs marked as the body of a `try`
+        (`operators.enter_try`, then `exit_try` in a `finally`, on every way out), where
+        traced control flow is refused, written there or in a function it calls; and
+        every handler first lets cfgrad's refusal pass (`operators.refused`), so that it
+        reaches the user instead of the handler being traced in its place. (A `raise`
+        inside is not at a raising branch's top level: a handler may catch it.)"""
         node.body = self._rewritten(node.body, False)
-        if node.handlers:
-            self.in_try.pop()
+        if node.handlers:  # `entered = enter_try(line)`, `finally: if entered: exit_try()`
+            entered = f"{PREFIX}try_{node.lineno}"
+            enter = _assign(entered, ast.Call(_ops("enter_try"), [_const(node.lineno)], []))
+            exit_ = ast.If(_name(entered), [ast.Expr(ast.Call(_ops("exit_try"), [], []))], [])
+            node.body = [locate(enter, node), locate(ast.Try(node.body, [], [], [
+                locate(exit_, node)]), node)]
         for handler in node.handlers:
             handler.type = self.visit(handler.type) if handler.type else None
             refused = locate(ast.If(ast.Call(_ops("refused"), [], []), [
