@@ -16,6 +16,7 @@ growing without end. Looking an entry up is a plain dict lookup.
 from __future__ import annotations
 
 import struct
+import threading
 from typing import Any
 
 import numpy as np
@@ -51,20 +52,33 @@ def static_key(value: Any) -> Any:
 
 class BoundedDict(dict):
     """A dict of at most `limit` entries: adding one more drops the oldest entry (the one
-    added first). Reading is dict's own; only insertion checks the size."""
+    added first, not the one used least lately: an entry used on every call is dropped
+    all the same once `limit` newer ones came, and made again on its next call). Reading
+    is dict's own, lock-free; writes take a lock, so that threads adding entries at once
+    never drop one twice or iterate a dict another thread changes."""
 
-    __slots__ = ("limit",)
+    __slots__ = ("limit", "_lock")
 
     def __init__(self, limit: int):
         super().__init__()
         self.limit = limit
+        self._lock = threading.Lock()
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        if len(self) >= self.limit and key not in self:
-            del self[next(iter(self))]
-        super().__setitem__(key, value)
+        with self._lock:
+            if len(self) >= self.limit and key not in self:
+                super().__delitem__(next(iter(self)))
+            super().__setitem__(key, value)
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
-        if key not in self:
-            self[key] = default
-        return self[key]
+        with self._lock:
+            if key in self:
+                return super().__getitem__(key)
+            if len(self) >= self.limit:
+                super().__delitem__(next(iter(self)))
+            super().__setitem__(key, default)
+            return default
+
+    def clear(self) -> None:
+        with self._lock:
+            super().clear()

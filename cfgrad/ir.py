@@ -76,6 +76,22 @@ class TensorType:
         return self.dtype.kind in "fc"
 
 
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy's broadcast of `shapes` (ValueError where they do not broadcast), for any
+    number of dimensions: `np.broadcast_shapes` goes through `np.broadcast`, which takes at
+    most 32 dimensions where numpy's arrays and ufuncs take 64."""
+    ndim = max((len(s) for s in shapes), default=0)
+    result = [1] * ndim
+    for shape in shapes:
+        for i, d in enumerate(shape, ndim - len(shape)):
+            if d != 1:
+                if result[i] not in (1, d):
+                    raise ValueError("shape mismatch: objects cannot be broadcast to a single "
+                                     f"shape; {' and '.join(map(str, shapes))}")
+                result[i] = d
+    return tuple(result)
+
+
 def type_of(x: Any) -> TensorType:
     """The TensorType of a concrete numpy array or scalar."""
     a = np.asarray(x)

@@ -28,7 +28,7 @@ import numpy as np
 
 from . import kernel_sources as ks
 from .errors import ArgumentTypeError, LoweringError
-from .ir import DTYPE_CHOICES, TensorType, format_param, ir_dtype
+from .ir import DTYPE_CHOICES, TensorType, broadcast_shapes, format_param, ir_dtype
 from .trace_context import current_trace, is_being_built
 
 # ---------------------------------------------------------------------------------
@@ -308,7 +308,7 @@ def bind(name: str, *args: Any, **params: Any) -> Any:
 
 def _broadcast(types: list[TensorType], op: str) -> tuple[int, ...]:
     try:
-        return tuple(np.broadcast_shapes(*(t.shape for t in types)))
+        return broadcast_shapes(*(t.shape for t in types))
     except ValueError:
         shapes = " and ".join(str(t) for t in types)
         raise LoweringError(f"{op}: cannot broadcast {shapes} together") from None
@@ -1938,8 +1938,7 @@ def _broadcast_to_type(types: list[TensorType], shape: tuple[int, ...]) -> Tenso
     t = types[0]
     shape = _shape_param("broadcast_to", shape)
     try:
-        np.broadcast_shapes(t.shape, shape)
-        if tuple(np.broadcast_shapes(t.shape, shape)) != tuple(shape):
+        if broadcast_shapes(t.shape, shape) != tuple(shape):
             raise ValueError
     except ValueError:
         raise LoweringError(f"broadcast_to: cannot broadcast {t} to {list(shape)}") from None

@@ -352,6 +352,12 @@ class Trace:
         try:
             a = np.array(value, dtype=dtype, copy=True)
         except OverflowError:
+            if dtype is not None and isinstance(value, int) and -2**63 <= value < 2**63:
+                loc = self.loc()
+                raise LoweringError(  # numpy's OverflowError (`np.uint8(5) // -1`)
+                    f"the Python int {value}{' at ' + str(loc) if loc else ''} is out of "
+                    f"bounds for the {np.dtype(dtype)} it meets, as numpy says too; cast "
+                    "one side first (cnp.astype)") from None
             a = np.array(value, dtype=object)  # a Python int beyond int64: refused below
         problem = untraceable_dtype(a.dtype)
         if problem is not None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from .caches import static_key
+from .errors import require_callable
 
 
 class TreeDef(NamedTuple):
@@ -234,6 +235,7 @@ def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any,
              is_leaf: Callable[[Any], bool] | None = None) -> Any:
     """Apply `fn` leaf-wise over `tree` and the trees `rest`, which have `tree`'s
     structure or have it as a prefix (`fn` then gets their subtrees), as JAX's."""
+    require_callable(fn, "tree_map", "fn")
     leaves_, td = flatten(tree, is_leaf)
     try:
         others = [td.flatten_up_to(r) for r in rest]

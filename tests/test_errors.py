@@ -419,9 +419,17 @@ def test_every_error_is_a_cfgrad_error(thunk: Callable[[], Any]) -> None:
     ("custom_vjp", lambda: cg.custom_vjp(3.0)),
     ("custom_jvp", lambda: cg.custom_jvp(3.0)),
     ("debug.callback", lambda: cg.debug.callback(3.0, 1.0)),
+    ("tree_map", lambda: cg.tree_util.tree_map(3, [1.0])),
 ], ids=lambda c: c[0])
 def test_a_function_argument_that_is_not_callable_is_named_where_it_is_passed(case):
     """(Python's "'float' object is not callable" came from inside the first call.)"""
     caller, call = case
     with pytest.raises(cg.ArgumentTypeError, match=f"^{caller}: .* must be a function"):
         call()
+
+
+def test_a_python_int_out_of_bounds_for_the_dtype_it_meets_says_so():
+    """`x // -1` with a uint8 x: numpy refuses -1 for uint8 (OverflowError); the message
+    said '-1 is beyond int64'."""
+    with pytest.raises(cg.LoweringError, match="-1 .* out of bounds for the uint8"):
+        cg.jit(lambda x: x // -1)(np.uint8(5))

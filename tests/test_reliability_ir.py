@@ -498,3 +498,17 @@ def test_an_integer_exponent_beyond_float64_is_a_typed_error():
     assert cg.grad(lambda x: x ** (2 ** 70))(1.0) == 2.0 ** 70
     with pytest.raises(cg.ArgumentValueError, match="beyond float64"):
         cg.grad(lambda x: x ** (10**400))(1.0)
+
+
+def test_arrays_of_more_than_32_dimensions_trace_as_numpy_computes_them():
+    """numpy's arrays and ufuncs take 64 dimensions, np.broadcast_shapes only 32: shape
+    rules that used it raised a raw RuntimeError at 33."""
+    from cfgrad.ir import broadcast_shapes
+
+    assert cg.grad(lambda x: cnp.sum(x.reshape((1,) * 33) * 2.0))(1.0) == 2.0
+    assert cg.grad(lambda x: cnp.sum(x * np.ones((1,) * 40)))(1.0) == 1.0
+    for shapes in [((1,) * 40, (3,)), ((2, 1), (3,)), ((0,), (1,)), ((), (4, 5)), ()]:
+        assert broadcast_shapes(*shapes) == (np.broadcast_shapes(*shapes) if len(
+            max(shapes, key=len, default=())) <= 32 else (1,) * 39 + (3,))
+    with pytest.raises(ValueError, match="cannot be broadcast"):
+        broadcast_shapes((2,), (3,))

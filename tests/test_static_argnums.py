@@ -208,3 +208,32 @@ def test_static_data_of_a_registered_pytree_is_keyed_by_type_and_bits():
         g(Scaled(1.0, float("nan")))
     assert len(traced) == 5
     assert cg.jit(f)(Scaled(1.0, -0.0)) == -np.inf
+
+
+def test_a_bounded_cache_filled_by_threads_at_once_stays_bounded_and_consistent():
+    """Eight threads adding entries to one BoundedDict (as threads calling a transformed
+    function with new signatures do): no error, and never more than its limit (evicting
+    without a lock raised KeyError or 'dictionary changed size during iteration')."""
+    import sys
+    from pathlib import Path
+
+    from cfgrad.caches import BoundedDict
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from threads import all_at_once
+
+    cache: BoundedDict = BoundedDict(8)
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for i in range(5000):
+                cache[(k, i)] = i
+                cache.setdefault((k, -i), i)
+                assert len(cache) <= 8
+        except BaseException as e:  # noqa: BLE001 - collected, the test re-raises
+            errors.append(e)
+
+    all_at_once(work)
+    assert not errors, errors[:3]
+    assert len(cache) == 8

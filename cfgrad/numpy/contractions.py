@@ -18,6 +18,7 @@ from typing import Any
 import numpy as _np
 
 from ..errors import ArgumentValueError
+from ..ir import broadcast_shapes
 from ..primitives import bind
 from .core import (
     _axis_of_ndim,
@@ -59,7 +60,7 @@ def _explicit(subscripts: str, operands: Sequence[Any]) -> tuple[str, list[Any]]
                      for t, x in zip(terms, operands)]
     width = max(ellipsis_ndim, default=0)
     filler = "".join(next(spare) for _ in range(width))[::-1]
-    batch = _np.broadcast_shapes(*(
+    batch = broadcast_shapes(*(
         _shape(x)[t.index("..."):t.index("...") + k] for t, x, k in
         zip(terms, operands, ellipsis_ndim) if "..." in t)) if width else ()
     spelled, ready = [], []
@@ -179,7 +180,7 @@ def kron(a: Any, b: Any) -> Any:
 
 def vecdot(x1: Any, x2: Any, axis: int = -1) -> Any:
     """numpy 2's vecdot: conj(x1) · x2 along `axis`, the other axes broadcast."""
-    shape = _np.broadcast_shapes(_shape(x1), _shape(x2))
+    shape = broadcast_shapes(_shape(x1), _shape(x2))
     if not shape:
         raise ArgumentValueError("cnp.vecdot: needs operands of at least one dimension")
     return sum(multiply(_conj(x1), x2), axis=_axis_of_ndim("vecdot", len(shape), axis))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as _np
 
 from ..errors import ArgumentValueError, LoweringError, TracerBoolError
+from ..ir import broadcast_shapes
 from ..primitives import bind, shifted_by_max, softmax_of
 from ..trace_context import current_loc, current_trace, is_traced
 
@@ -132,6 +133,15 @@ class Array(_np.ndarray):
     take it as any numpy array and return plain numpy arrays."""
 
     __slots__ = ()
+
+    def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False
+                       ) -> Any:
+        """A ufunc's or a reduction's result: a numpy scalar where numpy gives one
+        (`x.sum()`, `x @ x` of vectors), as for a plain array, so that it hashes and is a
+        Python float as numpy's results are; an Array otherwise."""
+        if return_scalar:
+            return array[()]
+        return super().__array_wrap__(array, context, return_scalar)
 
     @property
     def at(self) -> _IndexUpdateHelper:
@@ -269,7 +279,7 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
         raise ValueError(f"cnp.linspace: num={num} must be non-negative")
     computed = _np.result_type(*(x.dtype if is_traced(x) else x for x in (start, stop)),
                                float(num))
-    shape = _np.broadcast_shapes(_shape(start), _shape(stop))
+    shape = broadcast_shapes(_shape(start), _shape(stop))
     index = _np.arange(num, dtype=computed).reshape((num,) + (1,) * len(shape))
     lo, hi = asarray(start, computed), asarray(stop, computed)
     div = num - 1 if endpoint else num
@@ -531,7 +541,7 @@ def mean(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims:
 
 def _selected_count(a: Any, axis: Any, keepdims: bool, where_: Any, dtype: Any) -> Any:
     """How many entries a reduction with `where=` takes over `axis`, as `dtype`."""
-    chosen = broadcast_to(where_, _np.broadcast_shapes(_shape(a), _shape(where_)))
+    chosen = broadcast_to(where_, broadcast_shapes(_shape(a), _shape(where_)))
     return _reduce("sum", astype(chosen, dtype), axis, keepdims)
 
 
@@ -739,7 +749,7 @@ def roll(a: Any, shift: Any, axis: Any = None) -> Any:
     if axis is None:
         return roll(a, sum(shift), None)
     axes = (axis,) if isinstance(axis, int | _np.integer) else tuple(axis)
-    count = _np.broadcast_shapes(_shape(shift), (len(axes),))[0]
+    count = broadcast_shapes(_shape(shift), (len(axes),))[0]
     shifts = broadcast_to(shift, (count,)) if is_traced(shift) else _np.broadcast_to(
         shift, (count,))
     for i, ax in enumerate(_np.broadcast_to(_np.asarray(axes), (count,))):

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as _np
 
+from ..ir import broadcast_shapes
 from ..trace_context import is_traced
 from .core import (
     Array,
@@ -90,7 +91,7 @@ def logspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
     _concrete_length("logspace", "num", num)
     if not _traced(start, stop, base):
         return _np.logspace(start, stop, num, endpoint, base, dtype, axis).view(Array)
-    shape = _np.broadcast_shapes(_shape(start), _shape(stop), _shape(base))
+    shape = broadcast_shapes(_shape(start), _shape(stop), _shape(base))
     exponents = _behind_samples(linspace(start, stop, num, endpoint), len(shape))
     y = _first_axis_to(power(_behind_samples(asarray(base), len(shape), 1), exponents), axis)
     return y if dtype is None else astype(y, dtype)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as _np
 
 from ..errors import ArgumentValueError, TracerBoolError
+from ..ir import broadcast_shapes
 from ..primitives import bind
 from ..trace_context import current_loc, is_traced
 from .core import (
@@ -145,7 +146,7 @@ def atleast_3d(*arys: Any) -> Any:
 def broadcast_arrays(*args: Any) -> list[Any]:
     """The arguments broadcast to their common shape (a list, as JAX's)."""
     arrays = [_array(a) for a in args]
-    shape = _np.broadcast_shapes(*(_shape(a) for a in arrays))
+    shape = broadcast_shapes(*(_shape(a) for a in arrays))
     return [a if _shape(a) == shape else broadcast_to(a, shape) for a in arrays]
 
 
@@ -640,7 +641,7 @@ def choose(a: Any, choices: Any, out: None = None, mode: str = "raise") -> Any:
                                  f"{mode!r}")
     shapes = [_shape(o) for o in options] if isinstance(options, list) else [
         _shape(options)[1:]]
-    shape = _np.broadcast_shapes(_shape(a), *shapes)
+    shape = broadcast_shapes(_shape(a), *shapes)
     if isinstance(options, list):
         stacked = stack([broadcast_to(o, shape) for o in options])
     else:
@@ -663,7 +664,7 @@ def select(condlist: Sequence[Any], choicelist: Sequence[Any], default: Any = 0)
         raise ArgumentValueError("cnp.select: condlist is empty")
     conditions = [_array(c) for c in condlist]
     *choices, default = (_array(c) for c in _weakly_typed(*choicelist, default))
-    shape = _np.broadcast_shapes(*(_shape(x) for x in (*conditions, *choices)),
+    shape = broadcast_shapes(*(_shape(x) for x in (*conditions, *choices)),
                                  _np.shape(default) if not is_traced(default) else
                                  _shape(default))
     result = broadcast_to(_array(default), shape)
