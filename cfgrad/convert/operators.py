@@ -258,7 +258,9 @@ def _endless(construct: str, loc: SourceLoc | None, fn: Callable) -> ConversionE
         "body of such a loop), so a recursion that ends on a traced condition never ends "
         "when traced. Write it as a loop (a `while` on that condition, or "
         "cg.while_loop), or make the argument that ends it static (static_argnums) so "
-        "that the condition is a Python value")
+        "that the condition is a Python value. (A recursion that ends on Python values "
+        "but runs deep, some hundreds of levels, meets the limit sooner than in Python: "
+        "converted code takes a few frames per level; raise sys.setrecursionlimit)")
 
 
 def _function_of(fn: Callable) -> str:
