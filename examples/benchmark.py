@@ -14,6 +14,8 @@ Cases (the functions are the ones in newton.py and rnn.py):
   cond    sum(cond(sum(A) > 0, tanh(A @ B), A @ B.T)) on 512x512 matrices, each branch
   per-node interpreter overhead: a fori_loop over a chain of adds, time per executed node
   minus the time numpy itself takes for the same operation
+  fixed   the fixed cost of one call of a transformed function (grad, value_and_grad, vjp,
+          jvp, cg.jit of f and of its grad) of a one-multiplication f at a Python float
   hvp     a Hessian-vector product on the RNN and Newton cases, forward over reverse and
           reverse over reverse, against one gradient; peak snapshots under Binomial(4)
   heat    the reaction-diffusion stepping of heat.py (100 000 points, 500 steps): gradient
