@@ -101,3 +101,19 @@ class RootWarning(UserWarning):
     `tangent_solve(g, f(x))`, is not small next to the solution), so the implicit
     function theorem gives wrong derivatives there. A warning, not a CfgradError: the
     value is the solver's, and may be what was wanted."""
+
+
+# Internal signals, never seen by a user: each is caught where it is raised for and turned
+# into a typed error or a fallback there.
+
+
+class Unsupported(Exception):
+    """No compiled form for this node or program (native.py, the derivative table's
+    compiled sources); the message says why, in one line. `cg.jit` catches it and runs the
+    interpreter with a CompileWarning, or raises CompileError with `fallback=False`."""
+
+
+class Unconvertible(Exception):
+    """A function cannot be converted from source (convert/rewrite.py); the message says
+    why. The function then runs as Python, unconverted."""
+

@@ -27,9 +27,8 @@ from .anomaly import anomaly_detection_enabled
 from .api import argnums_tuple, lowered, static_positions, typed_key
 from .caches import SIGNATURES_PER_FUNCTION, BoundedDict
 from .convert import traced_as
-from .errors import CompileError, CompileWarning
+from .errors import CompileError, CompileWarning, Unsupported
 from .ir import Program
-from .kernel_sources import Unsupported
 from .trace import lowering_epoch
 
 

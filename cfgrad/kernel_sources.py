@@ -17,9 +17,7 @@ from typing import Any
 
 import numpy as np
 
-
-class Unsupported(Exception):
-    """No compiled form for this node; the message says why, in one line."""
+from .errors import Unsupported
 
 
 def _dt(t: Any) -> str:

@@ -67,7 +67,7 @@ import numpy as np
 
 from . import kernels as K
 from .checkpoint import Binomial, EveryK, Online, Recompute, RunStats, StoreAll, resolve
-from .errors import CompileWarning
+from .errors import CompileWarning, Unsupported
 from .interpret import (
     DECIDE,
     LOOP_ENTER,
@@ -80,7 +80,6 @@ from .interpret import (
     owned_results,
 )
 from .ir import Block, Cond, Node, Program, RegionNest, Return, TensorType, Value
-from .kernel_sources import Unsupported
 from .passes import is_fixed
 from .primitives import PRIMITIVES
 from .schedule import (

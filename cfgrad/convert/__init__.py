@@ -29,10 +29,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ArgumentTypeError, TracerBoolError, require_callable
+from ..errors import ArgumentTypeError, TracerBoolError, Unconvertible, require_callable
 from ..trace_context import LOWERING_LOCK, is_traced
 from . import operators
-from .rewrite import OPS, Unconvertible, convert_function, convert_lambda, locate
+from .rewrite import OPS, convert_function, convert_lambda, locate
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -40,6 +40,7 @@ import copy
 import types
 from collections.abc import Iterable
 
+from ..errors import Unconvertible
 from .scopes import (
     BREAK_FLAG,
     FUNCTION_SCOPES,
@@ -59,10 +60,6 @@ RAISE_LATER = f"{PREFIX}raise_later"
 
 # calls that read the calling frame: wrapping them in `call` would change what they see
 _FRAME_CALLS = frozenset({"super", "locals", "globals", "vars", "eval", "exec", "dir"})
-
-
-class Unconvertible(Exception):
-    """The function cannot be converted (it runs as Python, unconverted); the reason."""
 
 
 def locate(node: ast.AST, at: ast.AST) -> ast.AST:
