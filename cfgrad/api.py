@@ -69,17 +69,24 @@ class Lowering:
       loop) for the flat parameter indices in `wrt` (all when None), built once each;
     - `jvp`: the compiled JVP program, built on first use;
     - `strategies(choice)`: each loop's checkpoint strategy for a call's `checkpoint`;
-    - `arguments(leaves)`: flat argument leaves as the runtime values `Machine.run` takes.
+    - `arguments(leaves)`: flat argument leaves as the runtime values `Machine.run` takes;
+    - `output_types`, `build_outputs(leaves)` and `build_arguments(leaves)`: the outputs'
+      types, and the outputs' and the arguments' structures rebuilt from their leaves
+      (read on every call of vjp, jvp and pullbacks).
     """
 
     __slots__ = ("program", "epoch", "compiled", "_plans", "_jvp", "_strategies",
-                 "_grad_calls", "_dtypes")
+                 "_grad_calls", "_dtypes", "output_types", "build_outputs",
+                 "build_arguments")
 
     def __init__(self, program: Program):
         self.program = program
         self.epoch = lowering_epoch()  # a custom rule redefined later makes it stale
         self.compiled = Compiled(program)  # the one forward compilation, for every wrt
         self._dtypes = [p.type.dtype for p in program.params]
+        self.output_types = [v.type for v in program.outputs]
+        self.build_outputs = treelib.builder(program.out_tree)
+        self.build_arguments = treelib.builder(program.in_tree)
         self._plans: dict[frozenset[int] | None, GradPlan] = {}
         self._jvp: Compiled | None = None
         self._strategies: dict[Any, list[Any]] = BoundedDict(STRATEGY_CHOICES)
@@ -154,6 +161,9 @@ def _runtime_argument(x: Any, dtype: np.dtype) -> Any:
 
 
 _CACHE: weakref.WeakKeyDictionary[Callable, dict[Any, Lowering]] = weakref.WeakKeyDictionary()
+# the same entries by the argument leaves' typed keys, for calls of leaves only (`lowered`)
+_BY_LEAVES: weakref.WeakKeyDictionary[Callable, dict[tuple, Lowering]] = (
+    weakref.WeakKeyDictionary())
 
 
 def leaf_key(x: Any) -> Any:
@@ -173,7 +183,20 @@ def leaf_key(x: Any) -> Any:
 def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
             kwargs: dict[str, Any] | None = None) -> tuple[Lowering, list[Any]]:
     """The cached lowering of `fun` at `args` (and keyword arguments `kwargs`, traced after
-    them), and the flat list of traced argument leaves."""
+    them), and the flat list of traced argument leaves.
+
+    A call whose arguments are all leaves (numbers and arrays), with no static or keyword
+    arguments, is found by its leaves' typed keys first, without flattening the arguments
+    or building the full key: `cg.vjp` and `cg.jvp` look their function up on every call."""
+    fast = not static_argnums and not kwargs
+    if fast:
+        try:
+            entry = _BY_LEAVES[fun][tuple(map(typed_key, args))]
+        except (KeyError, TypeError):  # a new signature, a pytree, an unhashable leaf
+            pass
+        else:
+            if entry.epoch == lowering_epoch():
+                return entry, list(args)
     dynamic = args if not static_argnums else dynamic_args(args, static_argnums)
     if kwargs:
         dynamic += tuple(kwargs[k] for k in sorted(kwargs))
@@ -202,6 +225,15 @@ def lowered(fun: Callable, args: tuple, static_argnums: tuple[int, ...] = (),
             if entry is None or entry.epoch != lowering_epoch():
                 entry = per_fun[key] = Lowering(trace_program(fun, args, static_argnums,
                                                             kwargs=kwargs))
+    if fast and len(leaves) == len(args) and all(x is y for x, y in zip(leaves, args)):
+        try:
+            by_leaves = _BY_LEAVES[fun]
+        except KeyError:
+            with LOWERING_LOCK:
+                by_leaves = _BY_LEAVES.setdefault(fun, BoundedDict(SIGNATURES_PER_FUNCTION))
+        except TypeError:  # not weak-referenceable: nothing is cached
+            return entry, leaves
+        by_leaves[tuple(map(typed_key, args))] = entry
     return entry, leaves
 
 
@@ -314,7 +346,7 @@ def _refuse_traced(leaves: list[Any]) -> None:
 def _refuse_complex_for_real(what: str, i: int, x: Any, t: TensorType, of: str) -> None:
     """A complex cotangent or tangent of a real value would lose its imaginary part in
     the cast to the value's dtype; JAX refuses it too."""
-    if t.dtype.kind != "c" and np.iscomplexobj(x):
+    if t.dtype.kind != "c" and type(x) is not float and np.iscomplexobj(x):
         raise ArgumentTypeError(
             f"{what} leaf {i} is complex ({np.asarray(x).dtype}), but its {of} is real "
             f"({t}); pass a real one (np.real(...)), as in JAX")
@@ -355,12 +387,12 @@ class Pullback:
                 f"pullback: the cotangent's structure {ct_tree.describe()} differs from the "
                 f"output's {program.out_tree.describe()}")
         cts = []
-        for i, (c, v) in enumerate(zip(ct_leaves, program.outputs)):
-            _refuse_complex_for_real("pullback: cotangent", i, c, v.type, "output")
-            a = np.array(c, dtype=v.type.dtype)  # a copy: results never alias the caller's
-            if a.shape != v.type.shape:
+        for i, (c, t) in enumerate(zip(ct_leaves, entry.output_types)):
+            _refuse_complex_for_real("pullback: cotangent", i, c, t, "output")
+            a = np.array(c, dtype=t.dtype)  # a copy: results never alias the caller's
+            if a.shape != t.shape:
                 raise ArgumentTypeError(f"pullback: cotangent leaf {i} has shape {a.shape}, "
-                                        f"the output has {v.type.shape}")
+                                        f"the output has {t.shape}")
             cts.append(a)
         tape = self._tape
         if tape is None:  # a second call: the first consumed the tape, so run forward again
@@ -372,7 +404,7 @@ class Pullback:
             results = [as_runtime_value(r) for r in tape.pullback(cts)]
         results = owned_results(results, tape.plan.compiled.shared_outputs)
         self.stats = tape.stats
-        grads = tuple(treelib.unflatten(program.in_tree, results))[: self._nargs]
+        grads = tuple(entry.build_arguments(results))[: self._nargs]
         return _none_at_statics(grads, self._statics) if self._statics else grads
 
 
@@ -419,8 +451,9 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     check_strategy(checkpoint, "cfgrad.vjp")
     fun = traced_as(fun, autograph, "cfgrad.vjp")
     name = getattr(fun, "__name__", "f")
-    statics = static_positions(argnums_tuple(static_argnums, "cfgrad.vjp", "static_argnums"),
-                               len(primals), (), "cfgrad.vjp", name)
+    statics = () if static_argnums == () else static_positions(
+        argnums_tuple(static_argnums, "cfgrad.vjp", "static_argnums"), len(primals), (),
+        "cfgrad.vjp", name)
     if nested.is_tracing():  # inside a traced function: nodes, not a run
         result = nested.vjp(_closing_over_statics(fun, primals, statics, {}),
                             dynamic_args(primals, statics), checkpoint, has_aux,
@@ -445,7 +478,7 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     # the outputs are the very arrays the pullback reads: the caller gets copies, so
     # modifying a result in place cannot change the gradient either
     outs = [x.copy() if isinstance(x, np.ndarray) else x for x in tape.outputs]
-    out = treelib.unflatten(entry.program.out_tree, outs)
+    out = entry.build_outputs(outs)
     pb = Pullback(entry, tape, leaves, len(primals) - len(statics), checkpoint, statics)
     if has_aux:
         return out[0], _AuxPullback(pb, out[1]), out[1]
@@ -555,11 +588,10 @@ class _GradCall:
     """value_and_grad of one lowered signature and choice of arguments, prepared once:
     the plan, the output seeds (one for the value, zeros for aux outputs), which of the
     outputs and gradients a run may not own (`owned_results`, the outputs then the
-    gradients as one list) and how to build the results. Calling it runs the taped
+    gradients as one list). Calling it runs the taped
     forward program and its adjoint under one numpy error state."""
 
-    __slots__ = ("entry", "plan", "seeds", "shared", "n_out", "build_out", "build_in",
-                 "nums", "single")
+    __slots__ = ("entry", "plan", "seeds", "shared", "n_out", "nums", "single")
 
     def __init__(self, entry: Lowering, nums: tuple[int, ...], single: bool):
         program = entry.program
@@ -570,8 +602,6 @@ class _GradCall:
         self.n_out = len(program.outputs)
         self.shared = entry.compiled.shared_outputs | frozenset(
             self.n_out + i for i in self.plan.compiled.shared_outputs)
-        self.build_out = treelib.builder(program.out_tree)
-        self.build_in = treelib.builder(program.in_tree)
 
     def __call__(self, leaves: Sequence[Any], checkpoint: Any, detect_anomaly: bool
                  ) -> tuple[Any, Any, RunStats]:
@@ -585,8 +615,8 @@ class _GradCall:
         results = owned_results([as_runtime_value(r) for r in tape.outputs + cotangents],
                                 self.shared)
         n = self.n_out
-        out = self.build_out(results[:n])
-        per_arg = self.build_in(results[n:])
+        out = entry.build_outputs(results[:n])
+        per_arg = entry.build_arguments(results[n:])
         grads = per_arg[self.nums[0]] if self.single else tuple(per_arg[i] for i in self.nums)
         return out, grads, tape.stats
 
@@ -670,7 +700,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     entry, leaves = lowered(fun, primals)
     t_leaves, t_tree = treelib.flatten(tangents)
     _refuse_traced(t_leaves)
-    if t_tree != treelib.flatten(primals)[1]:
+    if t_tree != entry.program.in_tree:  # (the primals' structure: no static arguments)
         raise ArgumentTypeError("jvp: tangents must have the same structure as primals")
     program = entry.program
     tans = []
@@ -687,9 +717,8 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], *,
     with np.errstate(all="ignore"):
         outs = [as_runtime_value(o) for o in m.run(entry.arguments(leaves) + tans)]
     outs = owned_results(outs, entry.jvp.shared_outputs)
-    n = len(program.outputs)
-    return (treelib.unflatten(program.out_tree, outs[:n]),
-            treelib.unflatten(program.out_tree, outs[n:]))
+    n = len(entry.output_types)
+    return entry.build_outputs(outs[:n]), entry.build_outputs(outs[n:])
 
 
 def lower(fun: Callable, *args: Any, static_argnums: int | Sequence[int] = (),

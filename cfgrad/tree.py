@@ -16,6 +16,8 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from .caches import static_key
 from .errors import require_callable
 
@@ -114,6 +116,11 @@ def _is_namedtuple(x: Any) -> bool:
     return isinstance(x, tuple) and hasattr(type(x), "_fields")
 
 
+# types that are leaves unless registered as nodes: `flatten` takes them without a walk
+_PLAIN_LEAVES = frozenset({float, int, complex, bool, np.ndarray, np.float64, np.float32,
+                           np.complex128, np.int64})
+
+
 def _node_of(node: Any) -> tuple[str, Any, Sequence[Any]]:
     """One level of `node`: (kind, meta, children); kind "leaf" for a leaf."""
     if node is None:
@@ -167,6 +174,8 @@ def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> tuple[
         list[Any], TreeDef]:
     """Return the leaves of `tree` in a fixed order and the structure to rebuild it;
     a node for which `is_leaf` is true is a leaf, whatever its type (as in JAX)."""
+    if is_leaf is None and type(tree) in _PLAIN_LEAVES and type(tree) not in _NODE_TYPES:
+        return [tree], LEAF  # one number or array: what most calls pass and return
     leaves: list[Any] = []
 
     def walk(node: Any) -> TreeDef:

@@ -71,7 +71,14 @@ _PARSED: dict[tuple[str, int], ast.Module | None] = {}
 
 
 def _is_library(code: types.CodeType) -> bool:
-    return os.path.abspath(code.co_filename).startswith(_LIBRARY)
+    return _is_library_file(code.co_filename)
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_library_file(filename: str) -> bool:
+    """Whether `filename` is a library's (numpy's, cfgrad's own, …): decided once per file
+    name, since `cg.vjp` and `cg.jvp` convert their function on every call."""
+    return os.path.abspath(filename).startswith(_LIBRARY)
 
 
 def converted(fun: Callable) -> Callable:
