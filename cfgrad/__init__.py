@@ -1,5 +1,7 @@
 """cfgrad: reverse-mode automatic differentiation through real control flow."""
 
+from typing import TYPE_CHECKING
+
 from . import (
     checkpoint,
     debug,
@@ -30,7 +32,6 @@ from .errors import (
     TracerBoolError,
     VerifyError,
 )
-from .inspector import inspect
 from .ir import Program
 from .irparse import parse_program
 from .jacobians import hessian, jacfwd, jacrev
@@ -54,3 +55,23 @@ __all__ = [
     "jit", "jvp", "lower", "optim", "parse_program", "scan", "stop_gradient", "switch", "testing",
     "tree_util", "value_and_grad", "vjp", "while_loop",
 ]
+
+if TYPE_CHECKING:  # for type checkers; at run time `__getattr__` imports it on first use
+    from .inspector import inspect
+
+_VIEWS = ("inspect", "inspector")
+
+
+def __getattr__(name: str) -> object:
+    """`cg.inspect` and `cfgrad.inspector`, imported on first use: the views need rich, and
+    `import cfgrad` (or `import cfgrad.dot`, the DOT export) does not."""
+    if name not in _VIEWS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from .inspector import inspect  # also binds the submodule `inspector` here
+
+    globals()["inspect"] = inspect  # later look-ups find it without this function
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_VIEWS})

@@ -6,8 +6,10 @@ Phi, node and terminator (labelled with the IR text of `Program.text()`), so the
 tree shows the way the inspector's panels nest. Data edges are solid, control edges dashed
 and labelled with their Proj key (`T`, `F`, `case 0`, `case 1`, …); edges that run backwards
 (a loop's back edge, the data it carries) do not constrain the ranking, so loops draw
-top-down. With a `Run` the blocks carry their visit counts and the control edges taken are
-bold and labelled with how often (`T ×31`); the others are grey.
+top-down. With a recorded run (a `recording.RunRecord`, such as the inspector's `Run`) the
+blocks carry their visit counts and the control edges taken are bold and labelled with how
+often (`T ×31`); the others are grey. Names and region nesting come from `outline.py`, as
+the inspector's do; nothing here needs rich.
 
 Ids are derived from block labels and positions (`b3_n2`, `b3_term`), never from object
 identities, and colours come from the node kinds' styles in nodespec.NODE_KINDS, so the
@@ -19,7 +21,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .inspector import Naming, RegionGroup, Run, region_tree
 from .ir import (
     Block,
     Cond,
@@ -36,6 +37,8 @@ from .ir import (
     term_text,
 )
 from .nodespec import KIND_BY_NAME
+from .outline import Naming, RegionGroup, region_tree
+from .recording import RunRecord
 
 # (fill, border) per colour word of a rich style: light fills keep labels readable.
 _PALETTE = {
@@ -71,7 +74,7 @@ def _cluster_id(name: str) -> str:
     return "cluster_" + re.sub(r"\W", "_", name)
 
 
-def to_dot(program: Program, run: Run | None = None) -> str:
+def to_dot(program: Program, run: RunRecord | None = None) -> str:
     """The DOT text of `program`; with `run` (of this program), edges taken are bold with
     counts and blocks show how often they ran."""
     names = Naming.of(program)
@@ -191,7 +194,7 @@ def _data_edges(program: Program, members: dict[Block, list[tuple[str, str, str]
 
 
 def _control_edges(program: Program, members: dict[Block, list[tuple[str, str, str]]],
-                   latches: set[Block], order: dict[Block, int], run: Run | None,
+                   latches: set[Block], order: dict[Block, int], run: RunRecord | None,
                    bn: dict[Block, str]) -> list[str]:
     out = []
     for b in program.blocks:
