@@ -41,8 +41,9 @@ StepTape = tuple  # what one iteration saves for its adjoint, as the interpreter
 
 @dataclass
 class LoopStats:
-    """Per loop region, over one forward + reverse run (design §8): the trip counts and
-    body evaluations the interpreter counts, and what the strategy's events add up to."""
+    """Per loop region, over one forward + reverse run (docs/checkpointing.md, Accounting):
+    the trip counts and body evaluations the interpreter counts, and what the strategy's
+    events add up to."""
 
     name: str
     strategy: str

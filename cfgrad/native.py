@@ -1,4 +1,4 @@
-"""Programs compiled to native code through Numba (design §12.4).
+"""Programs compiled to native code through Numba (docs/jit.md, How it works).
 
 The interpreter pays numpy's per-call cost (about 1 µs) for every node it runs, which
 dominates loops over scalars and small arrays. A Program is closed, typed and verified,

@@ -1,6 +1,7 @@
-"""The IR verifier: every invariant of design §4, checked after lowering and after the
-reverse builder. A violation raises `VerifyError` naming the block and node and showing
-the block's text, so a broken pass is caught where it broke the IR, not later as a wrong
+"""The IR verifier: every invariant of docs/ir.md (Verifier invariants), checked on every
+Program a builder makes (lowering, the reverse builder, the JVP transform) and on every
+parsed one. A violation raises `VerifyError` naming the block and node and showing the
+block's text, so a broken pass is caught where it broke the IR, not later as a wrong
 gradient."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""docs/api.md and docs/index.md stay true to the code.
+"""docs/api.md, docs/index.md and the layers of docs/architecture.md stay true to the code.
 
 - Every name in `cfgrad.__all__`, every public function of `cfgrad.numpy` and every error
   class of `cfgrad.errors` is documented in docs/api.md.
@@ -8,8 +8,9 @@
   a ```python block followed directly (only blank lines between) by a ```text block; the
   text block is the example's captured stdout. Each example runs in a fresh namespace, as
   a file named `example.py` (so source locations in printed programs read `example.py:N`).
-- The module map of docs/index.md lists every module of cfgrad/ in an order in which each
-  module imports only modules below it.
+- The module map of docs/index.md lists every module of cfgrad/ once, under its layer;
+  a module imports only modules of its own or lower layers, and those of one layer import
+  each other in no cycle. docs/architecture.md describes exactly the map's layers.
 
 `python tests/test_docs_api.py --update` reruns every runnable example and rewrites its
 text block in docs/api.md; review the diff before keeping it.
@@ -36,6 +37,7 @@ from cfgrad.primitives import PRIMITIVES
 ROOT = Path(__file__).resolve().parents[1]
 API = ROOT / "docs" / "api.md"
 INDEX = ROOT / "docs" / "index.md"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 FENCE = re.compile(r"^```(\w*)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 
@@ -196,14 +198,37 @@ def test_grad_of_grad() -> None:
 # -------------------------------------------------------------------------------------
 
 
-def module_map() -> list[str]:
-    """docs/index.md's module map, as dotted names below `cfgrad` (`numpy/fft.py` is
-    `numpy.fft`, a package's `__init__.py` its package's name)."""
+LAYER_HEADING = re.compile(r"^### Layer (\d+): (.+?)\s*$", re.M)
+
+
+def module_rows() -> list[tuple[str, int]]:
+    """docs/index.md's module map, one (module, layer) per row in the page's order: a
+    module as a dotted name below `cfgrad` (`numpy/fft.py` is `numpy.fft`, a package's
+    `__init__.py` its package's name), its layer the number of the `### Layer N: name`
+    heading above its row."""
     text = INDEX.read_text(encoding="utf-8")
     body = re.search(r"^## Module map\s*$(.*?)(?=^## |\Z)", text, re.M | re.S)
     assert body, "docs/index.md has no '## Module map' section"
-    return [module_name(m.group(1))
-            for m in re.finditer(r"^\|\s*`([\w/]+)\.py`", body.group(1), re.M)]
+    rows, layer = [], None
+    for line in body.group(1).splitlines():
+        heading = LAYER_HEADING.match(line)
+        if heading:
+            layer = int(heading.group(1))
+        elif row := re.match(r"^\|\s*`([\w/]+)\.py`", line):
+            assert layer is not None, f"docs/index.md: {row.group(1)}.py is under no layer"
+            rows.append((module_name(row.group(1)), layer))
+    return rows
+
+
+def module_map() -> dict[str, int]:
+    """The module map as module -> layer."""
+    return dict(module_rows())
+
+
+def map_layers() -> dict[int, str]:
+    """The layers of the module map: number -> name."""
+    text = INDEX.read_text(encoding="utf-8")
+    return {int(number): name for number, name in LAYER_HEADING.findall(text)}
 
 
 def module_name(path: str) -> str:
@@ -221,24 +246,58 @@ def module_file(name: str) -> Path:
 
 
 def test_module_map_lists_every_module_once() -> None:
-    listed = module_map()
+    listed = [name for name, _ in module_rows()]
     actual = sorted(module_name(p.relative_to(ROOT / "cfgrad").with_suffix("").as_posix())
                     for p in (ROOT / "cfgrad").rglob("*.py"))
-    assert len(listed) == len(set(listed))
+    assert len(listed) == len(set(listed)), "docs/index.md lists a module twice"
     assert sorted(listed) == actual, (
         f"docs/index.md module map: missing {sorted(set(actual) - set(listed))}, "
         f"stale {sorted(set(listed) - set(actual))}")
 
 
-def test_module_map_order_follows_imports() -> None:
-    """Each module imports only modules listed below it, counting imports inside
-    functions: so no import cycle among cfgrad's modules, hidden or not."""
-    order = module_map()
-    rank = {name: i for i, name in enumerate(order)}
-    for name in order:
+def test_layers_are_numbered_and_described() -> None:
+    """The map's layers are numbered from 0 without a gap, top layer first, and
+    docs/architecture.md describes each under the same heading."""
+    layers = map_layers()
+    text = INDEX.read_text(encoding="utf-8")
+    order = [int(n) for n, _ in LAYER_HEADING.findall(text)]
+    assert order == sorted(layers, reverse=True) == list(range(len(layers) - 1, -1, -1))
+    described = {int(n): name for n, name in LAYER_HEADING.findall(ARCHITECTURE.read_text(
+        encoding="utf-8"))}
+    assert described == layers, (
+        "docs/architecture.md must have a '### Layer N: name' section for each layer of "
+        "docs/index.md's module map, and no other")
+
+
+def test_imports_go_down_the_layers() -> None:
+    """A module imports only modules of its own layer or of lower layers, counting imports
+    inside functions."""
+    layers = module_map()
+    for name, layer in layers.items():
         for target in cfgrad_imports(name):
-            assert rank[target] > rank[name], (
-                f"cfgrad/{name}.py imports {target}, which docs/index.md lists above it")
+            assert layers[target] <= layer, (
+                f"cfgrad/{name}.py (layer {layer}) imports {target} (layer {layers[target]})")
+
+
+def test_no_import_cycle_within_a_layer() -> None:
+    """The imports among the modules of one layer form no cycle (counting imports inside
+    functions), so no import cycle among cfgrad's modules is hidden in a layer either."""
+    layers = module_map()
+    peers = {name: sorted(t for t in cfgrad_imports(name) if layers[t] == layers[name])
+             for name in layers}
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            cycle = path[path.index(name):] + [name]
+            raise AssertionError(f"import cycle in layer {layers[name]}: {' -> '.join(cycle)}")
+        if name not in done:
+            for target in peers[name]:
+                visit(target, path + [name])
+            done.add(name)
+
+    for name in sorted(layers):
+        visit(name, [])
 
 
 def cfgrad_imports(name: str) -> set[str]:
@@ -273,28 +332,6 @@ def cfgrad_imports(name: str) -> set[str]:
             found |= {resolved(a.name.split(".")[1:]) for a in node.names
                       if a.name.startswith("cfgrad.")}
     return found - {name}
-
-
-def architecture_layers() -> dict[str, int]:
-    """docs/architecture.md's layer table: module -> layer number."""
-    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    layers = {}
-    for number, modules in re.findall(r"^\| (\d+) [^|]*\| ([^|]*) \|", text, re.M):
-        for module in re.findall(r"`([\w.]+)`", modules):
-            layers[module] = int(number)
-    return layers
-
-
-def test_imports_go_down_the_architecture_layers() -> None:
-    """docs/architecture.md's rule: a module imports only modules of its own or lower
-    layers (the module map's order keeps those within a layer acyclic), and the table
-    names every module of the package."""
-    layers = architecture_layers()
-    assert set(layers) == set(module_map())
-    for name, layer in layers.items():
-        for target in cfgrad_imports(name):
-            assert layers[target] <= layer, (
-                f"cfgrad/{name}.py (layer {layer}) imports {target} (layer {layers[target]})")
 
 
 # -------------------------------------------------------------------------------------
