@@ -298,7 +298,7 @@ class _Writer:
     def __init__(self, module: _Module, layout: Layout, prefix: str, taped: bool = False,
                  forward: _Writer | None = None, keep: frozenset[Value] = frozenset()):
         self.module = module
-        self.c = layout
+        self.layout = layout
         self.p = prefix
         self.taped = taped  # a sweep that logs its decisions and pushes its tapes
         self.forward = forward  # the forward program's writer, for an adjoint
@@ -307,13 +307,13 @@ class _Writer:
         self.replaying: _Recomputed | None = None  # writing a loop's re-run (see `replay`)
 
     def name(self, v: Value) -> str:
-        return f"{self.p}{self.c.slot[v]}"
+        return f"{self.p}{self.layout.slot[v]}"
 
     def constants(self) -> list[str]:
         """Assignments of every constant, at the function's start (the interpreter's
         template of constants, as locals)."""
         lines = []
-        for n in self.c.constants:
+        for n in self.layout.constants:
             t = n.outputs[0].type
             value = n.params["value"]
             src = (literal(value, t) if t.shape == () else
@@ -327,7 +327,7 @@ class _Writer:
         always has that shape); `on_return(values)` gives the Return's lines. Numba
         compiles structured code several times faster than a state machine over blocks,
         where every variable would meet every other arm at the loop's head."""
-        return self._from(self.c.program.blocks[0], frozenset(), on_return)
+        return self._from(self.layout.program.blocks[0], frozenset(), on_return)
 
     def _from(self, blk: Block, stops: frozenset[Block], on_return: Any) -> list[str]:
         """Code running from `blk` until control reaches a block of `stops` (the merge of
@@ -339,7 +339,7 @@ class _Writer:
             if isinstance(t, Return):
                 return lines + on_return([self.name(v) for v in t.values])
             if isinstance(t, Cond):  # an if region's branch (loop headers are `_loop`'s)
-                region = self.c.ifs_by_branch[blk]
+                region = self.layout.ifs_by_branch[blk]
                 lines += self._branches(blk, t, region.merge, stops, on_return)
                 blk = region.merge
                 continue
@@ -347,7 +347,7 @@ class _Writer:
             target = t.target
             if target in stops:
                 return lines
-            loop = self.c.loops_by_header.get(target)
+            loop = self.layout.loops_by_header.get(target)
             if loop is not None:  # entered from its preheader
                 lines += self._loop(loop, stops, on_return) + self._log_exit(loop)
                 blk = loop.exit
@@ -361,8 +361,8 @@ class _Writer:
         updated before a `break` of one loop and also inside another loop's body."""
         if not (self.module.recording and self.taped and self.replaying is None):
             return []
-        j = self.c.loop_index[loop]
-        parent = self.c.loops[j].parent
+        j = self.layout.loop_index[loop]
+        parent = self.layout.loops[j].parent
         return self.module.log(j, f"n{self.p}{j}", -1 if parent is None else f"n{self.p}{parent}")
 
     def _branches(self, blk: Block, t: Cond, merge: Block, stops: frozenset[Block],
@@ -395,7 +395,7 @@ class _Writer:
         body += self.edge(header, True) + self._from(loop.body, frozenset({header}),
                                                       on_return)
         if self.forward is not None:  # an adjoint's loop counts nothing: ticks of its own
-            ticks = f"t{self.p}{self.c.loop_index[loop]}"
+            ticks = f"t{self.p}{self.layout.loop_index[loop]}"
             body += [f"{ticks} += 1", _signal_check(ticks)]
         return ["while True:"] + _indent(body)
 
@@ -404,7 +404,7 @@ class _Writer:
         ever grow: the check needs no trip count, only a count of back edges)."""
         if self.forward is None:
             return []
-        return [f"t{self.p}{j} = 0" for j in range(len(self.c.loops))]
+        return [f"t{self.p}{j} = 0" for j in range(len(self.layout.loops))]
 
     def replay(self, loop: _Recomputed) -> list[str]:
         """Code re-running iterations of `loop` from the carry in its header's variables:
@@ -451,15 +451,15 @@ class _Writer:
         return [f"{self.name(n.outputs[0])} = {self.forward.name(n.params['of'])}"]
 
     def _log_pop(self, n: Node) -> list[str]:
-        s = self.module.stacks[("decide", self.forward.c.if_index[n.params["region"]])]
+        s = self.module.stacks[("decide", self.forward.layout.if_index[n.params["region"]])]
         return [f"{s.count} -= 1", f"{self.name(n.outputs[0])} = {s.name}[{s.count}]"]
 
     def _trip_pop(self, n: Node) -> list[str]:
-        s = self.module.stacks[("trips", self.forward.c.loop_index[n.params["loop"]])]
+        s = self.module.stacks[("trips", self.forward.layout.loop_index[n.params["loop"]])]
         return [f"{s.count} -= 1", f"{self.name(n.outputs[0])} = np.int64({s.name}[{s.count}])"]
 
     def _loop_state(self, n: Node) -> list[str]:
-        loop = self.forward.c.loop_index[n.params["loop"]]
+        loop = self.forward.layout.loop_index[n.params["loop"]]
         load = self.module.tapes[loop].pop()
         recomputed = self.module.recomputed.get(loop)
         return load if recomputed is None else self._restore(recomputed, load)
@@ -521,7 +521,7 @@ class _Writer:
 
     # -- edges ---------------------------------------------------------------------------
     def edge(self, src: Block, key: Any) -> list[str]:
-        edge = self.c.edges[self.c.edge_id[(src, key)]]
+        edge = self.layout.edges[self.layout.edge_id[(src, key)]]
         loop = self.replaying
         if loop is not None:
             return self._replay_edge(loop, src, key, edge)
@@ -545,8 +545,8 @@ class _Writer:
 
     def _entered_loop(self, src: Block, key: Any) -> int | None:
         """The loop whose body the edge (src, key) enters from its header, if it does."""
-        region = self.c.loops_by_header.get(src) if key is True else None
-        return None if region is None else self.c.loop_index[region]
+        region = self.layout.loops_by_header.get(src) if key is True else None
+        return None if region is None else self.layout.loop_index[region]
 
     def _phi_copy(self, edge: Edge) -> list[str]:
         if not edge.phi_targets:
@@ -591,7 +591,7 @@ class _Writer:
             s = self.module.stacks[("decide", arg[0])]
             value = "True" if arg[1] is True else "False" if arg[1] is False else str(arg[1])
             return s.push(value)
-        loop = self.c.loops[arg]
+        loop = self.layout.loops[arg]
         count = f"n{self.p}{arg}"
         recomputed = self.module.recomputed.get(arg) if self.taped else None
         if action == LOOP_ENTER:
@@ -855,7 +855,7 @@ class _Module:
         """Each loop's strategy, as its class declares it is compiled
         (`checkpoint.compiled_form`): one that tapes every step needs nothing more; one
         that follows its schedule a `_Recomputed` (its declarations returned)."""
-        c = fwd.c
+        c = fwd.layout
         lines = []
         for li, strategy in zip(c.loops, chosen):
             r = li.region
