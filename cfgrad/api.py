@@ -34,10 +34,10 @@ from .interpret import (
     as_runtime_value,
     differentiate,
     execute,
-    owned_results,
     repeating,
 )
 from .ir import Program, TensorType
+from .layout import owned_results
 from .numpy.core import Array
 from .trace import (
     TRACEABLE_DTYPES,

@@ -38,6 +38,20 @@ REVERSE = "reverse"  # iteration t's tape handed to the adjoint
 Carry = tuple  # one loop carry, as the interpreter holds it
 StepTape = tuple  # what one iteration saves for its adjoint, as the interpreter holds it
 
+# How compiled code (native.py) runs a strategy, which its class declares as `compiled`:
+TAPES_EVERY_STEP = "tapes every step"  # each iteration's tape pushed at its back edge
+# the sweep stores the carries and the reverse pass re-runs the iterations that the
+# strategy's schedule names (schedule.py runs the strategy on iteration numbers)
+FOLLOWS_SCHEDULE = "follows its schedule"
+
+
+def compiled_form(strategy: Any) -> str | None:
+    """How compiled code runs `strategy` (TAPES_EVERY_STEP or FOLLOWS_SCHEDULE), or None
+    when it cannot: what the strategy's own class declares (`compiled`), not a base
+    class's, since a subclass may change what the strategy does (a strategy of the user's
+    own runs in the interpreter)."""
+    return vars(type(strategy)).get("compiled")
+
 
 @dataclass
 class LoopStats:
@@ -173,6 +187,8 @@ class StoreAll:
     """Keep every iteration's forward values that the adjoint reads; reverse by lookup.
 
     Memory grows with the trip count; no body evaluation is ever repeated."""
+
+    compiled = TAPES_EVERY_STEP
 
     def __repr__(self) -> str:
         return "StoreAll()"
@@ -368,6 +384,8 @@ class Recompute(_Checkpointing):
     """Keep only the initial carry; recompute every iteration from it: O(1) carries,
     O(T²) body evaluations."""
 
+    compiled = FOLLOWS_SCHEDULE
+
     def __init__(self, *, trace: bool = False):
         self.trace = trace
 
@@ -386,6 +404,8 @@ class Recompute(_Checkpointing):
 class EveryK(_Checkpointing):
     """Keep every k-th carry; reverse each segment of k iterations by recomputing it once
     with its tape kept: about T/k + k stored states and T extra body evaluations."""
+
+    compiled = FOLLOWS_SCHEDULE
 
     def __init__(self, k: int, *, trace: bool = False):
         self.k = _positive_int("EveryK: k", k)
@@ -428,6 +448,8 @@ class Online(_Checkpointing):
     sweep keeps, so storing x_t would waste a slot). Deciding one step late is what makes
     the placement optimal for every T <= (s+1)(s+2)/2 + 1; the carry held meanwhile counts in
     `peak_bytes`, like the one tape the sweep keeps."""
+
+    compiled = FOLLOWS_SCHEDULE
 
     def __init__(self, snapshots: int, *, trace: bool = False):
         self.snapshots = _positive_int(f"{type(self).__name__}: snapshots", snapshots)
@@ -492,6 +514,8 @@ class Binomial(Online):
     minimal number of body evaluations for that memory: the revolve schedule of Griewank &
     Walther, when the trip count is known on entry (fori_loop). On a while_loop, whose trip
     count is unknown until it exits, it places its snapshots online, as `Online`."""
+
+    compiled = FOLLOWS_SCHEDULE
 
     def begin(self, run: LoopRunner) -> _Record:
         rec = super().begin(run)

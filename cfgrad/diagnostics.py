@@ -1,4 +1,6 @@
-"""Messages for anomalies: where a NaN or Inf appeared and what produced it.
+"""Messages of run-time errors, for both backends: for anomalies, where a NaN or Inf
+appeared and what produced it; a loop past its `max_iters`; a recomputed iteration that
+left its loop early.
 
 Only the error path runs this code, so it may walk the program structure freely: it
 names the operation, the block, the user's source line, the value that went in (the
@@ -105,3 +107,17 @@ def bad_argument_message(program: Program, index: int, value: Any) -> str:
     return (f"cg.detect_anomaly: argument {p.hint or index} of {program.name} already "
             f"contains NaN or Inf ({bad} {'entry' if bad == 1 else 'entries'}) "
             "before anything ran")
+
+
+def loop_limit_message(region: LoopRegion) -> str:
+    """The LoopLimitError of a loop past its `max_iters` (the interpreter's and compiled
+    code's)."""
+    return (f"while_loop {region.id} at {region.loc} exceeded max_iters={region.max_iters}; "
+            "raise max_iters or check that the loop condition can become false")
+
+
+def left_early_message(region: LoopRegion, iteration: str) -> str:
+    """The ReplayMismatchError of a re-run `iteration` of a loop that left it early."""
+    return (f"recomputing {iteration} of {region.id} (at {region.loc}) left the loop early: "
+            "the recomputed loop condition differs from the forward run's (the body must be "
+            "deterministic; checkpoint=StoreAll() never recomputes)")

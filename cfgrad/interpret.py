@@ -1,15 +1,16 @@
 """The interpreter: runs Programs (forward and adjoint alike) on numpy arrays.
 
-A Program is compiled once: every value gets a slot in a flat register list, constants are
+A Program is compiled once, over its layout (layout.py: a slot in a flat register list
+per value, the blocks and edges by number, each loop's registers): constants are
 materialized into a template of that list, and each block becomes one generated Python
-function (`env[7] = mul(env[3], env[5])`, …) that returns the id of the edge it leaves by.
-Phi copies are generated per edge as a single tuple assignment, which is exactly the
-parallel-copy semantics (a carry that swaps `(a, b) → (b, a)` just works). The hot loop
-therefore only moves arrays; rule lookup, parameter binding and slot allocation happened
-at compile time.
+function (`env[7] = mul(env[3], env[5])`, …) that returns the id of the edge it leaves by;
+a node kind that is not a primitive has its emitter in `_EMIT`. Phi copies are generated
+per edge as a single tuple assignment, which is exactly the parallel-copy semantics (a
+carry that swaps `(a, b) → (b, a)` just works). The hot loop therefore only moves arrays;
+rule lookup, parameter binding and slot allocation happened at compile time.
 
-Edges carry an action code for the few places the run must be observed: a Cond decision
-of an `if` region (logged), entering a loop, taking its back edge (trip counting,
+Edges carry the layout's action code for the few places the run must be observed: a Cond
+decision of an `if` region (logged), entering a loop, taking its back edge (trip counting,
 `max_iters`, the checkpoint strategy's hook) and leaving it (trip count logged). These
 are method calls per control event, never per node.
 
@@ -33,41 +34,27 @@ import numpy as np
 
 from .anomaly import anomaly_detection_enabled
 from .checkpoint import Carry, LoopStats, LoopStrategy, RunStats, StepTape
-from .diagnostics import anomaly_message, bad_argument_message
+from .diagnostics import (
+    anomaly_message,
+    bad_argument_message,
+    left_early_message,
+    loop_limit_message,
+)
 from .errors import AnomalyError, ArgumentValueError, LoopLimitError, ReplayMismatchError
-from .ir import (
-    Block,
-    Cond,
-    Jmp,
-    LoopRegion,
-    Node,
-    Phi,
-    Program,
-    Region,
-    RegionIndex,
-    RegionNest,
-    Return,
-    Value,
-    loop_owners,
+from .ir import Block, Cond, Jmp, Node, Program, Region, Return, Value
+from .layout import (
+    DECIDE,
+    LOOP_ENTER,
+    LOOP_LATCH,
+    Edge,
+    GradPlan,
+    Layout,
+    LoopInfo,
+    LoopSaves,
 )
 from .nodespec import UNCHECKED
 from .primitives import PRIMITIVES, dense_value, integer_pow_source, peeked_value
 from .reverse import adjoint
-
-DECIDE, LOOP_ENTER, LOOP_LATCH, LOOP_EXIT = 1, 2, 3, 4
-
-def loop_limit_message(region: LoopRegion) -> str:
-    """The LoopLimitError of a loop past its `max_iters` (the interpreter's and compiled
-    code's)."""
-    return (f"while_loop {region.id} at {region.loc} exceeded max_iters={region.max_iters}; "
-            "raise max_iters or check that the loop condition can become false")
-
-
-def left_early_message(region: LoopRegion, iteration: str) -> str:
-    """The ReplayMismatchError of a re-run `iteration` of a loop that left it early."""
-    return (f"recomputing {iteration} of {region.id} (at {region.loc}) left the loop early: "
-            "the recomputed loop condition differs from the forward run's (the body must be "
-            "deterministic; checkpoint=StoreAll() never recomputes)")
 
 
 def _all_finite(x: Any) -> bool:
@@ -117,172 +104,33 @@ def as_runtime_value(a: Any) -> Any:
     return a[()] if isinstance(a, np.ndarray) and a.ndim == 0 else a
 
 
-def shared_outputs(program: Program) -> frozenset[int]:
-    """The positions of `program`'s array outputs whose runtime value may be an array the
-    run did not make: an argument, a constant the cached program keeps, a view of either,
-    a forward value an adjoint reads, or what a sub-program or a user's rule returned.
-
-    Every array a transformation hands a user is the user's own (docs/api.md, "Results
-    are yours"): an in-place edit such as `g += wd * w` must change nothing else. Arrays a
-    primitive without `aliases` made in this run are new, so only these positions need a
-    copy (`owned_results`). Owned values are those of such primitives (of a `mutates` one
-    when the buffer it updates is owned) and the Phis whose every input is owned: the
-    greatest such set, so a loop carry that only ever holds new arrays is owned too.
-    Scalars (shape ()) run as immutable numpy scalars and are never listed."""
-    defined: dict[Value, Node | Phi] = {}
-    for b in program.blocks:
-        for phi in b.phis:
-            defined[phi.out] = phi
-        for n in b.nodes:
-            prim = PRIMITIVES.get(n.op)
-            if prim is not None and not prim.aliases:
-                for o in n.outputs:
-                    defined[o] = n
-    owned = set(defined)
-    changed = True
-    while changed:
-        changed = False
-        for v in list(owned):
-            d = defined[v]
-            if isinstance(d, Phi):
-                keep = all(i in owned for i in d.inputs)
-            else:
-                keep = not PRIMITIVES[d.op].mutates or d.inputs[0] in owned
-            if not keep:
-                owned.discard(v)
-                changed = True
-    return frozenset(i for i, v in enumerate(program.outputs)
-                     if v.type.shape != () and v not in owned)
+def _gen_copy(edge: Edge) -> Any:
+    """The edge's Phi copy as one generated tuple assignment (a parallel copy), or None."""
+    if not edge.phi_targets:
+        return None
+    dst = ", ".join(f"env[{s}]" for s in edge.phi_targets)
+    srcs = ", ".join(f"env[{s}]" for s in edge.phi_sources)
+    code = f"def copy(env):\n    {dst}, = {srcs},\n"
+    ns: dict[str, Any] = {}
+    exec(code, ns)  # noqa: S102 - generated from the Program, not from user input
+    return ns["copy"]
 
 
-def owned_results(values: list[Any], shared: frozenset[int]) -> list[Any]:
-    """`values` (a run's outputs) with a copy at each position in `shared` and of any array
-    an earlier position holds already (two carries may end holding one array), so that
-    no two results, and no result and anything else, share memory."""
-    seen: set[int] = set()
-    out = list(values)
-    for i, v in enumerate(out):
-        if isinstance(v, np.ndarray):
-            if i in shared or id(v) in seen:
-                v = out[i] = v.copy()
-            seen.add(id(v))
-    return out
-
-
-@dataclass
-class LoopInfo:
-    """What the interpreter needs of one loop region, resolved at compile time."""
-
-    index: int
-    region: LoopRegion
-    header: int  # block index
-    exit: int
-    carry_slots: tuple[int, ...]  # the header Phis: carry_t during iteration t
-    latch_edge: int
-    record_slot: int  # env slot holding this execution's checkpoint record
-    trip_bound_slots: tuple[int, int] | None
-    carry_bytes: int = 0  # size of one carry (a checkpoint)
-    inner_ifs: tuple[int, ...] = ()  # if regions inside the loop, at any depth
-    inner_loops: tuple[int, ...] = ()  # loops inside the loop, at any depth
-    # those regions, ifs first, in signature order (control events name their region);
-    # empty when nothing inside the loop decides, so replays need no checking
-    event_regions: tuple[Region, ...] = ()
-    empty_signature: tuple = ()  # an iteration whose inner regions logged nothing
-
-
-class Compiled:
-    """A Program turned into generated block functions and an edge table."""
+class Compiled(Layout):
+    """A Program's layout (layout.py) with the interpreter's code for it: generated block
+    functions, a runnable edge table and the register template."""
 
     def __init__(self, program: Program, forward: Compiled | None = None):
-        self.program = program
-        self.forward = forward
-        self.slot: dict[Value, int] = {}
-        blocks = program.blocks
-        self.block_index = {b: i for i, b in enumerate(blocks)}
-        for v in program.params:
-            self._alloc(v)
-        for b in blocks:
-            for phi in b.phis:
-                self._alloc(phi.out)
-            for n in b.nodes:
-                for o in n.outputs:
-                    self._alloc(o)
-        self.if_index = {r: i for i, r in enumerate(program.ifs())}
-        self.loops: list[LoopInfo] = []
-        self.loop_index: dict[LoopRegion, int] = {}
-        for i, r in enumerate(program.loops()):
-            self.loop_index[r] = i
-        self.template: list[Any] = [None] * len(self.slot)
-        self.edges: list[tuple[int, Any, int, Any]] = []
-        self.edge_id: dict[tuple[Block, Any], int] = {}
-        self._build_edges()
-        in_place = _updated_in_place(program)
-        for r, i in self.loop_index.items():
-            bounds = None
-            if r.trip_bounds is not None:
-                bounds = (self.slot[r.trip_bounds[0]], self.slot[r.trip_bounds[1]])
-            self.loops.append(LoopInfo(
-                i, r, self.block_index[r.header], self.block_index[r.exit],
-                tuple(self.slot[p.out] for p in r.header.phis),
-                self.edge_id[(r.latch, None)], self._alloc_extra(), bounds,
-                carry_bytes=sum(p.out.type.size * p.out.type.dtype.itemsize
-                                for p in r.header.phis if p not in in_place)))
-        nest = RegionNest(program.regions)
-        for li in self.loops:
-            inside = [r for r in program.regions
-                      if r is not li.region and nest.encloses(li.region, r)]
-            li.inner_ifs = tuple(self.if_index[r] for r in inside if r in self.if_index)
-            li.inner_loops = tuple(self.loop_index[r] for r in inside if r in self.loop_index)
-            li.event_regions = tuple(r for r in inside if r in self.if_index) + tuple(
-                r for r in inside if r in self.loop_index)
-            li.empty_signature = ((),) * len(li.event_regions)
-        self.deferred = _deferred_values(program)
-        self.block_fns = [self._gen_block(b) for b in blocks]
+        super().__init__(program, forward)
+        # every register empty but the constants', which runs copy from here
+        self.template: list[Any] = [None] * self.size
+        for n in self.constants:
+            self.template[self.slot[n.outputs[0]]] = as_runtime_value(n.params["value"])
+        # per edge: (target block, its Phi copy or None, action, the action's argument)
+        self.edge_table: list[tuple[int, Any, int, Any]] = [
+            (e.target, _gen_copy(e), e.action, e.arg) for e in self.edges]
+        self.block_fns = [self._gen_block(b) for b in program.blocks]
         self._checked: list[Any] | None = None
-        self.return_slots = tuple(self.slot[v] for v in program.outputs)
-        self.shared_outputs = shared_outputs(program)
-        self.param_slots = tuple(self.slot[v] for v in program.params)
-
-    def _alloc(self, v: Value) -> int:
-        self.slot[v] = len(self.slot)
-        return self.slot[v]
-
-    def _alloc_extra(self) -> int:
-        self.template.append(None)
-        return len(self.template) - 1
-
-    # -- edges ---------------------------------------------------------------------
-    def _build_edges(self) -> None:
-        observe = self.forward is None  # adjoint programs log nothing
-        loops_by_header = {r.header: r for r in self.loop_index}
-        for b in self.program.blocks:
-            for key, target in b.term.successors():
-                action, arg = 0, None
-                if observe:
-                    if target in loops_by_header:
-                        r = loops_by_header[target]
-                        action = LOOP_ENTER if b is r.preheader else LOOP_LATCH
-                        arg = self.loop_index[r]
-                    elif b in loops_by_header and key is False:
-                        action, arg = LOOP_EXIT, self.loop_index[loops_by_header[b]]
-                    elif isinstance(b.term, Cond) and b not in loops_by_header:
-                        r_if = next(r for r in self.if_index if r.branch is b)
-                        # (log stack, decision, the control event: region and decision)
-                        action, arg = DECIDE, (self.if_index[r_if], key, (r_if, key))
-                self.edge_id[(b, key)] = len(self.edges)
-                self.edges.append((self.block_index[target], self._gen_copy(b, key, target),
-                                   action, arg))
-
-    def _gen_copy(self, src: Block, key: Any, target: Block) -> Any:
-        if not target.phis:
-            return None
-        i = target.pred_index(src, key)
-        dst = ", ".join(f"env[{self.slot[phi.out]}]" for phi in target.phis)
-        srcs = ", ".join(f"env[{self.slot[phi.inputs[i]]}]" for phi in target.phis)
-        code = f"def copy(env):\n    {dst}, = {srcs},\n"
-        ns: dict[str, Any] = {}
-        exec(code, ns)  # noqa: S102 - generated from the Program, not from user input
-        return ns["copy"]
 
     # -- blocks --------------------------------------------------------------------
     def _gen_block(self, b: Block, checked: bool = False) -> Any:
@@ -349,22 +197,17 @@ class Compiled:
         return f"env[{self.slot[v]}]"
 
     def _gen_node(self, n: Node, k: int, ns: dict[str, Any]) -> str:
+        """The line computing node k of its block: its kind's emitter (`_EMIT`), or for a
+        primitive, `_gen_primitive`'s."""
+        emit = _EMIT.get(n.op)
+        if emit is not None:
+            return emit(self, n)
+        return self._gen_primitive(n, k, ns)
+
+    def _gen_primitive(self, n: Node, k: int, ns: dict[str, Any]) -> str:
         outs = ", ".join(f"env[{self.slot[o]}]" for o in n.outputs)
         args = ", ".join(self._arg(n, i) for i in range(len(n.inputs)))
         name = f"f{k}"
-        if n.op == "const":
-            self.template[self.slot[n.outputs[0]]] = as_runtime_value(n.params["value"])
-            return "pass"
-        if n.op == "Primal":
-            read = f"fenv[{self.forward.slot[n.params['of']]}]"
-            return f"{outs} = " + (f"_dense({read})" if n.params["of"] in self.forward.deferred
-                                   else read)
-        if n.op == "LogPop":
-            return f"{outs} = m.pop_decision({self.forward.if_index[n.params['region']]})"
-        if n.op == "TripPop":
-            return f"{outs} = m.pop_trip({self.forward.loop_index[n.params['loop']]})"
-        if n.op == "LoopState":
-            return f"m.loop_state({self.forward.loop_index[n.params['loop']]}, {args})"
         prim = PRIMITIVES[n.op]
         if n.op == "integer_pow" and 2 <= n.params["n"] <= 4:  # x*x*x: no call at all
             return f"{outs} = " + integer_pow_source(self._arg(n, 0), n.params["n"])
@@ -377,6 +220,40 @@ class Compiled:
         if prim.multi_output:  # the impl returns a tuple, even of one value
             outs += ","
         return f"{outs} = {name}({args})"
+
+
+# The interpreter's code for each node kind that is not a primitive of the derivative
+# table (nodespec's runtime kinds, which only adjoints have) and for `const`, whose value
+# sits in the register template: `(compiled, node) -> line`.
+def _outs(c: Compiled, n: Node) -> str:
+    return ", ".join(f"env[{c.slot[o]}]" for o in n.outputs)
+
+
+def _emit_const(c: Compiled, n: Node) -> str:
+    return "pass"  # (the template holds its value)
+
+
+def _emit_primal(c: Compiled, n: Node) -> str:
+    read = f"fenv[{c.forward.slot[n.params['of']]}]"
+    return f"{_outs(c, n)} = " + (f"_dense({read})" if n.params["of"] in c.forward.deferred
+                                  else read)
+
+
+def _emit_log_pop(c: Compiled, n: Node) -> str:
+    return f"{_outs(c, n)} = m.pop_decision({c.forward.if_index[n.params['region']]})"
+
+
+def _emit_trip_pop(c: Compiled, n: Node) -> str:
+    return f"{_outs(c, n)} = m.pop_trip({c.forward.loop_index[n.params['loop']]})"
+
+
+def _emit_loop_state(c: Compiled, n: Node) -> str:
+    args = ", ".join(c._arg(n, i) for i in range(len(n.inputs)))
+    return f"m.loop_state({c.forward.loop_index[n.params['loop']]}, {args})"
+
+
+_EMIT = {"const": _emit_const, "Primal": _emit_primal, "LogPop": _emit_log_pop,
+         "TripPop": _emit_trip_pop, "LoopState": _emit_loop_state}
 
 
 # ---------------------------------------------------------------------------------
@@ -453,7 +330,7 @@ class Machine:
     def walk(self, b: int, stop: int, stop2: int = -2) -> int:
         """Run from block `b` until control is about to enter `stop`/`stop2` (returns the
         edge taken, its Phi copy not yet applied) or the program returns (-1)."""
-        env, fenv, fns, edges, hook = self.env, None, self.fns, self.c.edges, \
+        env, fenv, fns, edges, hook = self.env, None, self.fns, self.c.edge_table, \
             self.block_hook
         while True:
             if hook is not None:
@@ -592,7 +469,7 @@ class Machine:
             self.taped = saved
             if loop.event_regions:
                 self.sinks.pop()
-        if self.c.edges[e][0] == loop.exit:
+        if self.c.edge_table[e][0] == loop.exit:
             raise ReplayMismatchError(left_early_message(loop.region, f"iteration {t}"))
         if loop.event_regions:
             got = self.event_signature(loop, sink)
@@ -610,7 +487,7 @@ class Machine:
         empty = loop.empty_signature
         for t in range(start, start + steps):
             e = self._run_iteration(loop, t, signatures.get(t, empty), taped=False)
-            self.c.edges[e][1](self.env)  # the latch's Phi copy: the next carry
+            self.c.edge_table[e][1](self.env)  # the latch's Phi copy: the next carry
         return self.read(loop.carry_slots)
 
     def replay(self, loop: LoopInfo, carry: tuple, start: int, count: int,
@@ -626,7 +503,7 @@ class Machine:
             e = self._run_iteration(loop, t, signatures.get(t, empty), taped=True)
             frames.append(read(self.env))
             if t + 1 < start + count:
-                self.c.edges[e][1](self.env)
+                self.c.edge_table[e][1](self.env)
         return frames
 
     def _mismatch_text(self, loop: LoopInfo, t: int, expected: tuple, got: tuple) -> str:
@@ -828,7 +705,7 @@ class Tape:
             env[s] = a
         check = machine.check or anomaly_detection_enabled()
         fns = adjoint.checked_block_fns if check else adjoint.block_fns
-        edges, fenv = adjoint.edges, machine.env
+        edges, fenv = adjoint.edge_table, machine.env
         machine.reversing = True
         b = 0
         token = _REPEATING.set(True)  # forward work the strategies recompute prints nothing
@@ -875,164 +752,4 @@ def differentiate(program: Program, wrt: Iterable[int] | None = None, *,
     elif forward.program is not program:
         raise ArgumentValueError(f"differentiate: the forward Compiled given is of "
                                  f"{forward.program.name}, not of {program.name}")
-    return GradPlan(forward, adjoint(program, wrt))
-
-
-@dataclass(frozen=True)
-class LoopSaves:
-    """What one forward loop keeps per taped iteration for one adjoint: the loop-owned
-    slots the adjoint reads, plus the checkpoint records of the loops nested directly
-    inside it. Everything the hot loop needs is precomputed here, accessors included."""
-
-    slots: tuple[int, ...]
-    nbytes: int  # their size: shapes are static, so it is known before running
-    # (position in a saved frame, loop index) of the records of loops directly inside
-    nested_records: tuple[tuple[int, int], ...]
-    # their env slots: cleared after each iteration, so that a frame holds only the records
-    # of the executions that ran in its own iteration (not a stale one, from an iteration
-    # that skipped the nested loop, which another frame owns)
-    nested_record_slots: tuple[int, ...]
-    read: Any  # env -> tuple of the saved slots (generated)
-    write: Any  # (env, values) -> None, the inverse
-
-
-class GradPlan:
-    """Everything reverse mode needs beyond the forward `Compiled`, for one adjoint: the
-    adjoint Program, its compiled form, and each forward loop's `LoopSaves`.
-
-    The adjoint decides which values each loop must keep, so this plan, not the forward
-    compilation, holds that decision: one forward `Compiled` serves every `wrt`, and a
-    taped `Machine` receives the plan it runs for. Built once, never mutated."""
-
-    __slots__ = ("forward", "adjoint", "compiled", "saves")
-
-    def __init__(self, forward: Compiled, adjoint: Program):
-        if adjoint.forward is not forward.program:
-            raise ArgumentValueError(f"GradPlan: {adjoint.name} is not an adjoint of "
-                                     f"{forward.program.name}")
-        self.forward = forward
-        self.adjoint = adjoint
-        self.compiled = Compiled(adjoint, forward=forward)
-        self.saves: tuple[LoopSaves, ...] = _plan_saves(forward, _primal_reads(adjoint))
-
-
-def _primal_reads(adjoint: Program) -> set[Value]:
-    """The forward values the adjoint reads (what StoreAll must keep per iteration)."""
-    return {n.params["of"] for b in adjoint.blocks for n in b.nodes if n.op == "Primal"}
-
-
-def _plan_saves(forward: Compiled, needed: set[Value]) -> tuple[LoopSaves, ...]:
-    """Which of its slots each loop keeps for an adjoint reading `needed`, so StoreAll
-    keeps only those (plus the checkpoint records of the loops nested directly inside it).
-
-    A nested loop may be recomputed by its strategy while its enclosing loop is being
-    reversed; the recomputation reads values of the enclosing iteration (a closed-over
-    carry, the trip bound), so those count as read by the adjoint too."""
-    program = forward.program
-    owner = loop_owners(program)
-    index = RegionIndex.of(program)
-    nest = index.nest
-    needed = set(needed)
-    for r, free in _free_values(index).items():
-        if nest.loop_of[r.parent] is not None:  # the loop sits inside another loop
-            needed |= free
-    per_loop: dict[int, list[int]] = {li.index: [] for li in forward.loops}
-    nbytes = dict.fromkeys(per_loop, 0)
-    for v in sorted(needed, key=lambda v: forward.slot[v]):
-        r = owner.get(v)
-        if r is not None:
-            per_loop[forward.loop_index[r]].append(forward.slot[v])
-            nbytes[forward.loop_index[r]] += v.type.size * v.type.dtype.itemsize
-    nested: dict[int, list[tuple[int, int]]] = {i: [] for i in per_loop}
-    for li in forward.loops:
-        parent = nest.loop_of[li.region.parent]
-        if parent is not None:
-            p = forward.loop_index[parent]
-            nested[p].append((len(per_loop[p]), li.index))
-            per_loop[p].append(li.record_slot)
-    saves = []
-    for li in forward.loops:
-        slots = tuple(per_loop[li.index])
-        records = tuple(nested[li.index])
-        saves.append(LoopSaves(slots, nbytes[li.index], records,
-                               tuple(slots[pos] for pos, _ in records), *_slot_access(slots)))
-    return tuple(saves)
-
-
-def _free_values(index: RegionIndex) -> dict[LoopRegion, set[Value]]:
-    """For each loop, the values defined outside it that running its iterations reads
-    (the initial carries excepted: the strategies keep iteration 0's carry themselves).
-
-    One bottom-up pass over the region tree, inner regions first: a region reads what its
-    own blocks read and what the regions inside it leave free, and of those, the values
-    defined outside it are free. That costs about the program's size times what stays
-    free, where collecting each loop's blocks cost size x depth."""
-    nest, own, home = index.nest, index.own, index.home
-    free: dict[Region, set[Value]] = {}  # what each region leaves to its parent
-    result: dict[LoopRegion, set[Value]] = {}
-    for r in reversed(nest.preorder):
-        used: set[Value] = set()
-        initial: set[Value] = set()  # a loop's initial carries: read where it is entered
-        for b in own.get(r, []):
-            entry = isinstance(r, LoopRegion) and b is r.header
-            for phi in b.phis:
-                used.update(phi.inputs[1:] if entry else phi.inputs)
-                if entry:
-                    initial.add(phi.inputs[0])
-            for n in b.nodes:
-                used.update(n.inputs)
-            if isinstance(b.term, Cond):
-                used.add(b.term.selector)
-        for inner in nest.children.get(r, []):
-            used |= free.pop(inner)
-        free[r] = {v for v in used if not nest.encloses(r, home.get(v))}
-        if isinstance(r, LoopRegion):
-            result[r] = set(free[r])
-        free[r] |= initial
-    return result
-
-
-def _updated_in_place(program: Program) -> set[Phi]:
-    """The loop carries whose next value is their own buffer updated in place (by a
-    primitive that `mutates` its first input, a scan's `write_row`): a checkpoint of the
-    carry holds that same buffer, not a copy, so it costs no snapshot bytes."""
-    made = {o: n for b in program.blocks for n in b.nodes for o in n.outputs}
-    found = set()
-    for r in program.loops():
-        for phi in r.header.phis:
-            n = made.get(phi.inputs[-1])
-            prim = PRIMITIVES.get(n.op) if n is not None else None
-            if prim is not None and prim.mutates and n.inputs[0] is phi.out:
-                found.add(phi)
-    return found
-
-
-def _deferred_values(program: Program) -> frozenset[Value]:
-    """The values that may hold a primitives.Deferred at run time: the outputs of the
-    primitives whose entry declares `deferred_result`, and the Phis that carry them (a
-    reverse loop's header Phi, say)."""
-    deferring = {name for name, prim in PRIMITIVES.items() if prim.deferred_result}
-    deferred = {o for b in program.blocks for n in b.nodes if n.op in deferring
-                for o in n.outputs}
-    grew = bool(deferred)
-    while grew:
-        grew = False
-        for b in program.blocks:
-            for phi in b.phis:
-                if phi.out not in deferred and any(v in deferred for v in phi.inputs):
-                    deferred.add(phi.out)
-                    grew = True
-    return frozenset(deferred)
-
-
-def _slot_access(slots: tuple[int, ...]) -> tuple[Any, Any]:
-    """Generated `env -> tuple of env[slots]` and `(env, values) -> None` for a fixed slot
-    list: one tuple build or one unpacking assignment per iteration, no Python loop."""
-    if not slots:
-        return (lambda env: ()), (lambda env, values: None)
-    targets = ", ".join(f"env[{s}]" for s in slots)
-    ns: dict[str, Any] = {}
-    exec(f"def read(env):\n    return ({targets},)\n"  # noqa: S102 - from slot numbers
-         f"def write(env, values):\n    {targets}, = values\n", ns)
-    return ns["read"], ns["write"]
-
+    return GradPlan(forward, Compiled(adjoint(program, wrt), forward=forward))

@@ -5,7 +5,7 @@ dominates loops over scalars and small arrays. A Program is closed, typed and ve
 so it can be compiled whole instead: this module writes it out as one Python function in
 Numba's numpy subset and lets Numba compile that to machine code.
 
-- Every value is a local variable (`f12`: slot 12 of the forward program's `Compiled`,
+- Every value is a local variable (`f12`: slot 12 of the forward program's layout,
   `a7`: slot 7 of an adjoint's); a value of shape () is a native scalar.
 - The Program's regions become structured code: an `if` region an `if`/`else` (a
   switch a chain on its clamped index), a loop a `while True:` whose header tests the
@@ -66,20 +66,20 @@ from typing import Any
 import numpy as np
 
 from . import kernels as K
-from .checkpoint import Binomial, EveryK, Online, Recompute, RunStats, StoreAll, resolve
+from .checkpoint import FOLLOWS_SCHEDULE, TAPES_EVERY_STEP, RunStats, compiled_form, resolve
+from .diagnostics import left_early_message, loop_limit_message
 from .errors import CompileWarning, Unsupported
-from .interpret import (
+from .ir import Block, Cond, Node, Program, Return, TensorType, Value
+from .layout import (
     DECIDE,
     LOOP_ENTER,
     LOOP_EXIT,
     LOOP_LATCH,
-    Compiled,
+    Edge,
     GradPlan,
-    left_early_message,
-    loop_limit_message,
+    Layout,
     owned_results,
 )
-from .ir import Block, Cond, Node, Program, RegionNest, Return, TensorType, Value
 from .passes import is_fixed
 from .primitives import PRIMITIVES
 from .schedule import (
@@ -181,13 +181,14 @@ def kernel_source(n: Node, args: list[str], const: Callable[[np.ndarray], str]) 
     raise Unsupported(f"primitive `{n.op}` has no compiled implementation (at {n.loc})")
 
 
-def _fusible_chains(program: Program, keep: set[Value]) -> set[Value]:
+def _fusible_chains(layout: Layout, keep: set[Value]) -> set[Value]:
     """The values written into their consumer's expression rather than into a variable:
     float or complex array results of elementwise nodes (`_elementwise`) whose only use
-    in `program` is an elementwise node later in the same block, with no stateful node
-    between (an in-place `accumulate` could change an array the deferred expression
-    reads). `keep` are values read from outside the program's nodes (the adjoint's
-    `Primal` reads, the tapes), which need their variable."""
+    in the layout's program is an elementwise node later in the same block, with no
+    stateful node between (an in-place `accumulate` could change an array the deferred
+    expression reads). `keep` are values read from outside the program's nodes (the
+    adjoint's `Primal` reads, the tapes), which need their variable."""
+    program = layout.program
     uses: Counter[Value] = Counter()
     for b in program.blocks:
         for n in b.nodes:
@@ -198,8 +199,8 @@ def _fusible_chains(program: Program, keep: set[Value]) -> set[Value]:
             uses[b.term.selector] += 1
         elif isinstance(b.term, Return):
             uses.update(b.term.values)
-    for r in program.loops():
-        uses.update(r.trip_bounds or ())
+    for li in layout.loops:
+        uses.update(li.region.trip_bounds or ())
     inlined: set[Value] = set()
     for b in program.blocks:
         candidates: set[Value] = set()  # elementwise array results since the last barrier
@@ -294,38 +295,30 @@ class _Writer:
     run, the taped sweep of a `vjp_call`'s sub-program (`taped`), or an adjoint reading
     the forward program's variables (`forward`)."""
 
-    def __init__(self, module: _Module, compiled: Compiled, prefix: str, taped: bool = False,
+    def __init__(self, module: _Module, layout: Layout, prefix: str, taped: bool = False,
                  forward: _Writer | None = None, keep: frozenset[Value] = frozenset()):
         self.module = module
-        self.c = compiled
+        self.layout = layout
         self.p = prefix
         self.taped = taped  # a sweep that logs its decisions and pushes its tapes
         self.forward = forward  # the forward program's writer, for an adjoint
-        self.fused = _fused_calls(compiled.program)
-        self.inlined = _fusible_chains(compiled.program, keep)
+        self.fused = _fused_calls(layout.program)
+        self.inlined = _fusible_chains(layout, keep)
         self.replaying: _Recomputed | None = None  # writing a loop's re-run (see `replay`)
-        program = compiled.program
-        nest = RegionNest(program.regions)  # each loop's parent loop (the run log names it)
-        self.parents = [None if (r := nest.loop_of[li.region.parent]) is None
-                        else compiled.loop_index[r] for li in compiled.loops]
-        self.ifs_by_branch = {r.branch: r for r in program.ifs()}
-        self.loops_by_header = {r.header: r for r in program.loops()}
 
     def name(self, v: Value) -> str:
-        return f"{self.p}{self.c.slot[v]}"
+        return f"{self.p}{self.layout.slot[v]}"
 
     def constants(self) -> list[str]:
         """Assignments of every constant, at the function's start (the interpreter's
         template of constants, as locals)."""
         lines = []
-        for b in self.c.program.blocks:
-            for n in b.nodes:
-                if n.op == "const":
-                    t = n.outputs[0].type
-                    value = n.params["value"]
-                    src = (literal(value, t) if t.shape == () else
-                           self.module.constants(np.asarray(value, t.dtype)))
-                    lines.append(f"{self.name(n.outputs[0])} = {src}")
+        for n in self.layout.constants:
+            t = n.outputs[0].type
+            value = n.params["value"]
+            src = (literal(value, t) if t.shape == () else
+                   self.module.constants(np.asarray(value, t.dtype)))
+            lines.append(f"{self.name(n.outputs[0])} = {src}")
         return lines
 
     def machine(self, on_return: Any) -> list[str]:
@@ -334,7 +327,7 @@ class _Writer:
         always has that shape); `on_return(values)` gives the Return's lines. Numba
         compiles structured code several times faster than a state machine over blocks,
         where every variable would meet every other arm at the loop's head."""
-        return self._from(self.c.program.blocks[0], frozenset(), on_return)
+        return self._from(self.layout.program.blocks[0], frozenset(), on_return)
 
     def _from(self, blk: Block, stops: frozenset[Block], on_return: Any) -> list[str]:
         """Code running from `blk` until control reaches a block of `stops` (the merge of
@@ -346,7 +339,7 @@ class _Writer:
             if isinstance(t, Return):
                 return lines + on_return([self.name(v) for v in t.values])
             if isinstance(t, Cond):  # an if region's branch (loop headers are `_loop`'s)
-                region = self.ifs_by_branch[blk]
+                region = self.layout.ifs_by_branch[blk]
                 lines += self._branches(blk, t, region.merge, stops, on_return)
                 blk = region.merge
                 continue
@@ -354,7 +347,7 @@ class _Writer:
             target = t.target
             if target in stops:
                 return lines
-            loop = self.loops_by_header.get(target)
+            loop = self.layout.loops_by_header.get(target)
             if loop is not None:  # entered from its preheader
                 lines += self._loop(loop, stops, on_return) + self._log_exit(loop)
                 blk = loop.exit
@@ -368,8 +361,8 @@ class _Writer:
         updated before a `break` of one loop and also inside another loop's body."""
         if not (self.module.recording and self.taped and self.replaying is None):
             return []
-        j = self.c.loop_index[loop]
-        parent = self.parents[j]
+        j = self.layout.loop_index[loop]
+        parent = self.layout.loops[j].parent
         return self.module.log(j, f"n{self.p}{j}", -1 if parent is None else f"n{self.p}{parent}")
 
     def _branches(self, blk: Block, t: Cond, merge: Block, stops: frozenset[Block],
@@ -402,7 +395,7 @@ class _Writer:
         body += self.edge(header, True) + self._from(loop.body, frozenset({header}),
                                                       on_return)
         if self.forward is not None:  # an adjoint's loop counts nothing: ticks of its own
-            ticks = f"t{self.p}{self.c.loop_index[loop]}"
+            ticks = f"t{self.p}{self.layout.loop_index[loop]}"
             body += [f"{ticks} += 1", _signal_check(ticks)]
         return ["while True:"] + _indent(body)
 
@@ -411,7 +404,7 @@ class _Writer:
         ever grow: the check needs no trip count, only a count of back edges)."""
         if self.forward is None:
             return []
-        return [f"t{self.p}{j} = 0" for j in range(len(self.c.loops))]
+        return [f"t{self.p}{j} = 0" for j in range(len(self.layout.loops))]
 
     def replay(self, loop: _Recomputed) -> list[str]:
         """Code re-running iterations of `loop` from the carry in its header's variables:
@@ -444,41 +437,59 @@ class _Writer:
         return lines
 
     def node(self, n: Node, src: str | None = None) -> list[str]:
-        """The lines computing node `n`; `src`, when given, is its expression."""
+        """The lines computing node `n`: its kind's emitter (`_EMIT`), or for a primitive,
+        `_primitive`'s (`src`, when given, is its expression)."""
+        emit = _EMIT.get(n.op)
+        if emit is not None:
+            return emit(self, n)
+        return self._primitive(n, src)
+
+    def _const(self, n: Node) -> list[str]:
+        return []  # (set at the function's start: `constants`)
+
+    def _primal(self, n: Node) -> list[str]:
+        return [f"{self.name(n.outputs[0])} = {self.forward.name(n.params['of'])}"]
+
+    def _log_pop(self, n: Node) -> list[str]:
+        s = self.module.stacks[("decide", self.forward.layout.if_index[n.params["region"]])]
+        return [f"{s.count} -= 1", f"{self.name(n.outputs[0])} = {s.name}[{s.count}]"]
+
+    def _trip_pop(self, n: Node) -> list[str]:
+        s = self.module.stacks[("trips", self.forward.layout.loop_index[n.params["loop"]])]
+        return [f"{s.count} -= 1", f"{self.name(n.outputs[0])} = np.int64({s.name}[{s.count}])"]
+
+    def _loop_state(self, n: Node) -> list[str]:
+        loop = self.forward.layout.loop_index[n.params["loop"]]
+        load = self.module.tapes[loop].pop()
+        recomputed = self.module.recomputed.get(loop)
+        return load if recomputed is None else self._restore(recomputed, load)
+
+    def _call(self, n: Node) -> list[str]:
+        """A `call` node: its sub-program's function, or, fused with a later `vjp_call`
+        (`_fused_calls`), that one's pullback function, which gives both nodes' outputs."""
         outs = [self.name(o) for o in n.outputs]
-        if n.op == "const":
-            return []
-        if n.op == "Primal":
-            return [f"{outs[0]} = {self.forward.name(n.params['of'])}"]
-        if n.op == "LogPop":
-            s = self.module.stacks[("decide", self.forward.c.if_index[n.params["region"]])]
-            return [f"{s.count} -= 1", f"{outs[0]} = {s.name}[{s.count}]"]
-        if n.op == "TripPop":
-            s = self.module.stacks[("trips", self.forward.c.loop_index[n.params["loop"]])]
-            return [f"{s.count} -= 1", f"{outs[0]} = np.int64({s.name}[{s.count}])"]
-        if n.op == "LoopState":
-            loop = self.forward.c.loop_index[n.params["loop"]]
-            load = self.module.tapes[loop].pop()
-            recomputed = self.module.recomputed.get(loop)
-            return load if recomputed is None else self._restore(recomputed, load)
-        if n.op == "vjp_call" and n in self.fused:  # its outputs came with the call's
-            return []
-        if n.op == "call" and self.fused.get(n) is not None:
-            pullback = self.fused[n]
+        pullback = self.fused.get(n)
+        if pullback is not None:
             fn = self.module.pullback_function(pullback.params["of"])
             args = ", ".join(self.name(v) for v in pullback.inputs)
             results = ", ".join(outs + [self.name(o) for o in pullback.outputs])
             return [self.module.invoke(fn, f"{results},", args)]
-        if n.op in ("call", "vjp_call"):
-            args = ", ".join(self.name(v) for v in n.inputs)
-            if n.op == "call":
-                fn = self.module.forward_function(n.params["of"].compiled)
-                got = ", ".join(outs) + ("," if len(outs) == 1 else "")
-            else:  # the function returns the sub-program's outputs, then the cotangents
-                fn = self.module.pullback_function(n.params["of"])
-                skip = len(n.params["of"].program.outputs)
-                got = ", ".join(["_"] * skip + outs) + ","
-            return [self.module.invoke(fn, got, args)]
+        fn = self.module.forward_function(n.params["of"].compiled)
+        got = ", ".join(outs) + ("," if len(outs) == 1 else "")
+        return [self.module.invoke(fn, got, ", ".join(self.name(v) for v in n.inputs))]
+
+    def _vjp_call(self, n: Node) -> list[str]:
+        """A `vjp_call` node: its pullback function, which returns the sub-program's
+        outputs, then the cotangents (nothing when a fused `call` ran it already)."""
+        if n in self.fused:  # its outputs came with the call's
+            return []
+        fn = self.module.pullback_function(n.params["of"])
+        skip = len(n.params["of"].program.outputs)
+        got = ", ".join(["_"] * skip + [self.name(o) for o in n.outputs]) + ","
+        return [self.module.invoke(fn, got, ", ".join(self.name(v) for v in n.inputs))]
+
+    def _primitive(self, n: Node, src: str | None) -> list[str]:
+        outs = [self.name(o) for o in n.outputs]
         if src is None:
             src = kernel_source(n, [self.name(v) for v in n.inputs], self.module.constants)
         if len(outs) == 1 and not PRIMITIVES[n.op].multi_output:
@@ -510,15 +521,12 @@ class _Writer:
 
     # -- edges ---------------------------------------------------------------------------
     def edge(self, src: Block, key: Any) -> list[str]:
-        c = self.c
-        e = c.edge_id[(src, key)]
-        target_index, _, action, arg = c.edges[e]
-        target = c.program.blocks[target_index]
+        edge = self.layout.edges[self.layout.edge_id[(src, key)]]
         loop = self.replaying
         if loop is not None:
-            return self._replay_edge(loop, src, key, target_index, action, arg)
-        lines = self.action(action, arg) + self._new_iteration(src, key)
-        return lines + self._phi_copy(src, key, target)
+            return self._replay_edge(loop, src, key, edge)
+        lines = self.action(edge.action, edge.arg) + self._new_iteration(src, key)
+        return lines + self._phi_copy(edge)
 
     def _new_iteration(self, src: Block, key: Any) -> list[str]:
         """On the edge into a recomputing loop's body in a taped sweep: the previous
@@ -537,27 +545,25 @@ class _Writer:
 
     def _entered_loop(self, src: Block, key: Any) -> int | None:
         """The loop whose body the edge (src, key) enters from its header, if it does."""
-        region = self.loops_by_header.get(src) if key is True else None
-        return None if region is None else self.c.loop_index[region]
+        region = self.layout.loops_by_header.get(src) if key is True else None
+        return None if region is None else self.layout.loop_index[region]
 
-    def _phi_copy(self, src: Block, key: Any, target: Block) -> list[str]:
-        if not target.phis:
+    def _phi_copy(self, edge: Edge) -> list[str]:
+        if not edge.phi_targets:
             return []
-        i = target.pred_index(src, key)
-        dst = ", ".join(self.name(phi.out) for phi in target.phis)
-        vals = ", ".join(self.name(phi.inputs[i]) for phi in target.phis)
+        dst = ", ".join(f"{self.p}{s}" for s in edge.phi_targets)
+        vals = ", ".join(f"{self.p}{s}" for s in edge.phi_sources)
         return [f"{dst}, = {vals},"]
 
-    def _replay_edge(self, loop: _Recomputed, src: Block, key: Any, target_index: int,
-                     action: int, arg: Any) -> list[str]:
-        target = self.c.program.blocks[target_index]
+    def _replay_edge(self, loop: _Recomputed, src: Block, key: Any, edge: Edge) -> list[str]:
+        action, arg = edge.action, edge.arg
         if action == LOOP_EXIT and arg == loop.index:
             message = left_early_message(loop.info.region, "an iteration")
             return [f"raise ReplayMismatchError({message!r})"]
         if action == LOOP_LATCH and arg == loop.index:
             tape = self.module.tapes[loop.index]
             lines = ["if tp:"] + ["    " + x for x in tape.push()] if tape else []
-            return lines + self._phi_copy(src, key, target) + ["rem -= 1"]
+            return lines + self._phi_copy(edge) + ["rem -= 1"]
         # a decision, or a nested loop's events: logged and taped as in the sweep when the
         # re-run is taped, only counted (trips, max_iters) when it is not
         taped = self.action(action, arg)
@@ -572,7 +578,7 @@ class _Writer:
             lines = taped
         else:
             lines = ["if tp:"] + _indent(taped) + ["else:"] + _indent(untaped)
-        return lines + self._phi_copy(src, key, target)
+        return lines + self._phi_copy(edge)
 
     def action(self, action: int, arg: Any) -> list[str]:
         """What the interpreter's `Machine.act` does on this edge, as code: trip counting
@@ -585,7 +591,7 @@ class _Writer:
             s = self.module.stacks[("decide", arg[0])]
             value = "True" if arg[1] is True else "False" if arg[1] is False else str(arg[1])
             return s.push(value)
-        loop = self.c.loops[arg]
+        loop = self.layout.loops[arg]
         count = f"n{self.p}{arg}"
         recomputed = self.module.recomputed.get(arg) if self.taped else None
         if action == LOOP_ENTER:
@@ -612,11 +618,19 @@ class _Writer:
         return lines + (recomputed.exit() if recomputed else [])
 
 
+# The compiled code of each node kind that is not an ordinary primitive: nodespec's runtime
+# kinds (which only adjoints have), `const` (set at the function's start) and the
+# primitives that stand for a sub-program (`call`, `vjp_call`: functions of their own).
+_EMIT = {"const": _Writer._const, "Primal": _Writer._primal, "LogPop": _Writer._log_pop,
+         "TripPop": _Writer._trip_pop, "LoopState": _Writer._loop_state,
+         "call": _Writer._call, "vjp_call": _Writer._vjp_call}
+
+
 class _Recomputed:
-    """A loop of a `vjp_call`'s sub-program under a recomputing strategy (Recompute,
-    EveryK, Binomial, Online). Its sweep stores the carries the strategy's forward table
-    names and keeps only the latest tape; at exit the reverse table (schedule.py, the
-    strategy run symbolically) says what each `LoopState` re-runs.
+    """A loop of a `vjp_call`'s sub-program under a strategy that recomputes, following
+    its schedule (checkpoint.FOLLOWS_SCHEDULE). Its sweep stores the carries the
+    strategy's forward table names and keeps only the latest tape; at exit the reverse
+    table (schedule.py, the strategy run symbolically) says what each `LoopState` re-runs.
 
     A loop inside another runs once per outer iteration, and its executions are reversed
     last first, as the interpreter's records are: each execution's snapshots take rows
@@ -720,9 +734,7 @@ def _taped_values(plan: GradPlan) -> list[list[Value]]:
 def _read_by_adjoint(plan: GradPlan) -> frozenset[Value]:
     """The forward values an adjoint reads: through its `Primal` nodes, and those the
     loops' tapes save."""
-    saved = {v for values in _taped_values(plan) for v in values}
-    return frozenset(saved | {n.params["of"] for b in plan.compiled.program.blocks
-                              for n in b.nodes if n.op == "Primal"})
+    return plan.primal_reads.union(*_taped_values(plan))
 
 
 def _fused_calls(program: Program) -> dict[Node, Node | None]:
@@ -782,17 +794,17 @@ class _Module:
         self.list_types: dict[TensorType, str] = {}  # typed-list element types, by value type
         self.recomputed: dict[int, _Recomputed] = {}  # of the vjp function being written
 
-    def forward_function(self, compiled: Compiled, name: str | None = None) -> str:
-        """A function running `compiled`'s program untaped: (C, *params) -> tuple of
-        outputs. `compiled` is the program's interpreter compilation (slots, edges), the
-        one its caller keeps: its numbering names the variables."""
-        program = compiled.program
+    def forward_function(self, layout: Layout, name: str | None = None) -> str:
+        """A function running `layout`'s program untaped: (C, *params) -> tuple of
+        outputs. `layout` is the one its caller keeps (the interpreter's `Compiled` of the
+        program): its numbering names the variables."""
+        program = layout.program
         key = ("call", id(program), id(self.choice))
         if key in self._names:
             return self._names[key]
         fname = name or f"call_{next(self._numbers)}"
         self._names[key] = fname
-        w = _Writer(self, compiled, "f")
+        w = _Writer(self, layout, "f")
         params = ", ".join(w.name(p) for p in program.params)
         body = w.constants() + w.machine(lambda vals: [self._returned(vals)])
         self.functions.append(self._function(fname, params, body))
@@ -817,10 +829,9 @@ class _Module:
         chosen = [resolve(li.region.checkpoint, choice) for li in plan.forward.loops]
         run = len(self.runs)
         self.runs.append((repr(of), [
-            LoopFacts(li.region.id, strategy, parent, li.trip_bound_slots is not None,
+            LoopFacts(li.region.id, strategy, li.parent, li.trip_bound_slots is not None,
                       li.carry_bytes, saves.nbytes)
-            for li, strategy, parent, saves in zip(plan.forward.loops, chosen, fwd.parents,
-                                                   plan.saves)]))
+            for li, strategy, saves in zip(plan.forward.loops, chosen, plan.saves)]))
         outer = self.stacks, self.tapes, self.recomputed, self.choice
         self.stacks, self.tapes, self.recomputed, self.choice = {}, {}, {}, choice
         try:
@@ -841,23 +852,25 @@ class _Module:
         return fname
 
     def _strategies(self, chosen: list[Any], fwd: _Writer) -> list[str]:
-        """Each loop's strategy: StoreAll needs nothing more; a recomputing one a
-        `_Recomputed` (its declarations returned)."""
-        c = fwd.c
+        """Each loop's strategy, as its class declares it is compiled
+        (`checkpoint.compiled_form`): one that tapes every step needs nothing more; one
+        that follows its schedule a `_Recomputed` (its declarations returned)."""
+        c = fwd.layout
         lines = []
         for li, strategy in zip(c.loops, chosen):
             r = li.region
-            if type(strategy) is StoreAll:
+            form = compiled_form(strategy)
+            if form == TAPES_EVERY_STEP:
                 continue
             where = f"{r.id} (at {r.loc}) under checkpoint={strategy!r}"
-            if type(strategy) not in (Recompute, EveryK, Binomial, Online):
+            if form != FOLLOWS_SCHEDULE:
                 raise Unsupported(f"{where}: a strategy of your own runs in the interpreter")
             inner = [self.stacks[("decide", i)].count for i in li.inner_ifs]
             for k in li.inner_loops:
                 inner.append(self.stacks[("trips", k)].count)
                 if self.tapes[k]:
                     inner.append(self.tapes[k])
-                if type(chosen[k]) is not StoreAll:
+                if compiled_form(chosen[k]) != TAPES_EVERY_STEP:
                     inner += [f"nex{k}", f"nops{k}", f"st{k}"]
             self.recomputed[li.index] = rec = _Recomputed(fwd, li, strategy, inner)
             lines += rec.declare()
@@ -1018,7 +1031,7 @@ class NativeProgram:
     first such call, and appends each `vjp_call` run it logged to that list with the
     statistics the interpreter gives the same run (schedule.replayed_stats)."""
 
-    def __init__(self, compiled: Compiled,
+    def __init__(self, compiled: Layout,
                  run_sink: Callable[[], list[tuple[str, RunStats]] | None] = lambda: None):
         program = compiled.program
         self._run_sink = run_sink

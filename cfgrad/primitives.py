@@ -81,7 +81,7 @@ class Primitive:
     # A result may be an input itself or share an input's memory (a view: reshape, a basic
     # index, np.real of a real array), or be an array the node does not own (a
     # sub-program's constant, what a user's rule returns). Results handed to a user are
-    # copied where the value may be such a one (interpret.shared_outputs), so that no
+    # copied where the value may be such a one (layout.shared_outputs), so that no
     # result aliases an argument, another result or anything a cached program keeps; a
     # test holds every entry without the flag to its implementation's fresh arrays.
     aliases: bool = False

@@ -18,7 +18,7 @@ import pytest
 import cfgrad as cg
 import cfgrad.numpy as cnp
 from cfgrad import tree as treelib
-from cfgrad.interpret import shared_outputs
+from cfgrad.layout import shared_outputs
 
 W, B, X = np.array([1.0, 2.0]), np.array([0.5, -0.5]), np.array([2.0, 3.0])
 
