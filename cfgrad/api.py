@@ -591,7 +591,8 @@ class _GradCall:
     gradients as one list). Calling it runs the taped
     forward program and its adjoint under one numpy error state."""
 
-    __slots__ = ("entry", "plan", "seeds", "shared", "n_out", "nums", "single")
+    __slots__ = ("entry", "plan", "seeds", "shared", "n_out", "nums", "single",
+                 "_run_quietly")
 
     def __init__(self, entry: Lowering, nums: tuple[int, ...], single: bool):
         program = entry.program
@@ -602,16 +603,28 @@ class _GradCall:
         self.n_out = len(program.outputs)
         self.shared = entry.compiled.shared_outputs | frozenset(
             self.n_out + i for i in self.plan.compiled.shared_outputs)
+        # numpy's warnings off (NaN/Inf is cfgrad's to report) as a decorator: the token
+        # is kept per call, and it costs less than entering a new errstate on every call
+        self._run_quietly = np.errstate(all="ignore")(self._run)
+
+    def _run(self, leaves: Sequence[Any], checkpoint: Any = None, check: bool = False
+             ) -> tuple[Tape, list[Any]]:
+        """The taped forward run and its pullback: the tape and the cotangents."""
+        entry = self.entry
+        tape = execute(self.plan, entry.arguments(leaves), entry.strategies(checkpoint),
+                       check=check)
+        return tape, tape.pullback(self.seeds)
 
     def __call__(self, leaves: Sequence[Any], checkpoint: Any, detect_anomaly: bool
                  ) -> tuple[Any, Any, RunStats]:
         """(value, gradients, the run's statistics) at the flat argument `leaves`."""
         entry = self.entry
         check = detect_anomaly or anomaly_detection_enabled()
-        with _running(checkpoint, check):
-            tape = execute(self.plan, entry.arguments(leaves), entry.strategies(checkpoint),
-                           check=check)
-            cotangents = tape.pullback(self.seeds)
+        if checkpoint is None and not check:
+            tape, cotangents = self._run_quietly(leaves)
+        else:
+            with _running(checkpoint, check):
+                tape, cotangents = self._run(leaves, checkpoint, check)
         results = owned_results([as_runtime_value(r) for r in tape.outputs + cotangents],
                                 self.shared)
         n = self.n_out

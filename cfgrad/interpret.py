@@ -272,6 +272,10 @@ class ControlLog:
         return not any(self.decisions) and not any(self.trips)
 
 
+# the log of every run of a program without ifs and loops: nothing is ever logged in it
+_NOTHING_TO_LOG = ControlLog([], [])
+
+
 # ---------------------------------------------------------------------------------
 # The machine
 # ---------------------------------------------------------------------------------
@@ -295,7 +299,8 @@ class Machine:
         self.env: list[Any] = list(compiled.template)
         self.strategies = strategies
         self.taped = plan is not None  # log decisions and keep checkpoint records
-        self.log = ControlLog([[] for _ in compiled.if_index], [[] for _ in compiled.loops])
+        self.log = ControlLog([[] for _ in compiled.if_index], [[] for _ in compiled.loops]) \
+            if compiled.if_index or compiled.loops else _NOTHING_TO_LOG
         self.sinks: list[list[Any]] = []  # control events being collected (replay checks)
         self.reversing = False
         self.block_hook = block_hook
@@ -724,7 +729,7 @@ class Tape:
                 b = target
         finally:
             _REPEATING.reset(token)
-        if not machine.log.is_empty():
+        if machine.log is not _NOTHING_TO_LOG and not machine.log.is_empty():
             raise AssertionError("internal error: the adjoint left entries on the control log")
         return [env[s] for s in adjoint.return_slots]
 
