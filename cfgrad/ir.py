@@ -12,7 +12,7 @@ definition order, so two equal programs print the same and golden tests are stab
 Programs are data and transformations are functions (as in JAX, where a jaxpr has no
 `.grad()`): the adjoint is `cg.adjoint(program)` (reverse.py), reading text back is
 `cg.parse_program(text)` (irparse.py) and the rich views are `cg.inspect(program)`
-(inspector.py). So this module imports nothing of cfgrad but `nodespec`, and every layer
+(the inspector package). So this module imports nothing of cfgrad but `nodespec`, and every layer
 above can build on it without an import cycle.
 """
 

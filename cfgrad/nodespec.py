@@ -4,7 +4,7 @@ A `NodeKind` says everything the rest of the package needs to know about a kind:
 operands, results, successors and static parameters (each a named `Slot` with a role),
 its flags, its text syntax, the inspector's style for it and a one-line doc. From these
 declarations come the printer's and the parser's spelling (ir.py, irparse.py), the
-verifier's per-kind arity checks (verify.py), the inspector's styles (inspector.py,
+verifier's per-kind arity checks (verify.py), the inspector's styles (inspector/layout.py,
 dot.py), the flag sets the interpreter and the reverse passes consult, and the node
 table of docs/ir.md (tests/test_docs_ir.py renders it from here and fails when the page
 differs). The shape follows libFirm's node specification (inputs and outputs as named,
