@@ -1,5 +1,8 @@
 """The printed IR: golden texts of the seed examples, determinism, and print → parse →
-print round trips (the parsed program must also compute what the original computes).
+print round trips (the parsed program must also compute what the original computes), and
+the parser's work bounded by its text: a `full` constant is a broadcast view, sizes and
+integers are bounded, deep nesting is refused, verifying allocates nothing of the declared
+sizes; each refusal is a ParseError naming the line.
 
 The golden files in tests/golden/ hold `Program.text()` of each seed example of
 tests/seed_programs.py (`NAME.txt`) and of its adjoint (`NAME.adjoint.txt`), compared
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +27,16 @@ from hypothesis import strategies as st
 
 import cfgrad as cg
 import cfgrad.numpy as cnp
-from cfgrad.errors import ParseError
+from cfgrad.errors import (
+    LoweringError,
+    ParseError,
+    VerifyError,
+)
 from cfgrad.forward_mode import build_jvp
 from cfgrad.interpret import Compiled, Machine
-from cfgrad.ir import Program, format_param
+from cfgrad.ir import Program, TensorType, format_param
 from cfgrad.irparse import eval_param, parse_program
+from cfgrad.primitives import PRIMITIVES
 
 GOLDEN = Path(__file__).parents[1] / "golden"
 REGEN = bool(os.environ.get("CFGRAD_REGEN_GOLDEN"))
@@ -294,3 +303,192 @@ def test_names_with_parentheses_parse_and_object_parameters_are_named():
     assert cg.parse_program(text).text() == text
     with pytest.raises(ParseError, match=r"vjp\(f, wrt=\[0\]\)"):
         cg.parse_program(cg.lower(cg.grad(f), 1.0).text())
+
+
+def peak_bytes(fn, *args):
+    """What `fn(*args)` returns, and the most memory (numpy's included) it held at once."""
+    tracemalloc.start()
+    try:
+        result = fn(*args)
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def program_text(*body: str, params: str = "%x: f64[]", outs: str = "f64[]",
+                 regions: str = "") -> str:
+    return (f"program f({params}) -> ({outs})\n{regions}b0:  ; entry\n"
+            + "".join(f"  {line}\n" for line in body))
+
+
+LOOP = """program f(%x: f64[]) -> (f64[])
+  region loop#0 while preheader b0 header b1 body b2 latch b2 exit b3 {tail}
+b0:  ; entry
+  Jmp b1
+b1: preds (b0, b2)  ; loop#0 header
+  %s: f64[] = Phi (b0: %x, b2: %s1)
+  %c: bool[] = lt %s, 1.0
+  Cond %c -> Proj(T) b2 | Proj(F) b3
+b2: preds (b1.T)  ; loop#0 body
+  %s1: f64[] = add %s, 1.0
+  Jmp b1 ↺
+b3: preds (b1.F)  ; loop#0 exit
+  %o: f64[] = Phi (b1.F: %s)
+  Return %o
+"""
+
+
+# ---------------------------------------------------------------------------------
+# The parser's work is bounded by its text
+# ---------------------------------------------------------------------------------
+
+
+def test_a_full_constant_is_parsed_as_a_view_and_runs():
+    text = program_text("%0: f64[3000,3000] = const {value=full((3000, 3000), 0.5, 'float64')}",
+                        "Return %0", outs="f64[3000,3000]")
+    program, peak = peak_bytes(cg.parse_program, text)
+    assert peak < 1 << 20, f"parsing 100 bytes held {peak} bytes"
+    printed, peak = peak_bytes(program.text)
+    assert peak < 1 << 20 and printed == cg.parse_program(printed).text()
+    small = cg.parse_program(program_text(
+        "%0: f64[3,2] = const {value=full((3, 2), 1.5, 'float64')}",
+        "%1: f64[3,2] = mul %x, %0  ; f.py:3", "Return %1", outs="f64[3,2]"))
+    out, = Machine(Compiled(small)).run([np.float64(2.0)])
+    np.testing.assert_array_equal(out, np.full((3, 2), 3.0))
+
+
+@pytest.mark.parametrize("value", ["full((2,), [1.0, 2.0], 'float64')",
+                                   "full((-1,), 0.0, 'float64')", "full(3, 0.0, 'float64')",
+                                   "full((True,), 0.0, 'float64')"])
+def test_a_bad_full_is_a_parse_error(value):
+    with pytest.raises(ParseError, match="line 3: "):
+        cg.parse_program(program_text(f"%0: f64[2] = const {{value={value}}}", "Return %x"))
+
+
+@pytest.mark.parametrize("strategy", ["RunStats(loops=[])", "LoopStats()", "check_strategy(1)",
+                                      "EveryK(0)", "StoreAll", "Binomial(snapshots=1.5)"])
+def test_a_checkpoint_is_one_of_the_strategies(strategy):
+    with pytest.raises(ParseError, match="line 2: .*"):
+        cg.parse_program(LOOP.format(tail=f"checkpoint={strategy}"))
+
+
+def test_the_strategies_parse():
+    for strategy in ("StoreAll()", "Recompute()", "EveryK(3)", "Binomial(4)", "Online(2)"):
+        region, = cg.parse_program(LOOP.format(tail=f"checkpoint={strategy}")).loops()
+        assert repr(region.checkpoint) == strategy
+
+
+HUGE_HEX = "0x" + "f" * 4000  # Python reads a hexadecimal literal of any length
+UNBOUNDED = ["5000-digit dimension", "type too large", "5000-digit line number",
+             "5000-digit max_iters", "max_iters beyond int64", "hex constant", "hex axis",
+             "hex power", "hex strategy argument", "100000 minus signs", "500 minus signs",
+             "100000 additions", "500 additions", "150 nested lists"]
+
+
+@pytest.mark.parametrize("line, text", [
+    (3, program_text("%0: f64[" + "9" * 5000 + "] = sin %x", "Return %x")),
+    (1, program_text("Return %x", params="%x: f64[100000000000,100000000000]",
+                     outs="f64[100000000000,100000000000]")),
+    (3, program_text("%0: f64[] = sin %x  ; f.py:" + "9" * 5000, "Return %0")),
+    (2, LOOP.format(tail="max_iters=" + "9" * 5000)),
+    (2, LOOP.format(tail="max_iters=99999999999999999999")),
+    (3, program_text(f"%0: f64[] = add %x, {HUGE_HEX}", "Return %0")),
+    (3, program_text(f"%0: f64[] = sum %x {{axes=({HUGE_HEX},), keepdims=False}}",
+                     "Return %0")),
+    (3, program_text(f"%0: f64[] = integer_pow %x {{n={HUGE_HEX}}}", "Return %0")),
+    (2, LOOP.format(tail=f"checkpoint=EveryK({HUGE_HEX})")),
+    (3, program_text("%0: f64[] = add %x, " + "-" * 100000 + "1.0", "Return %0")),
+    (3, program_text("%0: f64[] = add %x, " + "-" * 500 + "1.0", "Return %0")),
+    (3, program_text("%0: f64[] = add %x, 1.0" + "+1j" * 100000 + ":c128", "Return %0")),
+    (3, program_text("%0: f64[] = add %x, 1.0" + "+1j" * 500 + ":c128", "Return %0")),
+    (3, program_text("%0: f64[2] = const {value=array(" + "[" * 150 + "1.0" + "]" * 150
+                     + ", 'float64')}", "Return %x")),
+], ids=UNBOUNDED)
+def test_unbounded_text_is_a_parse_error_naming_the_line(line, text):
+    with pytest.raises(ParseError, match=f"^line {line}: ") as info:
+        cg.parse_program(text)
+    assert len(str(info.value)) < 1000  # a long line is shown abridged
+
+
+def test_printed_integers_read_back():
+    """The bounds leave room for every int cfgrad prints: a uint64 constant, a slice bound
+    and an integer power beyond int64 (Python's own limit is 4300 digits)."""
+    big = 10 ** 30
+    for fun, args in [(lambda x: x[0:big], (np.ones(3),)),
+                      (lambda x: x ** (2 ** 70), (1.0,)),
+                      (lambda x: x + np.uint64(2 ** 64 - 1), (np.uint64(1),))]:
+        text = cg.lower(fun, *args).text()
+        assert cg.parse_program(text).text() == text
+
+
+def test_verifying_an_index_allocates_nothing_of_its_declared_size():
+    text = program_text("%0: f64[4000,4000] = index %x, %i {spec=('$',)}", "Return %0",
+                        params="%x: f64[10], %i: i64[4000,4000]", outs="f64[4000,4000]")
+    program, peak = peak_bytes(cg.parse_program, text)
+    assert peak < 1 << 20, f"verifying held {peak} bytes"
+    assert program.outputs[0].type == TensorType((4000, 4000), np.dtype(np.float64))
+
+
+@st.composite
+def index_cases(draw):
+    """An array shape, an index spec (ints, slices, None, at most one `...`, traced indices
+    `'$'` and constant integer arrays) and the shapes of the traced indices."""
+    shape = tuple(draw(st.lists(st.integers(0, 3), max_size=4)))
+    spec, traced = [], []
+    for kind in draw(st.lists(st.sampled_from("islnet"), max_size=5)):
+        if kind == "i":
+            spec.append(draw(st.integers(-4, 4)))
+        elif kind == "s":
+            spec.append(slice(draw(st.sampled_from([None, 0, 1, -1])),
+                              draw(st.sampled_from([None, 2, -1, 5])),
+                              draw(st.sampled_from([None, 1, 2, -1]))))
+        elif kind == "n":
+            spec.append(None)
+        elif kind == "e" and not any(s is Ellipsis for s in spec):
+            spec.append(Ellipsis)
+        elif kind == "t":
+            spec.append("$")
+            traced.append(tuple(draw(st.lists(st.integers(1, 3), max_size=2))))
+        else:
+            values = draw(st.lists(st.integers(-3, 3), max_size=3))
+            column = draw(st.booleans()) and values
+            spec.append(np.array(values, np.int64).reshape((-1, 1) if column else (-1,)))
+    return shape, tuple(spec), traced
+
+
+@settings(max_examples=150)
+@given(index_cases())
+def test_the_index_rule_gives_numpys_shape(case):
+    """The rule, which allocates nothing, against numpy indexing a zero array with zero
+    arrays for the traced indices (an empty axis a traced index selects on made length 1,
+    as the rule's docstring says)."""
+    shape, spec, traced = case
+    taking = sum(1 for s in spec if s is not None and s is not Ellipsis)
+    probe, axis = list(shape), 0
+    for s in spec:
+        if s is Ellipsis:
+            axis += len(shape) - taking
+        elif s is not None:
+            if isinstance(s, str) and 0 <= axis < len(probe) and probe[axis] == 0:
+                probe[axis] = 1
+            axis += 1
+    zeros = iter(np.zeros(t, np.int64) for t in traced)
+    try:
+        want = np.zeros(probe)[tuple(next(zeros) if isinstance(s, str) else s
+                                     for s in spec)].shape
+    except (IndexError, TypeError, ValueError):
+        want = None
+    types = [TensorType(shape, np.dtype(np.float64))] + [
+        TensorType(t, np.dtype(np.int64)) for t in traced]
+    try:
+        got = PRIMITIVES["index"].abstract(types, spec=spec).shape
+    except LoweringError:
+        got = None
+    assert got == want
+
+
+def test_a_boolean_mask_in_a_parsed_spec_is_refused_as_when_traced():
+    text = program_text("%0: f64[1] = index %x {spec=(array([True, False], 'bool'),)}",
+                        "Return %0", params="%x: f64[2]", outs="f64[1]")
+    with pytest.raises(VerifyError, match="boolean mask"):
+        cg.parse_program(text)

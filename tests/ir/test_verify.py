@@ -1,10 +1,12 @@
 """The verifier: it accepts everything lowering and the reverse builder produce, and it
 rejects hand-broken programs with a VerifyError that names the broken invariant's tag and
 the block (design §4). Broken programs are made by mutating a freshly lowered seed program
-or by parsing hand-edited text."""
+or by parsing hand-edited text. A primitive computed by a numpy ufunc takes the dtypes
+numpy accepts, and gives numpy's result dtype, when traced, verified or called eagerly."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 
@@ -13,12 +15,19 @@ import pytest
 import seed_programs as seeds
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_ir_text import program_text
 
 import cfgrad as cg
-from cfgrad.errors import VerifyError
+import cfgrad.numpy as cnp
+from cfgrad.errors import (
+    ArgumentTypeError,
+    LoweringError,
+    VerifyError,
+)
 from cfgrad.forward_mode import build_jvp
-from cfgrad.ir import Block, Edge, Jmp, Program, Return, TensorType, Value
+from cfgrad.ir import DTYPE_BY_SHORT_NAME, Block, Edge, Jmp, Program, Return, TensorType, Value
 from cfgrad.irparse import parse_program
+from cfgrad.primitives import PRIMITIVES, bind
 from cfgrad.verify import INVARIANTS, verify
 
 # a cond inside a while loop: its if region's parent is the loop
@@ -568,3 +577,94 @@ def test_runtime_nodes_only_in_adjoints():
     adjoint.forward = None
     with pytest.raises(VerifyError, match=r"\[known-op\].*only adjoint programs"):
         verify(adjoint)
+
+
+# ---------------------------------------------------------------------------------
+# Numpy's type resolution, traced, verified and eager
+# ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line, dtypes", [
+    ("%0: f64[] = bitwise_and %x, %x", "float64, float64"),
+    ("%0: f64[] = invert %x", "float64"),
+    ("%0: bool[] = sign %b", "bool"),
+    ("%0: bool[] = neg %b", "bool"),
+    ("%0: bool[] = sub %b, %b", "bool, bool"),
+    ("%0: bool[] = signbit %z", "complex128"),
+])
+def test_the_verifier_refuses_dtypes_numpy_refuses(line, dtypes):
+    op = line.split("= ")[1].split()[0]
+    text = program_text(line, "Return %x", params="%x: f64[], %b: bool[], %z: c128[]")
+    with pytest.raises(VerifyError, match=rf"^\[node-types\] block b0, node `%0 = {op}`: "
+                                          rf"{op} .*{dtypes}"):
+        cg.parse_program(text)
+
+
+def test_tracing_and_eager_calls_refuse_them_too():
+    for fun in (lambda x: bind("bitwise_and", x, x), lambda x: cnp.sign(x > 0),
+                lambda x: -(x > 0)):
+        with pytest.raises(LoweringError, match="numpy's"):
+            cg.lower(fun, 1.5)
+        with pytest.raises(LoweringError, match="numpy's"):
+            cg.jit(fun)(1.5)  # Numba would have computed a number
+    with pytest.raises(ArgumentTypeError, match="sign is not defined for inputs of dtype bool"):
+        cnp.sign(np.bool_(True))
+
+
+def test_bool_to_a_bool_power_is_numpys_int8():
+    """numpy's power of two bools is int8: the rule says so (it refused them), traced and
+    compiled alike, and a text declaring it bool is refused."""
+    text = program_text("%0: bool[] = pow %b, %b", "Return %x",
+                        params="%x: f64[], %b: bool[], %z: c128[]")
+    with pytest.raises(VerifyError, match=r"declared bool\[\], but pow of these inputs "
+                                          r"gives i8\[\]"):
+        cg.parse_program(text)
+    a, b = np.array([True, False]), np.array([True, True])
+    want = a ** b
+    for got in (cg.jit(lambda a, b: a ** b)(a, b), cg.jvp(lambda a, b: a ** b, (a, b),
+                                                         (a, b))[0]):
+        assert got.dtype == want.dtype == np.int8
+        np.testing.assert_array_equal(got, want)
+
+
+def test_every_ufunc_entry_gives_numpys_dtype_or_refuses():
+    dtypes = list(dict.fromkeys(DTYPE_BY_SHORT_NAME.values()))
+    for name, prim in PRIMITIVES.items():
+        if not isinstance(prim.impl, np.ufunc):
+            continue
+        for combo in itertools.product(dtypes, repeat=prim.impl.nin):
+            try:
+                declared = prim.abstract([TensorType((), d) for d in combo]).dtype
+            except LoweringError:
+                continue
+            with np.errstate(all="ignore"):
+                got = prim.impl(*(np.ones((), d) for d in combo))
+            assert np.asarray(got).dtype == declared, (name, combo)
+
+
+def test_bessel_functions_refuse_complex_inputs():
+    for name in ("i0", "i1"):
+        with pytest.raises(LoweringError, match="does not accept complex"):
+            cg.lower(lambda z, name=name: bind(name, z), 1j)
+
+
+def test_an_integer_exponent_beyond_float64_is_a_typed_error():
+    """x ** (10**400) on a traced x: the derivative rule's float(n) raised a raw
+    OverflowError; the exponent is refused where the power is traced (2**70 is fine)."""
+    assert cg.grad(lambda x: x ** (2 ** 70))(1.0) == 2.0 ** 70
+    with pytest.raises(cg.ArgumentValueError, match="beyond float64"):
+        cg.grad(lambda x: x ** (10**400))(1.0)
+
+
+def test_arrays_of_more_than_32_dimensions_trace_as_numpy_computes_them():
+    """numpy's arrays and ufuncs take 64 dimensions, np.broadcast_shapes only 32: shape
+    rules that used it raised a raw RuntimeError at 33."""
+    from cfgrad.ir import broadcast_shapes
+
+    assert cg.grad(lambda x: cnp.sum(x.reshape((1,) * 33) * 2.0))(1.0) == 2.0
+    assert cg.grad(lambda x: cnp.sum(x * np.ones((1,) * 40)))(1.0) == 1.0
+    for shapes in [((1,) * 40, (3,)), ((2, 1), (3,)), ((0,), (1,)), ((), (4, 5)), ()]:
+        assert broadcast_shapes(*shapes) == (np.broadcast_shapes(*shapes) if len(
+            max(shapes, key=len, default=())) <= 32 else (1,) * 39 + (3,))
+    with pytest.raises(ValueError, match="cannot be broadcast"):
+        broadcast_shapes((2,), (3,))

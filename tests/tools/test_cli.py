@@ -5,7 +5,7 @@ runs the installed script and `python -m cfgrad` from scratch and compares).
 Every option of `cfgrad inspect` and `cfgrad demo`, every error path (exit status 2 for a
 mistake on the command line, 1 for an error of the user's code or of cfgrad, the script's
 own status for a sys.exit while it is imported; one line each, or the traceback under
---traceback), every
+--traceback; `--width` takes 20 to 1000 columns), every
 function of every example's `example_args()`, and the captured outputs in
 docs/inspector.md: each ```text block after a `<!-- cfgrad ... -->` comment is exactly
 what that command prints (or, when the command names FILE, what it writes there), and
@@ -20,6 +20,7 @@ and review the diff.
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import re
 import shlex
@@ -32,12 +33,18 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+import seed_programs as seeds
 from forked_python import PythonServer
+from rich.console import Console
 from test_docs_api import normalized, run_example, runnable_examples
 from test_inspector import has_colour, schedule_sections, totals_of
 
 import cfgrad as cg
-from cfgrad import cli
+from cfgrad import cli, inspector
+from cfgrad.errors import (
+    ArgumentTypeError,
+    ArgumentValueError,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -612,3 +619,44 @@ def test_converted_prints_the_python_cfgrad_traces_without_arguments(tmp_path, c
     out = capsys.readouterr().out
     assert out.startswith("def f(x):") and "cfg__ops.while_stmt(" in out
     assert "x = x * 2.0" in out
+
+
+# ---------------------------------------------------------------------------------
+# The inspector's width and the command line's numeric options
+# ---------------------------------------------------------------------------------
+
+
+QUICKSTART = f"{ROOT / 'examples' / 'quickstart.py'}:f"
+
+
+def test_inspect_width_outside_20_to_1000_is_a_usage_error(capsys):
+    for width in ("1001", "100000000", "19"):  # (1001 first: a width it once rendered)
+        assert cli.main(["inspect", QUICKSTART, "--width", width]) == 2
+        assert "laid out for 20 to 1000 columns" in capsys.readouterr().err
+
+
+def test_a_wide_terminal_is_laid_out_at_1000_columns(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100000")
+    ns = cli._parser().parse_args(["inspect", QUICKSTART])
+    assert cli._console(ns).width == 1000
+
+
+def test_cg_inspect_lays_out_at_most_1000_columns():
+    console = Console(file=io.StringIO(), width=20000, color_system=None)
+    cg.inspect(seeds.cond_example, 1.0, 2.0, console=console)
+    assert max(map(len, console.file.getvalue().splitlines())) == inspector.MAX_WIDTH
+
+
+@pytest.mark.parametrize("fold, error", [(-1, ArgumentValueError), ("3", ArgumentTypeError),
+                                         (True, ArgumentTypeError), (2.5, ArgumentTypeError)])
+def test_inspect_fold_is_a_number_of_rows(fold, error):
+    console = Console(file=io.StringIO(), width=80)
+    with pytest.raises(error, match="fold"):
+        cg.inspect(seeds.cond_example, 1.0, 2.0, fold=fold, console=console)
+
+
+def test_a_checkpoint_option_nested_too_deeply_is_a_usage_error(capsys):
+    argv = ["inspect", QUICKSTART, "--run",
+            "--checkpoint", "EveryK(" + "-" * 100000 + "1)"]
+    assert cli.main(argv) == 2
+    assert "is not a strategy" in capsys.readouterr().err
