@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+from primitive_facts import FACTS
 from test_docs_api import normalized, run_example, runnable_examples
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,11 +46,11 @@ def documented_uncompiled() -> list[str]:
 
 
 def test_uncompiled_primitives_are_listed() -> None:
-    """The page lists what tests/test_kernels.py checks is refused (each refusal with its
-    reason there), but for the custom rules and callbacks the fallback table names."""
-    from test_kernels import UNSUPPORTED
-
-    actual = sorted(set(UNSUPPORTED) - NOT_LISTED)
+    """The page lists the primitives tests/primitive_facts.py marks refused (which
+    tests/primitives/test_kernels.py checks, each refusal with its reason), but for the
+    custom rules and callbacks the fallback table names."""
+    refused = {name for name, facts in FACTS.items() if facts.compiled == "refused"}
+    actual = sorted(refused - NOT_LISTED)
     listed = documented_uncompiled()
     assert len(listed) == len(set(listed))
     assert sorted(listed) == actual, (

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from primitive_facts import FACTS, POSITIVE
 
 import cfgrad as cg
 import cfgrad.numpy as cnp
@@ -59,22 +60,26 @@ J = np.array([2, 2, 3, 0], np.int64)  # with a zero divisor
 B = np.array([True, False, True])
 C = np.array([1.5 - 2j, -0.25 + 0.5j, -3.0 - 0.0j])
 
-# float functions whose compiled form is the same IEEE operation as numpy's
-_EXACT_UNARY = ["neg", "abs", "sign", "relu", "floor", "rint", "ceil", "trunc", "sqrt",
-                "stop_gradient", "isfinite", "signbit"]
-# …and those computed by a math library, Numba's (LLVM's / the C library's) and numpy's
-_LIBM_UNARY = ["exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sinh", "cosh",
-               "arctan", "sigmoid", "softplus", "arcsin", "arccos", "arcsinh", "arctanh",
-               "cbrt", "exp2", "log2", "log10"]
-_DOMAIN = {"log": POS, "log2": POS, "log10": POS, "sqrt": POS}
+# float functions, each compiled as the same IEEE operation as numpy's (bitwise) or by a
+# math library, Numba's (LLVM's / the C library's) and numpy's (tests/primitive_facts.py)
+_FLOAT_UNARY = ["neg", "abs", "sign", "relu", "floor", "rint", "ceil", "trunc", "sqrt",
+                "stop_gradient", "isfinite", "signbit",
+                "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sinh", "cosh",
+                "arctan", "sigmoid", "softplus", "arcsin", "arccos", "arcsinh", "arctanh",
+                "cbrt", "exp2", "log2", "log10", "arccosh"]
+_DOMAIN = {name: POS for name in _FLOAT_UNARY if FACTS[name].domain == POSITIVE}
+
+
+def _bitwise(name: str) -> bool:
+    return FACTS[name].compiled == "bitwise"
 
 
 def _unary_cases() -> list[Case]:
     cases = []
     for dtype in (np.float64, np.float32):
-        for name in _EXACT_UNARY + _LIBM_UNARY + ["arccosh"]:
+        for name in _FLOAT_UNARY:
             x = (_DOMAIN.get(name, F) + (1.5 if name == "arccosh" else 0)).astype(dtype)
-            exact = name in _EXACT_UNARY
+            exact = _bitwise(name)
             for arg in (x, x[1]):
                 cases.append(Case(name, _un(name), (arg,), exact, f"unary-{dtype.__name__}",
                                   f"{dtype.__name__}{list(arg.shape)}"))
@@ -89,19 +94,19 @@ def _unary_cases() -> list[Case]:
     return cases
 
 
-_EXACT_BINARY = ["add", "sub", "mul", "div", "fmod", "maximum", "minimum", "lt", "le", "gt",
-                 "ge", "eq", "ne", "floor_divide", "mod"]
-_LIBM_BINARY = ["pow", "arctan2", "hypot", "logaddexp", "logaddexp2"]
+_FLOAT_BINARY = ["add", "sub", "mul", "div", "fmod", "maximum", "minimum", "lt", "le", "gt",
+                 "ge", "eq", "ne", "floor_divide", "mod",
+                 "pow", "arctan2", "hypot", "logaddexp", "logaddexp2"]
 
 
 def _binary_cases() -> list[Case]:
     cases = []
     y = np.array([0.25, -0.0, 0.45])
-    for name in _EXACT_BINARY + _LIBM_BINARY:
+    for name in _FLOAT_BINARY:
         a = np.abs(F2) + 0.1 if name == "pow" else F2
         for args, label in (((a, y), "(2,3)-(3,)"), ((np.float64(-1.75), y), "()-(3,)"),
                             ((a[0, 1], y[0]), "()-()")):
-            cases.append(Case(name, _un(name), args, name in _EXACT_BINARY, "binary", label))
+            cases.append(Case(name, _un(name), args, _bitwise(name), "binary", label))
     for name in ("add", "sub", "mul", "floor_divide", "mod", "maximum", "lt", "eq",
                  "bitwise_and", "bitwise_or", "bitwise_xor"):
         cases.append(Case(name, _un(name), (I, J), True, "int", "int64, zero divisor"))
@@ -256,7 +261,7 @@ UNSUPPORTED: dict[str, Callable[[], tuple[Callable, tuple]]] = {
 }
 # Not primitives a program applies to data: `call` (a custom rule's sub-program) and
 # `vjp_call` (a gradient inside the program, checked by the gradient tests below).
-STRUCTURAL = {"call", "vjp_call"}
+STRUCTURAL = {name for name, facts in FACTS.items() if facts.compiled == "structural"}
 
 
 @cg.custom_vjp
@@ -302,6 +307,7 @@ def test_every_primitive_is_compiled_or_listed():
     compiled = {c.prim for c in CASES}
     assert not compiled & set(UNSUPPORTED)
     assert compiled | set(UNSUPPORTED) | STRUCTURAL == set(PRIMITIVES)
+    assert set(UNSUPPORTED) == {n for n, facts in FACTS.items() if facts.compiled == "refused"}
 
 
 def test_every_compiled_derivative_is_checked():
@@ -347,7 +353,8 @@ def test_unsupported_is_refused_with_a_reason(name):
 # program each few (Numba compiles every broadcasting array operation anew, ~1 s apiece).
 
 _GRAD_SCALAR = {
-    **{name: (_un(name), F[2]) for name in _LIBM_UNARY + ["neg", "abs", "relu"]},
+    **{name: (_un(name), F[2]) for name in _FLOAT_UNARY
+       if not _bitwise(name) or name in ("neg", "abs", "relu")},
     "log": (_un("log"), POS[1]), "log2": (_un("log2"), POS[1]),
     "log10": (_un("log10"), POS[1]), "sqrt": (_un("sqrt"), POS[1]),
     "arccosh": (_un("arccosh"), POS[1] + 1.5), "integer_pow": (_un("integer_pow", n=3), F[1]),

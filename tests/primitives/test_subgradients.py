@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from primitive_facts import EXTREMES, KINKS
 from test_custom import STRATEGIES
 from test_docs_api import normalized, run_example, runnable_examples
-from test_primitives import EXTREMES, KINKS
 
 import cfgrad as cg
 import cfgrad.numpy as cnp
