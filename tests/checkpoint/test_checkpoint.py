@@ -1,4 +1,4 @@
-"""Loop checkpointing strategies (design §7, issue 3): gradients, schedules, accounting.
+"""Loop checkpointing strategies (docs/checkpointing.md, issue 3): gradients, schedules, accounting.
 
 Every strategy must run the same floating-point operations as StoreAll, so gradients are
 compared bit for bit (`np.array_equal`), on random loops with branches, nested loops whose

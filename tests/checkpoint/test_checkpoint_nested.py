@@ -1,4 +1,4 @@
-"""Adversarial tests of loop checkpointing under nesting (design §7, §8).
+"""Adversarial tests of loop checkpointing under nesting (docs/checkpointing.md).
 
 test_checkpoint.py covers one loop (with at most one nested loop) under every strategy, and
 the random programs of test_properties under one call-level strategy. Here every level of a

@@ -1,4 +1,5 @@
-"""Binomial checkpointing arithmetic (cfgrad.revolve) against reference numbers (design §7).
+"""Binomial checkpointing arithmetic (cfgrad.revolve) against reference numbers
+(docs/checkpointing.md, "Binomial: the revolve optimum").
 
 The reference table `tests/data/revolve_table.csv` (T in 1..1000, s in {1,2,3,4,5,8,10},
 the initial state counted as a snapshot) was computed from the Griewank–Walther closed form

@@ -1,5 +1,5 @@
 """Property tests over random plain-Python programs: the conversion's counterpart of
-test_properties.py (issue 14, design §12.3).
+test_properties.py (issue 14, docs/autograph.md).
 
 Hypothesis builds a small program AST (dataclasses below) and renders it to the source
 text of `f(x, y, n, v, xp)`: x and y floats, n a small int, v a float vector, xp the numpy

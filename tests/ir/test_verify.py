@@ -1,8 +1,9 @@
 """The verifier: it accepts everything lowering and the reverse builder produce, and it
 rejects hand-broken programs with a VerifyError that names the broken invariant's tag and
-the block (design §4). Broken programs are made by mutating a freshly lowered seed program
-or by parsing hand-edited text. A primitive computed by a numpy ufunc takes the dtypes
-numpy accepts, and gives numpy's result dtype, when traced, verified or called eagerly."""
+the block (docs/ir.md, "Verifier invariants"). Broken programs are made by mutating a
+freshly lowered seed program or by parsing hand-edited text. A primitive computed by a
+numpy ufunc takes the dtypes numpy accepts, and gives numpy's result dtype, when traced,
+verified or called eagerly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The derivative table (cfgrad/primitives.py), primitive by primitive (design §2, §10).
+"""The derivative table (cfgrad/primitives.py), primitive by primitive (docs/ir.md,
+"Primitive nodes"; docs/numerics.md).
 
 `CASES` holds one entry per primitive in `PRIMITIVES`: a hypothesis recipe that draws a
 shape (0-d, size-1 dimensions and broadcasting pairs included), values inside the

@@ -1,6 +1,6 @@
-"""Control flow through the public API: the seed examples, the regression list of design
-§10 (one named test each), and the API contract of design §8 around cond / switch /
-while_loop / fori_loop.
+"""Control flow through the public API: the seed examples, regressions of the bugs control
+flow once had (one named test each), and the API contract around cond / switch /
+while_loop / fori_loop (docs/api.md, "Control flow").
 
 Expected values are derived by hand in the comments, or come from an independent oracle:
 the same computation unrolled with Python control flow, which cfgrad sees as straight-line
@@ -92,7 +92,7 @@ def test_seed_while_loop(n: int) -> None:
 
 
 # ---------------------------------------------------------------------------------
-# Regressions of design §10
+# Regressions: one named test per bug control flow once had
 # ---------------------------------------------------------------------------------
 
 
@@ -386,7 +386,7 @@ def test_outer_value_returned_unchanged_from_inside_a_loop() -> None:
 
 
 # ---------------------------------------------------------------------------------
-# The API contract around control flow (design §8)
+# The API contract around control flow (docs/api.md, "Control flow")
 # ---------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""The error table of design §9, for the core: each situation raises its error type, and
+"""The errors of the core (docs/api.md, "Errors"): each situation raises its error type, and
 the message names what the user needs to fix it (the construct, both signatures, the
 offending shape/dtype, the source line).
 
@@ -393,7 +393,7 @@ def test_error_classes_derive_from_cfgrad_error() -> None:
     pytest.param(lambda: cg.grad(python_if, autograph=False)(1.0), id="tracer-bool"),
 ])
 def test_every_error_is_a_cfgrad_error(thunk: Callable[[], Any]) -> None:
-    """Design §9: all errors derive from cg.CfgradError, besides the builtin base (so
+    """docs/api.md, "Errors": all errors derive from cg.CfgradError, besides the builtin base (so
     `except cg.CfgradError` catches every misuse of cfgrad)."""
     with pytest.raises(Exception) as info:
         thunk()

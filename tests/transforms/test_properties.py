@@ -1,4 +1,4 @@
-"""Property tests over random structured programs (design §10, "Control flow").
+"""Property tests over random structured programs (docs/api.md, "Control flow").
 
 Hypothesis builds a small AST of statements over a state `(a, b, v)` (two float scalars
 and a float vector): assignments through random smooth primitives, a swap of `a` and `b`
