@@ -11,7 +11,7 @@
 - The module map of docs/index.md lists every module of cfgrad/ in an order in which each
   module imports only modules below it.
 
-`python tests/test_docs_api.py --update` reruns every runnable example and rewrites its
+`python tests/docs/test_docs_api.py --update` reruns every runnable example and rewrites its
 text block in docs/api.md; review the diff before keeping it.
 """
 
@@ -168,7 +168,7 @@ def test_example_prints_documented_output(line: int, code: re.Match, out: re.Mat
     printed = run_example(code.group(2))
     assert normalized(printed) == normalized(out.group(2)), (
         f"the example at docs/api.md:{line} printed something else than documented "
-        "(after a deliberate change, run `python tests/test_docs_api.py --update`)")
+        "(after a deliberate change, run `python tests/docs/test_docs_api.py --update`)")
 
 
 # -------------------------------------------------------------------------------------
@@ -317,5 +317,5 @@ def update_outputs(path: Path = API) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--update"]:
-        sys.exit("usage: python tests/test_docs_api.py --update")
+        sys.exit("usage: python tests/docs/test_docs_api.py --update")
     print(f"{update_outputs()} example outputs rewritten in {API}")

@@ -6,7 +6,7 @@ example's source with `linecache`, as a file's would be, since conversion reads 
 source. The page's promises beyond its examples are checked here against plain Python
 or closed forms, never against numbers cfgrad printed.
 
-`python tests/test_docs_autograph.py --update` reruns every runnable example and rewrites
+`python tests/docs/test_docs_autograph.py --update` reruns every runnable example and rewrites
 its text block; review the diff before keeping it.
 """
 
@@ -45,7 +45,7 @@ def test_the_page_has_its_examples() -> None:
 def test_example_prints_documented_output(line: int, code: re.Match, out: re.Match) -> None:
     assert normalized(run_example(code.group(2))) == normalized(out.group(2)), (
         f"the example at docs/autograph.md:{line} printed something else than documented "
-        "(after a deliberate change, run `python tests/test_docs_autograph.py --update`)")
+        "(after a deliberate change, run `python tests/docs/test_docs_autograph.py --update`)")
 
 
 # -------------------------------------------------------------------------------------
@@ -207,5 +207,5 @@ def test_python_number_loop_variable_takes_the_bodys_dtype() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--update"]:
-        sys.exit("usage: python tests/test_docs_autograph.py --update")
+        sys.exit("usage: python tests/docs/test_docs_autograph.py --update")
     print(f"{update_outputs(PAGE)} example outputs rewritten in {PAGE}")

@@ -9,7 +9,7 @@ tests/seed_programs.py (`NAME.txt`) and of its adjoint (`NAME.adjoint.txt`), com
 whole. After an intended change to the printer, the lowering or seed_programs.py,
 regenerate them and review the diff:
 
-    CFGRAD_REGEN_GOLDEN=1 python -m pytest tests/test_ir_text.py
+    CFGRAD_REGEN_GOLDEN=1 python -m pytest tests/ir/test_ir_text.py
 """
 
 from __future__ import annotations

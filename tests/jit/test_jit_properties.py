@@ -1,6 +1,6 @@
 """`cg.jit` over the random control-flow programs of the property tests.
 
-The programs come from the generators of tests/test_properties.py (statements over a
+The programs come from the generators of tests/transforms/test_properties.py (statements over a
 state `(a, b, v)` with cond / switch / while_loop / fori_loop nested to depth 3, swapping
 carries, zero-trip loops, clamped switch indices, bounded while loops) and of
 tests/seed_programs.py (expression trees with loops whose bounds may be traced). Each is

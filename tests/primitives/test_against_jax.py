@@ -413,16 +413,16 @@ def test_custom_rules_differentiated_where_they_ran_agree_with_jax(k, strategy):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
-# -- The elementwise family (issue 13): every example of tests/numpy_cases/elementwise.py,
-# value and gradient, against jax.numpy. Where JAX refuses an example (integer rounding
-# to negative decimals, a scalar polynomial, the gradient of a cast to an integer, an
-# array `base` of logspace broadcast against 2-D ends as numpy does) there
-# is nothing to compare; where JAX's gradient is nan and ours finite (polyfit at x = 0,
-# from JAX's power rule), ours is the one checked against central differences.
+# -- The elementwise family (issue 13): every example of
+# tests/primitives/numpy_cases/elementwise.py, value and gradient, against jax.numpy. Where JAX
+# refuses an example (integer rounding to negative decimals, a scalar polynomial, the gradient of a
+# cast to an integer, an array `base` of logspace broadcast against 2-D ends as numpy does) there is
+# nothing to compare; where JAX's gradient is nan and ours finite (polyfit at x = 0, from JAX's
+# power rule), ours is the one checked against central differences.
 
 
 def family_examples(family: str) -> list[tuple[str, int, dict]]:
-    """(name, number, example) for every example of tests/numpy_cases/<family>.py."""
+    """(name, number, example) for every example of tests/primitives/numpy_cases/<family>.py."""
     path = Path(__file__).parent / "numpy_cases" / f"{family}.py"
     spec = importlib.util.spec_from_file_location(f"numpy_cases_{family}_vs_jax", path)
     module = importlib.util.module_from_spec(spec)
@@ -489,7 +489,7 @@ def test_elementwise_family_agrees_with_jax(name, number, example):
         np.testing.assert_allclose(np.asarray(g)[finite], w[finite], rtol=1e-7, atol=1e-9)
 
 
-# -- linalg family: every example of tests/numpy_cases/linalg.py, value and gradient ----------
+# -- linalg family: every example of tests/primitives/numpy_cases/linalg.py, value and gradient
 
 
 def _jax_eig(a):

@@ -339,7 +339,7 @@ CREATION = {"asarray", "array", "copy", "zeros", "ones", "full", "empty", "zeros
 
 
 def test_only_the_constructors_make_arrays() -> None:
-    """Over every example of tests/numpy_cases, eagerly: the creation family returns
+    """Over every example of tests/primitives/numpy_cases, eagerly: the creation family returns
     Arrays; every other function returns plain numpy arrays for numpy arrays, and for
     Arrays too, unless it hands an argument back as it was (`cnp.real` of a real one)."""
     made = set()

@@ -1,4 +1,4 @@
-"""cnp.linalg beyond the example walker (tests/numpy_cases/linalg.py): the conventions
+"""cnp.linalg beyond the example walker (tests/primitives/numpy_cases/linalg.py): the conventions
 docs/api.md states (norm's gradient at 0, NaN Cholesky factors, refused derivatives of
 complete factors), eig's derivatives against closed forms (at a triangular matrix, where
 central differences of LAPACK's results are unreliable), and second derivatives through

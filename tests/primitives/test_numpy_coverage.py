@@ -2,7 +2,7 @@
 
 tests/data/numpy_api.txt lists the functions `cfgrad.numpy` provides, each marked `diff`
 (differentiable) or `nodiff` (integer, boolean, index or piecewise-constant results). The
-examples live in tests/numpy_cases/*.py, one file per family of functions, each a module
+examples live in tests/primitives/numpy_cases/*.py, one file per family of functions, each a module
 with a dict `EXAMPLES`: name -> list of example dicts with keys
 
     args       the positional arguments (numpy arrays, Python values)

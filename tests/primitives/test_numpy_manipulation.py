@@ -1,5 +1,5 @@
 """Edges of cfgrad.numpy's array manipulation that the example walker
-(tests/test_numpy_coverage.py) cannot reach: arguments traced by keyword (pad's
+(tests/primitives/test_numpy_coverage.py) cannot reach: arguments traced by keyword (pad's
 constant_values, repeat's repeats), indices computed inside a loop, the typed errors for
 traced arguments that set a shape, and the cost of a call (nodes per call)."""
 

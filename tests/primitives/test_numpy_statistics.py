@@ -1,4 +1,4 @@
-"""Edges of the statistics part of `cfgrad.numpy` that tests/test_numpy_coverage.py's
+"""Edges of the statistics part of `cfgrad.numpy` that tests/primitives/test_numpy_coverage.py's
 examples do not reach: the typed errors for arguments it refuses (out=, where= without
 initial=, a traced bincount without a length, unknown quantile methods), dtypes kept
 through quantiles and running products, and second derivatives of the new primitives

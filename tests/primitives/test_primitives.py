@@ -840,8 +840,8 @@ CASES: dict[str, Case] = {
     "stop_gradient": unary(cg.stop_gradient, dtypes=ALL),
 }
 
-# custom rules delegate to user functions (tests/test_custom.py covers them), nested
-# transformations to sub-programs (tests/test_higher_order.py)
+# custom rules delegate to user functions (tests/transforms/test_custom.py covers them), nested
+# transformations to sub-programs (tests/transforms/test_higher_order.py)
 CUSTOM = {n for n, p in PRIMITIVES.items() if p.family in ("custom", "transform")}
 DIFFERENTIABLE = sorted(n for n, p in PRIMITIVES.items() if not p.nondiff and n not in CUSTOM)
 BINARY_DIFFERENTIABLE = sorted(n for n in DIFFERENTIABLE if isinstance(CASES[n], BinaryCase))

@@ -1,6 +1,6 @@
-"""Numerical conventions beyond tests/test_primitives.py, and docs/numerics.md.
+"""Numerical conventions beyond tests/primitives/test_primitives.py, and docs/numerics.md.
 
-tests/test_primitives.py already checks every documented subgradient at a kink (`KINKS`:
+tests/primitives/test_primitives.py already checks every documented subgradient at a kink (`KINKS`:
 abs'(0), relu'(0), max/min ties, clip at its bounds, sqrt'(0), pow, floor, sign, prod,
 where) and logsumexp, softplus, sigmoid, log1p and expm1 at extreme float64 inputs
 (`EXTREMES`); this file does not repeat them. It adds:
@@ -91,7 +91,7 @@ AXES = [-1, 0, None, (0, 1)]
 @pytest.mark.parametrize("axis", AXES, ids=repr)
 @pytest.mark.parametrize("f", [cnp.log_softmax, cnp.softmax], ids=lambda f: f.__name__)
 def test_softmax_gradients_match_finite_differences(f, axis):
-    """tests/test_primitives.py checks the table; these two are built from it (a shift by
+    """tests/primitives/test_primitives.py checks the table; these two are built from it (a shift by
     a stop-gradient'ed maximum), so check the composition, normalized along `axis`."""
     rng = np.random.default_rng(0)
     x, w = rng.uniform(-3.0, 3.0, (3, 4)), rng.uniform(-1.0, 1.0, (3, 4))
@@ -258,7 +258,7 @@ def test_where_trap_is_per_element():
 
 
 # -------------------------------------------------------------------------------------
-# Domain edges that tests/test_primitives.py does not visit
+# Domain edges that tests/primitives/test_primitives.py does not visit
 # -------------------------------------------------------------------------------------
 
 BOUNDARIES = [
@@ -320,7 +320,7 @@ def test_conventions_table_is_the_derivative_table():
 
 
 def test_every_cited_test_exists():
-    """The 'tested by' column names cases of tests/test_primitives.py and of this file
+    """The 'tested by' column names cases of tests/primitives/test_primitives.py and of this file
     by id."""
     ids = {k[0] for k in KINKS} | {e[0] for e in EXTREMES} | {b[0] for b in BOUNDARIES}
     cited = [re.findall(r"`([^`]+)`", tests) for _, _, tests in conventions_rows()]

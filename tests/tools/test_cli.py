@@ -12,7 +12,7 @@ what that command prints (or, when the command names FILE, what it writes there)
 docs/inspector-demo.svg is exactly what its command saves. Rewrite them after an
 intended change with
 
-    CFGRAD_REGEN_GOLDEN=1 python -m pytest tests/test_cli.py
+    CFGRAD_REGEN_GOLDEN=1 python -m pytest tests/tools/test_cli.py
 
 and review the diff.
 """

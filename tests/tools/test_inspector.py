@@ -6,7 +6,7 @@ mirrored, run) of one seed example of tests/seed_programs.py, rendered by
 NAME.VIEW.w60.txt is the same at width 60. After an intended change to the inspector,
 the lowering or seed_programs.py, regenerate them and review the diff:
 
-    CFGRAD_REGEN_GOLDEN=1 python -m pytest tests/test_inspector.py
+    CFGRAD_REGEN_GOLDEN=1 python -m pytest tests/tools/test_inspector.py
 
 Besides the goldens: determinism, NO_COLOR, narrow consoles, folding of long blocks, the
 run view's numbers against independently derived ones (visit and decision counts, trip

@@ -87,7 +87,7 @@ def test_a_bad_leaf_inside_a_pytree_is_named_by_position() -> None:
 
 def test_complex_gradient_is_never_silently_zero() -> None:
     """grad of a real loss of a complex input returned zeros, then was refused; now it is
-    JAX's value, conj(z)/|z| (tests/test_complex.py checks the convention)."""
+    JAX's value, conj(z)/|z| (tests/primitives/test_complex.py checks the convention)."""
     np.testing.assert_allclose(cg.grad(lambda z: cnp.sum(cnp.abs(z)))(np.array([3 + 4j])),
                                [0.6 - 0.8j], rtol=1e-15)
 

@@ -585,7 +585,7 @@ def test_derivatives_of_a_gradient_differentiate_fwd_and_bwd_as_ordinary_code():
 # JAX differentiates a gradient's reverse pass as ordinary code: a custom_vjp's bwd runs
 # at the cotangent that reached it and is differentiated there, whatever it is linear in.
 # Every expectation below is derived by hand from that (the derivation in the comment);
-# tests/test_against_jax.py checks the same programs against JAX itself.
+# tests/primitives/test_against_jax.py checks the same programs against JAX itself.
 
 CLIP = 0.6
 

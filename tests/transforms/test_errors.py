@@ -106,7 +106,7 @@ def if_inside_a_branch(x):
 def test_python_control_flow_on_a_tracer(fun: Callable, args: tuple, suggests: str) -> None:
     """Traced as written (`autograph=False`), Python control flow on a traced value is a
     TracerBoolError naming the line and the explicit form to use instead (converted, the
-    default, `if`/`while`/`for` work: tests/test_autograph*.py)."""
+    default, `if`/`while`/`for` work: tests/convert/test_autograph*.py)."""
     for transform in (lambda: cg.grad(fun, autograph=False)(*args),
                       lambda: cg.lower(fun, *args, autograph=False)):
         message = raised(cg.TracerBoolError, transform)

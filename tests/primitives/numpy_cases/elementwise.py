@@ -1,5 +1,5 @@
-"""Examples of the elementwise family for tests/test_numpy_coverage.py: elementwise math and
-predicates, creation functions and the polynomial functions (issue 13).
+"""Examples of the elementwise family for tests/primitives/test_numpy_coverage.py:
+elementwise math and predicates, creation functions and the polynomial functions (issue 13).
 
 Float inputs sit inside each function's domain and away from its kinks (where finite
 differences would straddle a jump); integer and bool inputs check the result's dtype kind.

@@ -362,7 +362,8 @@ EXAMPLES = {
         dict(args=(spd(3),), reference=jax_eig),  # real spectrum: numpy's arrays are real
         # LAPACK takes another path for a triangular matrix than for a perturbed one: the
         # eigenvectors' signs differ there, so values only (as the triangular eigvals
-        # example below; tests/test_linalg.py checks the derivatives against closed forms)
+        # example below; tests/primitives/test_linalg.py checks the derivatives against
+        # closed forms)
         dict(args=(np.array([[2.0, 1.0], [0.0, 3.0]]),), reference=jax_eig, grad=False),
         dict(args=(ROTATING,), reference=jax_eig),  # a conjugate pair
         dict(args=(well(3),), reference=jax_eig),
@@ -374,7 +375,7 @@ EXAMPLES = {
         dict(args=(spd(3),), reference=jax_eigvals),
         # LAPACK reads a triangular matrix's eigenvalues off the diagonal in order, but
         # orders a perturbed one's as its QR iteration finds them: central differences
-        # would see a permutation, so values only (tests/test_linalg.py checks the
+        # would see a permutation, so values only (tests/primitives/test_linalg.py checks the
         # derivatives at a triangular matrix against the closed form)
         dict(args=(np.triu(well(3, 2)),), reference=jax_eigvals, grad=False),
         dict(args=(ROTATING,), reference=jax_eigvals),

@@ -1,4 +1,4 @@
-"""Examples of cfgrad.numpy's array manipulation (tests/test_numpy_coverage.py): joining
+"""Examples of cfgrad.numpy's array manipulation (tests/primitives/test_numpy_coverage.py): joining
 and splitting, flips, padding, repeats, gathers, diagonals and triangles, index grids and
 the axis shuffles. `reference=` marks JAX's semantics where numpy's differ (out-of-bounds
 `take`, `unravel_index`, the lists JAX returns)."""

@@ -2,7 +2,7 @@
 order statistics, moments, cumulative sums and products, sorting and searching,
 differences, integrals and interpolation. Inputs for derivative checks stay clear of ties
 and kinks (distinct entries, points between knots); the conventions at ties are tested in
-tests/test_subgradients.py."""
+tests/primitives/test_subgradients.py."""
 
 import numpy as np
 
