@@ -1,9 +1,9 @@
 """Numerical conventions beyond tests/primitives/test_primitives.py, and docs/numerics.md.
 
-tests/primitives/test_primitives.py already checks every documented subgradient at a kink (`KINKS`:
-abs'(0), relu'(0), max/min ties, clip at its bounds, sqrt'(0), pow, floor, sign, prod,
-where) and logsumexp, softplus, sigmoid, log1p and expm1 at extreme float64 inputs
-(`EXTREMES`); this file does not repeat them. It adds:
+tests/primitives/test_primitives.py already checks every documented subgradient at a kink
+(`KINKS` of tests/primitive_facts.py: abs'(0), relu'(0), max/min ties, clip at its bounds,
+sqrt'(0), pow, floor, sign, prod, where) and logsumexp, softplus, sigmoid, log1p and expm1
+at extreme float64 inputs (`EXTREMES`); this file does not repeat them. It adds:
 
 - log_softmax and softmax (compositions in cfgrad.numpy, not table entries) against finite
   differences over every kind of axis, and at extreme inputs; the stable primitives in
@@ -320,8 +320,8 @@ def test_conventions_table_is_the_derivative_table():
 
 
 def test_every_cited_test_exists():
-    """The 'tested by' column names cases of tests/primitives/test_primitives.py and of this file
-    by id."""
+    """The 'tested by' column names cases of tests/primitive_facts.py and of this file by
+    id."""
     ids = {k[0] for k in KINKS} | {e[0] for e in EXTREMES} | {b[0] for b in BOUNDARIES}
     cited = [re.findall(r"`([^`]+)`", tests) for _, _, tests in conventions_rows()]
     assert sum(map(len, cited)) >= 20
