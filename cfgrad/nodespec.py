@@ -6,7 +6,7 @@ its flags, its text syntax, the inspector's style for it and a one-line doc. Fro
 declarations come the printer's and the parser's spelling (ir.py, irparse.py), the
 verifier's per-kind arity checks (verify.py), the inspector's styles (inspector/layout.py,
 dot.py), the flag sets the interpreter and the reverse passes consult, and the node
-table of docs/ir.md (tests/test_docs_ir.py renders it from here and fails when the page
+table of docs/ir.md (tests/docs/test_docs_ir.py renders it from here and fails when the page
 differs). The shape follows libFirm's node specification (inputs and outputs as named,
 documented pairs, flags as words) and MLIR/xDSL's declarative assembly formats (a
 syntax string of literals and `$variables` drives both printing and parsing).

@@ -114,7 +114,7 @@ class Primitive:
         """The static parameters the primitive takes, every one required: those its shape
         rule names after the input types (`sum`: axes, keepdims; `sin`: none). The shape
         rule is the declaration the implementation and the derivative rules agree with
-        (tests/test_primitives.py holds the table to it); an implementation that accepts
+        (tests/primitives/test_primitives.py holds the table to it); an implementation that accepts
         more (`np.clip`'s `out`, `**kwargs`) must not let a mistyped parameter reach it."""
         return tuple(list(inspect.signature(self.abstract).parameters)[1:])
 

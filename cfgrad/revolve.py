@@ -118,9 +118,10 @@ class OnlinePlacement:
     optimal final set fills all s slots and keeps the gap after its i-th snapshot within
     s − i + 1 steps (the last within 2), so each of its segments costs 2·length − 1; the
     rule keeps that invariant as long as it can be kept, filling the early gaps first.
-    Beyond that range it is the greedy choice "as if the loop ends now"; tests/test_revolve.py
-    and docs/checkpointing.md give its measured distance from the optimum (for T <= 1000:
-    at most 10.2%, at s = 2; 5.1% from s = 3, 2.3% from s = 6).
+    Beyond that range it is the greedy choice "as if the loop ends now";
+    tests/checkpoint/test_revolve.py and docs/checkpointing.md give its measured distance
+    from the optimum (for T <= 1000: at most 10.2%, at s = 2; 5.1% from s = 3, 2.3% from
+    s = 6).
 
     Cost: between changes of the snapshot set, nothing (the sweep compares n with `due`);
     at a change, O(s) evaluations of the closed form to weigh the evictions and a doubling

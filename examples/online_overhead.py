@@ -8,7 +8,7 @@ little as a body can and the strategy's own bookkeeping would show if it were no
 iteration. Online(s) must re-run the body T + t(T, s) times in all (the revolve optimum
 for its memory, plus what not knowing T costs), so its time should be about StoreAll's
 time per body evaluation times that count, no more. The table prints both ratios; nothing
-here asserts a time (tests/test_examples.py only checks that the gradients agree).
+here asserts a time (tests/docs/test_examples.py only checks that the gradients agree).
 """
 
 from __future__ import annotations

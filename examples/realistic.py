@@ -639,7 +639,7 @@ REALISTIC = tuple(w for w in WORKLOADS if w.name != "rk23")
 
 def example_args() -> dict[str, tuple]:
     """Two of the programs at their quick arguments, for `cfgrad inspect
-    examples/realistic.py:rk23` (tests/test_cli.py runs every example function named here,
+    examples/realistic.py:rk23` (tests/tools/test_cli.py runs every example function named here,
     about a second each, so not all nine)."""
     return {w.fun.__name__: w.args(True) for w in WORKLOADS if w.name in ("rk23", "bisection")}
 

@@ -10,7 +10,7 @@ or script with runpy, and exits with the status Python would (0, SystemExit's co
 after printing an uncaught exception's traceback). Each command still has a process of
 its own, forked from a server that has run nothing but imports (one thread, no Numba), so
 no command sees what another did; what differs from a fresh interpreter is only that the
-preloaded modules are imported before the command starts (tests/test_cli.py compares a
+preloaded modules are imported before the command starts (tests/tools/test_cli.py compares a
 real `python -m cfgrad` run with a forked one). Where there is no `os.fork`, commands run
 as real subprocesses.
 """

@@ -3,8 +3,8 @@
 The printed IR carries source locations (`; seed_programs.py:41`), so the golden files in
 tests/golden/ and the worked example in docs/ir.md depend on the line numbers of this
 file. After editing it, regenerate the goldens
-(`CFGRAD_REGEN_GOLDEN=1 python -m pytest tests/test_ir_text.py`) and paste the new cond
-example into docs/ir.md (tests/test_docs_ir.py says where when they differ).
+(`CFGRAD_REGEN_GOLDEN=1 python -m pytest tests/ir/test_ir_text.py`) and paste the new cond
+example into docs/ir.md (tests/docs/test_docs_ir.py says where when they differ).
 """
 
 from __future__ import annotations

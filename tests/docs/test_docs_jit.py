@@ -1,0 +1,89 @@
+"""docs/jit.md stays true to the code.
+
+- Every runnable example (a ```python block followed directly by a ```text block, as in
+  docs/api.md) prints exactly the output the page shows: `Jitted.info` on a compiled
+  signature and the exact `CompileWarning` of each documented fallback.
+- The page's list of primitives without a compiled form is exactly the derivative
+  table's primitives that have neither a `kernel` nor a numpy ufunc Numba compiles (the
+  node kinds the backend writes itself, `call`, `vjp_call` and `const`, and those that
+  always fall back for a reason the page's table gives, aside).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from primitive_facts import FACTS
+from test_docs_api import normalized, run_example, runnable_examples
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = (ROOT / "docs" / "jit.md").read_text(encoding="utf-8")
+EXAMPLES = runnable_examples(DOC)
+
+# written by the backend itself, or falling back with a reason of their own on the page
+NOT_LISTED = {"call", "vjp_call", "const", "custom_vjp", "custom_jvp", "debug_callback"}
+
+
+def test_the_page_has_its_example() -> None:
+    assert len(EXAMPLES) >= 1
+
+
+@pytest.mark.parametrize(("line", "code", "out"), EXAMPLES,
+                         ids=[f"jit.md:{line}" for line, _, _ in EXAMPLES])
+def test_example_prints_documented_output(line: int, code: re.Match, out: re.Match) -> None:
+    assert normalized(run_example(code.group(2))) == normalized(out.group(2)), (
+        f"the example at docs/jit.md:{line} printed something else than documented")
+
+
+def documented_uncompiled() -> list[str]:
+    """The backquoted names of the bullet list after 'The primitives without a compiled
+    form so far', parenthesised remarks left out."""
+    after = DOC.split("The primitives without a compiled form so far", 1)[1]
+    bullets = after[after.index("\n- "):after.index("\n\n", after.index("\n- "))]
+    return re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", bullets))
+
+
+def test_uncompiled_primitives_are_listed() -> None:
+    """The page lists the primitives tests/primitive_facts.py marks refused (which
+    tests/primitives/test_kernels.py checks, each refusal with its reason), but for the
+    custom rules and callbacks the fallback table names."""
+    refused = {name for name, facts in FACTS.items() if facts.compiled == "refused"}
+    actual = sorted(refused - NOT_LISTED)
+    listed = documented_uncompiled()
+    assert len(listed) == len(set(listed))
+    assert sorted(listed) == actual, (
+        "docs/jit.md's list of primitives without a compiled form: "
+        f"missing {sorted(set(actual) - set(listed))}, stale {sorted(set(listed) - set(actual))}")
+
+
+def _twice(x):
+    return x * 2.0 + 1.0
+
+
+def test_compile_info_of_a_program_compiled_before_in_this_process() -> None:
+    """docs/jit.md: `from_disk_cache=False` means Numba compiled the program, unless
+    `reused`: two jitted versions of one function generate the same module, and the
+    second finds its machine code already compiled in this process."""
+    import cfgrad as cg
+
+    first = cg.jit(_twice).info(1.0)
+    second = cg.jit(_twice).info(1.0)
+    assert second.reused and not second.from_disk_cache
+    assert first.from_disk_cache or first.reused or first.compile_seconds > 1e-3
+
+
+def test_compile_info_fields_are_the_pages_table() -> None:
+    """The page says how many fields `CompileInfo` has and lists each in a table: both
+    are the dataclass's fields (it said five and listed six)."""
+    import dataclasses
+
+    from cfgrad.jitted import CompileInfo
+
+    fields = [f.name for f in dataclasses.fields(CompileInfo)]
+    section = DOC[DOC.index("`CompileInfo` has"):]
+    words = {"five": 5, "six": 6, "seven": 7, "eight": 8}
+    count = words[re.match(r"`CompileInfo` has (\w+) fields", section).group(1)]
+    rows = re.findall(r"^\| `(\w+)` \|", section.split("\n\n")[1], re.M)
+    assert count == len(fields) and sorted(rows) == sorted(fields), (count, rows, fields)
