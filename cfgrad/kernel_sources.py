@@ -1,4 +1,4 @@
-"""The Numba source of the derivative table's `kernel` fields (see `primitives.Primitive`).
+"""The Numba source of the derivative table's `Source` declarations (see `primitives.Source`).
 
 Each function takes the operands' expressions `args`, their TensorTypes `types`, the
 result's type `out` and the node's parameters, and returns one expression of Numba's
@@ -6,9 +6,9 @@ numpy subset, computing what the entry's numpy implementation computes. A value 
 () is a native scalar there, so the shapes decide between scalar and array code. What
 one expression cannot say is a helper of `kernels.py`, named `K.…` here. A kernel that
 meets a case it cannot compile raises `Unsupported` (native.py names it) with the reason.
-A kernel marked `constants = True` also takes `const`, which turns an array worked out
-while generating the code (the positions a constant index array reads) into the
-expression that reads it at run time.
+An entry declaring `Source(..., constants=True)` has its function also take `const`,
+which turns an array worked out while generating the code (the positions a constant
+index array reads) into the expression that reads it at run time.
 """
 
 from __future__ import annotations
@@ -58,7 +58,11 @@ accumulate_outer = _helper("accumulate_outer", "acc += outer(a, b) in place, ent
 
 
 def sign(args, types, out):
-    """numpy's sign(-0.0) is 0.0 (Numba's -0.0): adding a zero makes it so."""
+    """numpy's sign(-0.0) is 0.0 (Numba's -0.0): adding a zero makes it so. Numba's sign
+    of a uint8 array reads it as signed (200 gives 255): of unsigned integers, the
+    smaller of x and 1."""
+    if out.dtype.kind == "u":
+        return f"np.minimum({args[0]}, {_dt(out)}(1))"
     if out.dtype.kind != "f":
         return f"np.sign({args[0]})"
     return f"(np.sign({args[0]}) + {_zero(out)})"
@@ -83,8 +87,6 @@ def divide(args, types, out):
     return f"np.complex64({value})" if out.shape == () else f"{value}.astype(np.complex64)"
 
 
-divide.elementwise = True  # an array expression Numba fuses, on reals (native._fusible_chains)
-
 
 def _width(value: str, out: Any, computed: type) -> str:
     """`value`, which an integer helper computes in the 64-bit type `computed`, cast to
@@ -108,7 +110,6 @@ def _division(name: str, ufunc: str, signed: str | None, real: str | None) -> An
 
     kernel.__name__ = name
     kernel.__doc__ = f"numpy's {ufunc}, which x86 and Numba differ from at edge operands"
-    kernel.elementwise = True  # on floats a ufunc Numba fuses (native._elementwise)
     return kernel
 
 
@@ -467,8 +468,6 @@ def scatter_add(args, types, out, spec, shape, const):
     return f"K.set_at(np.zeros({tuple(shape)}, {_dt(out)}), ({sub}), {args[0]})"
 
 
-index.constants = scatter_add.constants = True  # they take `const` (see native.kernel_source)
-
 
 def accumulate_index(args, types, out, spec):
     if _array_indices(types, 2):
@@ -496,12 +495,3 @@ def angle(args, types, out):
         return f"np.arctan2({args[0]}.imag, {args[0]}.real)"
     return f"np.arctan2({_zero(out)}, {args[0]})"
 
-
-def write_row(args, types, out):
-    raise Unsupported("write_row (a cg.scan's output stack) is written in place by "
-                      "iterations that a compiled loop would have to own; not compiled yet")
-
-
-def needs_lapack(args, types, out, **params):
-    raise Unsupported("needs SciPy's LAPACK (Numba's np.linalg calls SciPy's; cfgrad does "
-                      "not depend on SciPy)")

@@ -9,6 +9,7 @@ where the comment says bitwise.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numba
@@ -16,6 +17,8 @@ import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
+
+from .primitives import square_and_multiply
 
 _PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE (numpy/_core/src/umath/loops_utils.h.src)
 
@@ -188,22 +191,13 @@ def add_at(acc, index, value):
     return acc
 
 
-@numba.njit(cache=True)
-def integer_pow(x, n):
-    """x ** n for n > 16 by repeated squaring, as primitives._integer_pow_impl (a negative
-    n is 1 / this, written by the kernel: here an integer x stays an integer, exact, where
-    one function returning either would make every result a float)."""
-    result = x
-    have = False
-    base = x
-    while n:
-        if n & 1:
-            result = base if not have else result * base
-            have = True
-        n >>= 1
-        if n:
-            base = base * base
-    return result
+# x ** n for n > 16 by the chain of multiplications integer_pow's other forms write out (a
+# negative n is 1 / this, written by the entry's source: here an integer x stays an integer,
+# exact, where one function returning either would make every result a float)
+integer_pow = numba.njit(cache=True)(square_and_multiply)
+
+#: The files whose code the helpers compile: a compiled program's cache key hashes them.
+SOURCE_FILES = (__file__, inspect.getsourcefile(square_and_multiply))
 
 
 # -- Integer and floor division, remainders, integer powers: numpy's results at every

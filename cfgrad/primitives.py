@@ -36,6 +36,66 @@ from .trace_context import current_trace, is_being_built
 # ---------------------------------------------------------------------------------
 
 
+# -- How an entry compiles (native.py reads only this declaration): one of four kinds.
+
+
+@dataclass(frozen=True)
+class Ufunc:
+    """Compiled as the entry's own implementation, a numpy ufunc that Numba compiles with
+    numpy's semantics (Numba's documentation, "Supported NumPy features": ufuncs), written
+    `np.<its name>(…)`; with `operator`, as the entry's `operator` instead, for a ufunc
+    whose Python operator is exactly it on Numba's scalars and arrays too. Only for an
+    entry without parameters; `_register` fills `name` from the implementation."""
+
+    operator: bool = False
+    name: str = ""
+
+    def source(self, prim: Primitive, args: list[str]) -> str:
+        if self.operator:
+            return prim.operator.format(*args)
+        return f"np.{self.name}({', '.join(args)})"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Compiled as the expression `write(args, types, out, **params)` returns: Numba
+    source computing what the entry's implementation computes from the operands'
+    expressions `args` (their TensorTypes `types`, the result's `out`); a case it cannot
+    compile raises `Unsupported` with the reason. `elementwise`: on float operands the
+    expression is an elementwise array expression Numba fuses with its neighbours
+    (native's fused chains). `constants`: `write` also takes `const`, which turns an
+    array worked out while generating the code into the expression reading it at run
+    time (the positions a constant index array reads)."""
+
+    write: Callable[..., str]
+    elementwise: bool = False
+    constants: bool = False
+
+
+@dataclass(frozen=True)
+class NotCompiled:
+    """No compiled form: a program using the entry runs in the interpreter, and
+    `cg.jit` says why with `reason` (`primitive `sort` has no compiled implementation:
+    <reason>`)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Structural:
+    """Compiled by native.py's writer itself rather than from an expression of its
+    operands (a constant becomes a module constant, a sub-program a function of its
+    own); `how` says which way."""
+
+    how: str
+
+
+Compilation = Ufunc | Source | NotCompiled | Structural
+UFUNC = Ufunc()
+NEEDS_LAPACK = NotCompiled("it needs SciPy's LAPACK (Numba's np.linalg calls SciPy's; cfgrad "
+                           "does not depend on SciPy)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Primitive:
     """One entry of the table. Fields are named at every declaration (keyword-only), so a
@@ -99,15 +159,30 @@ class Primitive:
     # JAX refuses them (floor, mod, clip, argmax: no order or no integer part), or the
     # kernel and rules are those of real numbers (sigmoid's exp(-|x|)).
     real_only: bool = False
-    # The compiled backend's implementation (native.py): kernel(args, types, out, **params)
-    # -> an expression of Numba's numpy subset computing the result from the operands'
-    # expressions `args` (`types` are their TensorTypes, `out` the result's). None: an
-    # entry whose `impl` is a numpy ufunc Numba compiles needs none; any other has no
-    # compiled form, and a program using it runs in the interpreter.
-    kernel: Callable[..., str] | None = None
+    # How the compiled backend (native.py) computes the entry: a `Ufunc`, a `Source`
+    # function, `Structural`, or `NotCompiled` with the reason a user is told. Every entry
+    # of the table declares one (`_register` refuses None, which only an entry made
+    # outside the table has: not compiled); tests/test_primitive_table.py checks each
+    # declaration against the interpreter.
+    compiled: Compilation | None = None
+    # Python source computing the result exactly as `impl` does on numpy operands, which
+    # the interpreter writes in place of a call (a ufunc call costs more than its work
+    # on scalars): a format string of the operands' sources, `"({0} - {1})"`, for an entry
+    # without parameters, or a function (operand sources, **params) -> source, or None
+    # where no such source exists for those parameters. A `Ufunc(operator=True)`
+    # declaration has the compiled code write the same string.
+    operator: str | Callable[..., str | None] | None = None
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+    def operator_source(self, args: list[str], params: dict[str, Any]) -> str | None:
+        """The `operator` source of a node on operands `args` with `params`, or None."""
+        if self.operator is None:
+            return None
+        if isinstance(self.operator, str):
+            return None if params else self.operator.format(*args)
+        return self.operator(args, **params)
 
     @functools.cached_property
     def params(self) -> tuple[str, ...]:
@@ -162,7 +237,13 @@ def _register(p: Primitive) -> Primitive:
                 raise LoweringError(problem)
         return result
 
-    p = PRIMITIVES[p.name] = dataclasses.replace(p, abstract=abstract)
+    compiled = p.compiled
+    assert compiled is not None, f"{p.name} declares no compiled form"
+    if isinstance(compiled, Ufunc):
+        assert isinstance(p.impl, np.ufunc) and not p.params, p.name
+        assert not compiled.operator or isinstance(p.operator, str), p.name
+        compiled = dataclasses.replace(compiled, name=p.impl.__name__)
+    p = PRIMITIVES[p.name] = dataclasses.replace(p, abstract=abstract, compiled=compiled)
     return p
 
 
@@ -448,7 +529,8 @@ def _to_out_shape(t: Any, out: Any) -> Any:
 
 def _unary(name: str, impl: Callable, deriv: Callable[[Any, Any], Any] | None,
            notes: str = "", promote: str = "float", out_dtype: Any = None,
-           real_only: bool = False, kernel: Callable[..., str] | None = None) -> None:
+           real_only: bool = False, compiled: Compilation = UFUNC,
+           operator: str | None = None) -> None:
     """deriv(x, out) is the pointwise derivative, written with traced values. For complex
     x it is the complex derivative of a holomorphic function, and `ct * deriv` is then
     JAX's VJP as it stands (the transpose, not the conjugate transpose, of t -> t*deriv)."""
@@ -464,7 +546,7 @@ def _unary(name: str, impl: Callable, deriv: Callable[[Any, Any], Any] | None,
     _register(Primitive(name=name, impl=impl, abstract=_elementwise_type(name, out_dtype), vjp=vjp,
                         jvp=jvp, family="elementwise",
                         promote=promote, nondiff=deriv is None, notes=notes,
-                        real_only=real_only, kernel=kernel))
+                        real_only=real_only, compiled=compiled, operator=operator))
 
 
 def _sigmoid_impl(x: np.ndarray) -> np.ndarray:
@@ -479,7 +561,7 @@ def _relu_impl(x: np.ndarray) -> np.ndarray:
 _register(Primitive(name="neg", impl=np.negative, abstract=_elementwise_type("neg"),
                     vjp=lambda ct, xs, out: (-ct,),
                     jvp=lambda ts, xs, out: None if ts[0] is None else -ts[0],
-                    family="elementwise"))
+                    family="elementwise", compiled=Ufunc(operator=True), operator="(-{0})"))
 _unary("exp", np.exp, lambda x, y: y)
 _unary("log", np.log, lambda x, y: 1.0 / x, "domain x > 0; log(0) = -inf, gradient inf")
 _unary("log1p", np.log1p, lambda x, y: 1.0 / (1.0 + x), "domain x > -1; accurate near 0")
@@ -523,18 +605,19 @@ def _abs_jvp(ts, xs, out):
 _register(Primitive(
     name="abs", impl=np.abs,
     abstract=lambda types: TensorType(types[0].shape, real_dtype(types[0].dtype)),
-    vjp=_abs_vjp, jvp=_abs_jvp, family="elementwise", promote="none",
+    vjp=_abs_vjp, jvp=_abs_jvp, family="elementwise", promote="none", compiled=UFUNC,
+    operator="abs({0})",
     notes="abs'(0) = 0 (the minimum-norm subgradient); for complex z the result is real, "
           "d|z| = Re(conj(z)/|z| dz), 0 at z = 0 (as JAX)"))
 _unary("sign", np.sign, None, "derivative 0 everywhere (undefined at 0, taken as 0)",
-       promote="same", kernel=ks.sign)
+       promote="same", compiled=Source(ks.sign))
 _unary("sigmoid", _sigmoid_impl, lambda x, y: y * (1.0 - y),
-       "computed from exp(-|x|): finite for any input", real_only=True, kernel=ks.sigmoid)
+       "computed from exp(-|x|): finite for any input", real_only=True, compiled=Source(ks.sigmoid))
 _unary("relu", _relu_impl, lambda x, y: _mask(x > 0, x), "relu'(0) = 0", promote="same",
-       real_only=True, kernel=ks.relu)
+       real_only=True, compiled=Source(ks.relu))
 _unary("softplus", lambda x: np.logaddexp(np.zeros((), x.dtype), x),
        lambda x, y: bind("sigmoid", x), "log(1 + e^x) via logaddexp: finite for any input",
-       real_only=True, kernel=ks.softplus)
+       real_only=True, compiled=Source(ks.softplus))
 _unary("floor", np.floor, None, "derivative 0 (undefined at integers, taken as 0)",
        real_only=True)
 _unary("rint", np.rint, None,
@@ -543,12 +626,12 @@ _unary("rint", np.rint, None,
 _register(Primitive(
     name="stop_gradient", impl=lambda x: x[()], abstract=_elementwise_type("stop_gradient"),
     family="elementwise",
-    promote="none", nondiff=True, kernel=ks.identity,
+    promote="none", nondiff=True, compiled=Source(ks.identity),
     notes="the identity whose derivative is taken as 0: no gradient flows through it",
     aliases=True))
 _unary("isfinite", np.isfinite, None, promote="none", out_dtype=np.bool_)
 _unary("logical_not", np.logical_not, None, promote="none", out_dtype=np.bool_)
-_unary("invert", np.invert, None, promote="none")
+_unary("invert", np.invert, None, promote="none", operator="(~{0})")
 
 # ---------------------------------------------------------------------------------
 # Elementwise binary
@@ -557,7 +640,7 @@ _unary("invert", np.invert, None, promote="none")
 
 def _binary(name: str, impl: Callable, dx: Callable | None, dy: Callable | None,
             notes: str = "", promote: str = "same", out_dtype: Any = None,
-            kernel: Callable[..., str] | None = None) -> None:
+            compiled: Compilation = UFUNC, operator: str | None = None) -> None:
     """dx(x, y, out) and dy(x, y, out) are the partial derivatives (full shape)."""
     if dx is None:
         vjp = jvp = None
@@ -574,7 +657,8 @@ def _binary(name: str, impl: Callable, dx: Callable | None, dy: Callable | None,
 
     _register(Primitive(name=name, impl=impl, abstract=_elementwise_type(name, out_dtype), vjp=vjp,
                         jvp=jvp, family="elementwise",
-                        promote=promote, nondiff=dx is None, notes=notes, kernel=kernel))
+                        promote=promote, nondiff=dx is None, notes=notes, compiled=compiled,
+                        operator=operator))
 
 
 def _add_vjp(ct, xs, out):
@@ -598,22 +682,23 @@ def _div_vjp(ct, xs, out):
 
 _register(Primitive(name="add", impl=np.add, abstract=_elementwise_type("add"), vjp=_add_vjp,
                     jvp=lambda ts, xs, out: _to_out_shape(_add_terms(*ts), out),
-                    family="elementwise"))
+                    family="elementwise", compiled=Ufunc(operator=True), operator="({0} + {1})"))
 _register(Primitive(name="sub", impl=np.subtract, abstract=_elementwise_type("sub"), vjp=_sub_vjp,
                     jvp=lambda ts, xs, out: _to_out_shape(
                         _add_terms(ts[0], None if ts[1] is None else -ts[1]), out),
-                    family="elementwise"))
+                    family="elementwise", compiled=Ufunc(operator=True), operator="({0} - {1})"))
 _register(Primitive(name="mul", impl=np.multiply, abstract=_elementwise_type("mul"), vjp=_mul_vjp,
                     jvp=lambda ts, xs, out: _add_terms(None if ts[0] is None else ts[0] * xs[1],
                                                    None if ts[1] is None else xs[0] * ts[1]),
-                    family="elementwise"))
+                    family="elementwise", compiled=Ufunc(operator=True), operator="({0} * {1})"))
 _register(Primitive(name="div", impl=np.true_divide, abstract=_elementwise_type("div"),
                     vjp=_div_vjp,
                     jvp=lambda ts, xs, out: _add_terms(
                         None if ts[0] is None else ts[0] / xs[1],
                         None if ts[1] is None else -ts[1] * out / xs[1]),
                     family="elementwise", promote="float",
-                    notes="x / 0 gives ±inf or nan, as numpy", kernel=ks.divide))
+                    notes="x / 0 gives ±inf or nan, as numpy", operator="({0} / {1})",
+                    compiled=Source(ks.divide, elementwise=True)))
 
 
 def _pow_dy(x, y, out):
@@ -638,48 +723,62 @@ _binary("pow", np.power, _pow_dx, _pow_dy,
         "0 where y == 0 (also at x = 0, as JAX); int ** int stays integer, as numpy, and "
         "bool ** bool is int8, numpy's",
         out_dtype=DtypeOf(lambda dtype: np.dtype(np.int8) if dtype == np.bool_ else dtype),
-        kernel=ks.power)
+        compiled=Source(ks.power))
 
 
-def _integer_pow_impl(x: np.ndarray, n: int) -> np.ndarray:
-    """x ** n for a static integer n by repeated squaring, as JAX's integer_pow: exact for
-    integers, defined for negative bases, and a few multiplications instead of pow()."""
-    if n < 0:
-        return 1 / _integer_pow_impl(x, -n)
-    result, base = None, x
+def square_and_multiply(x: Any, n: int) -> Any:
+    """x ** n for an integer n >= 1 by repeated squaring, as JAX's integer_pow: exact for
+    integers, defined for negative bases, a few multiplications instead of pow(). The one
+    chain of multiplications integer_pow is computed by: its numpy implementation runs it
+    on arrays, the interpreter and the compiled code write it out as source (`_Product`),
+    and compiled code past n = 16 calls Numba's compile of it (`kernels.integer_pow`), so
+    all of them multiply the same operands in the same order and round alike."""
+    result = x
+    have = False
+    base = x
     while n:
         if n & 1:
-            result = base if result is None else result * base
+            result = base if not have else result * base
+            have = True
         n >>= 1
         if n:
             base = base * base
-    return np.ones_like(x) if result is None else result
-
-
-def integer_pow_source(x: str, n: int) -> str | None:
-    """Source computing `x ** n` by exactly `_integer_pow_impl`'s multiplications (same
-    operands, same order, so the same rounding), for 1 <= n <= 16; None otherwise. The
-    interpreter and the compiled backend both emit it, so neither calls a function."""
-    if not 1 <= n <= 16:
-        return None
-    result, base, k = None, x, n
-    while k:
-        if k & 1:
-            result = base if result is None else f"({result} * {base})"
-        k >>= 1
-        if k:
-            base = f"({base} * {base})"
     return result
 
 
-def _integer_pow_kernel(args, types, out, n):
-    """x ** |n| by the multiplications of `integer_pow_source` (`K.integer_pow` past 16),
-    and for a negative n its reciprocal, 1 of the result's dtype over it (a bare 1 is an
-    int64 to Numba, which would make a float32 quotient a float64)."""
+class _Product:
+    """The source of a value that `*` writes out: `square_and_multiply` of one gives the
+    source of its chain, `((x * x) * x)`."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def __mul__(self, other: _Product) -> _Product:
+        return _Product(f"({self.source} * {other.source})")
+
+
+def _integer_pow_impl(x: np.ndarray, n: int) -> np.ndarray:
+    if n < 0:
+        return 1 / _integer_pow_impl(x, -n)
+    return np.ones_like(x) if n == 0 else square_and_multiply(x, n)
+
+
+def _integer_pow_inline(args: list[str], n: int) -> str | None:
+    """The interpreter's source for x ** n with 2 <= n <= 4 (x*x*x: no call at all)."""
+    return square_and_multiply(_Product(args[0]), n).source if 2 <= n <= 4 else None
+
+
+def _integer_pow_source(args, types, out, n):
+    """x ** |n| by the chain written out up to n = 16 (`K.integer_pow` past it: the
+    source doubles in length with each squaring), and for a negative n its reciprocal, 1
+    of the result's dtype over it (a bare 1 is an int64 to Numba, which would make a
+    float32 quotient a float64)."""
     one = f"np.{out.dtype.name}(1)"
     if n == 0:  # ones, whatever x holds (numpy's ones_like)
         return one if out.shape == () else f"np.ones({out.shape}, np.{out.dtype.name})"
-    power = integer_pow_source(args[0], abs(n)) or f"K.integer_pow({args[0]}, {abs(n)})"
+    k = abs(n)
+    power = (square_and_multiply(_Product(args[0]), k).source if k <= 16
+             else f"K.integer_pow({args[0]}, {k})")
     return power if n > 0 else f"({one} / {power})"
 
 
@@ -698,7 +797,8 @@ _register(Primitive(
     name="integer_pow", impl=_integer_pow_impl, abstract=_integer_pow_type,
     vjp=lambda ct, xs, out, n: (ct * _integer_pow_slope(xs[0], n),),
     jvp=lambda ts, xs, out, n: None if ts[0] is None else ts[0] * _integer_pow_slope(xs[0], n),
-    family="elementwise", promote="none", kernel=_integer_pow_kernel,
+    family="elementwise", promote="none", compiled=Source(_integer_pow_source),
+    operator=_integer_pow_inline,
     notes="x ** n for a Python integer n: repeated multiplication (as JAX's integer_pow), "
           "so negative bases are fine; d/dx = n x^(n-1)"))
 
@@ -742,9 +842,11 @@ def _sinc_slope(x, y):
     return bind("where", near, series, general)
 
 
+# numpy computes these in Python (np.sinc, np.i0) or in `_i1_impl`'s series, not as ufuncs
+SPECIAL_FUNCTION = NotCompiled("a special function, for which no Numba source is written yet")
 _unary("sinc", np.sinc, _sinc_slope,
        "sin(pi x) / (pi x), 1 at 0; derivative 0 at 0 (and -pi^2/3 for the second), "
-       "from its Maclaurin series near 0, as JAX")
+       "from its Maclaurin series near 0, as JAX", compiled=SPECIAL_FUNCTION)
 
 
 def _i1_impl(x: np.ndarray) -> np.ndarray:
@@ -772,10 +874,12 @@ def _i1_slope(x, y):
 
 # real only: numpy's i0 refuses complex input, and _i1_impl's sum is of real numbers
 _unary("i0", np.i0, lambda x, y: bind("i1", x),
-       "modified Bessel function of the first kind, order 0; derivative I1(x)", real_only=True)
+       "modified Bessel function of the first kind, order 0; derivative I1(x)", real_only=True,
+       compiled=SPECIAL_FUNCTION)
 _unary("i1", _i1_impl, _i1_slope,
        "modified Bessel function of the first kind, order 1 (the derivative of i0; not in "
-       "cfgrad.numpy); derivative I0(x) - I1(x)/x, 1/2 at 0", real_only=True)
+       "cfgrad.numpy); derivative I0(x) - I1(x)/x, 1/2 at 0", real_only=True,
+       compiled=SPECIAL_FUNCTION)
 _unary("ceil", np.ceil, None, "derivative 0 (undefined at integers, taken as 0)")
 _unary("trunc", np.trunc, None, "derivative 0 (undefined at integers, taken as 0)")
 _unary("signbit", np.signbit, None, promote="none", out_dtype=np.bool_)
@@ -820,7 +924,7 @@ _register(Primitive(
                              unbroadcast(-ct * _truncated_quotient(*xs), xs[1].shape)),
     jvp=lambda ts, xs, out: _to_out_shape(_add_terms(
         ts[0], None if ts[1] is None else -ts[1] * _truncated_quotient(*xs)), out),
-    family="elementwise", kernel=ks.fmod,
+    family="elementwise", compiled=Source(ks.fmod, elementwise=True),
     notes="C's fmod, the sign of x: x - trunc(x/y)*y, exact; d/dx = 1, d/dy = -trunc(x/y), "
           "as JAX; undefined where x/y is an integer (a jump)"))
 
@@ -831,20 +935,24 @@ def _tie_mask(x, y, out, wins):
 
 _binary("maximum", np.maximum, lambda x, y, out: _tie_mask(x, y, out, x > y),
         lambda x, y, out: _tie_mask(y, x, out, y > x), "ties split the gradient 1/2 : 1/2",
-        kernel=ks.maximum)
+        compiled=Source(ks.maximum))
 _binary("minimum", np.minimum, lambda x, y, out: _tie_mask(x, y, out, x < y),
         lambda x, y, out: _tie_mask(y, x, out, y < x), "ties split the gradient 1/2 : 1/2",
-        kernel=ks.minimum)
-for _name, _fn in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
-                   ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
-    _binary(_name, _fn, None, None, "comparison: no derivative", out_dtype=np.bool_)
+        compiled=Source(ks.minimum))
+for _name, _fn, _symbol in [("lt", np.less, "<"), ("le", np.less_equal, "<="),
+                            ("gt", np.greater, ">"), ("ge", np.greater_equal, ">="),
+                            ("eq", np.equal, "=="), ("ne", np.not_equal, "!=")]:
+    _binary(_name, _fn, None, None, "comparison: no derivative", out_dtype=np.bool_,
+            compiled=Ufunc(operator=True), operator=f"({{0}} {_symbol} {{1}})")
 for _name, _fn in [("logical_and", np.logical_and), ("logical_or", np.logical_or),
                    ("logical_xor", np.logical_xor)]:
     _binary(_name, _fn, None, None, "logical: no derivative", promote="none",
             out_dtype=np.bool_)
-for _name, _fn in [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
-                   ("bitwise_xor", np.bitwise_xor)]:
-    _binary(_name, _fn, None, None, "bitwise on bool/int: no derivative")
+for _name, _fn, _symbol in [("bitwise_and", np.bitwise_and, "&"),
+                            ("bitwise_or", np.bitwise_or, "|"),
+                            ("bitwise_xor", np.bitwise_xor, "^")]:
+    _binary(_name, _fn, None, None, "bitwise on bool/int: no derivative",
+            operator=f"({{0}} {_symbol} {{1}})")
 
 
 def _integer_division_type(op: str) -> Callable[..., TensorType]:
@@ -865,7 +973,8 @@ def _mod_quotient(x, y):
 # 0 for a zero divisor, which a detour through float64 (floor(x / y)) does not.
 _register(Primitive(
     name="floor_divide", impl=np.floor_divide, abstract=_integer_division_type("floor_divide"),
-    family="elementwise", nondiff=True, real_only=True, kernel=ks.floor_divide,
+    family="elementwise", nondiff=True, real_only=True,
+    compiled=Source(ks.floor_divide, elementwise=True),
     notes="numpy's floor division, exact for integers: derivative 0 (undefined where x/y is "
           "an integer, taken as 0)"))
 _register(Primitive(
@@ -874,7 +983,8 @@ _register(Primitive(
                          unbroadcast(-ct * _mod_quotient(*xs), xs[1].shape)),
     jvp=lambda ts, xs, out: _to_out_shape(_add_terms(
         ts[0], None if ts[1] is None else -ts[1] * _mod_quotient(*xs)), out),
-    family="elementwise", real_only=True, kernel=ks.remainder,
+    family="elementwise", real_only=True, compiled=Source(ks.remainder, elementwise=True),
+    operator="({0} % {1})",
     notes="x - floor(x/y)*y (numpy's sign convention): d/dx = 1, d/dy = -floor(x/y); "
           "undefined where x/y is an integer (a jump)"))
 
@@ -911,7 +1021,7 @@ def _where_jvp(ts, xs, out):
 
 
 _register(Primitive(name="where", impl=_where_impl, abstract=_where_type, vjp=_where_vjp,
-                    jvp=_where_jvp, family="selection", kernel=ks.where,
+                    jvp=_where_jvp, family="selection", compiled=Source(ks.where),
                     promote_from=1, dynamic=(0,),
                     notes="only the selected input receives gradient; the other gets exactly 0, "
                           "which its own rule can still turn into nan (0 * inf: where(x > 0, "
@@ -940,7 +1050,7 @@ def _clip_jvp(ts, xs, out):
 
 
 _register(Primitive(name="clip", impl=np.clip, abstract=_clip_type, vjp=_clip_vjp, jvp=_clip_jvp,
-                    family="selection", real_only=True, kernel=ks.clip,
+                    family="selection", real_only=True, compiled=Source(ks.clip),
                     notes="at a bound (x == lo or x == hi) the gradient goes to x (1), as "
                           "PyTorch's clamp; lo/hi get it only where x is strictly outside"))
 
@@ -988,7 +1098,7 @@ def _count(shape, axes) -> int:
     return int(np.prod([shape[a] for a in axes], dtype=np.int64))
 
 
-def _extreme(name: str, impl: Callable, kernel: Callable[..., str]) -> None:
+def _extreme(name: str, impl: Callable, write: Callable[..., str]) -> None:
     def weights(x, out, axes, keepdims):
         hit = _mask(x == _keep(out, x.shape, axes, keepdims), x)
         return hit / bind("sum", hit, axes=axes, keepdims=True)
@@ -1005,7 +1115,7 @@ def _extreme(name: str, impl: Callable, kernel: Callable[..., str]) -> None:
                         impl=lambda x, axes, keepdims: impl(x, axis=axes, keepdims=keepdims),
                         abstract=_reduction_type(name, lambda d: d, identity=False), vjp=vjp,
                         jvp=jvp,
-                        family="reduction", promote="none", kernel=kernel,
+                        family="reduction", promote="none", compiled=Source(write),
                         notes="ties share the gradient equally among the extreme entries"))
 
 
@@ -1014,14 +1124,14 @@ _register(Primitive(
     abstract=_reduction_type("sum", _sum_dtype),
     vjp=lambda ct, xs, out, axes, keepdims: (_spread(ct, xs[0], axes, keepdims),),
     jvp=lambda ts, xs, out, axes, keepdims: bind("sum", ts[0], axes=axes, keepdims=keepdims),
-    family="reduction", promote="none", kernel=ks.sum_))
+    family="reduction", promote="none", compiled=Source(ks.sum_)))
 _register(Primitive(
     name="mean", impl=lambda x, axes, keepdims: np.mean(x, axis=axes, keepdims=keepdims),
     abstract=_reduction_type("mean", _mean_dtype),
     vjp=lambda ct, xs, out, axes, keepdims: (
         _spread(ct, xs[0], axes, keepdims) / float(_count(xs[0].shape, axes)),),
     jvp=lambda ts, xs, out, axes, keepdims: bind("mean", ts[0], axes=axes, keepdims=keepdims),
-    family="reduction", promote="none", kernel=ks.mean))
+    family="reduction", promote="none", compiled=Source(ks.mean)))
 _extreme("amax", np.max, ks.amax)
 _extreme("amin", np.min, ks.amin)
 
@@ -1045,7 +1155,7 @@ _register(Primitive(
     jvp=lambda ts, xs, out, axes, keepdims: bind(
         "sum", ts[0] * _prod_partials(xs[0], out, axes, keepdims), axes=axes,
         keepdims=keepdims),
-    kernel=ks.prod,
+    compiled=Source(ks.prod),
     family="reduction", promote="none", notes="exact with zeros: the product of the other entries"))
 
 
@@ -1080,7 +1190,7 @@ _register(Primitive(
         _spread(ct, xs[0], axes, keepdims) * softmax_of(xs[0], axes),),
     jvp=lambda ts, xs, out, axes, keepdims: bind(
         "sum", ts[0] * softmax_of(xs[0], axes), axes=axes, keepdims=keepdims),
-    kernel=ks.logsumexp, family="reduction", promote="float", real_only=True,
+    compiled=Source(ks.logsumexp), family="reduction", promote="float", real_only=True,
     notes="shifted by the maximum: finite for inputs of any size"))
 
 
@@ -1122,7 +1232,7 @@ _register(Primitive(
     vjp=lambda ct, xs, out, axis, reverse: (
         bind("cumsum", ct, axis=axis, reverse=not reverse),),
     jvp=lambda ts, xs, out, axis, reverse: bind("cumsum", ts[0], axis=axis, reverse=reverse),
-    kernel=ks.cumsum, family="statistics", promote="none"))
+    compiled=Source(ks.cumsum), family="statistics", promote="none"))
 
 
 def _cumprod_partials(x, axis):
@@ -1157,7 +1267,7 @@ def _cumprod_jvp(ts, xs, out, axis):
 _register(Primitive(
     name="cumprod", impl=lambda x, axis: np.cumprod(x, axis=axis, dtype=_sum_dtype(x.dtype)),
     abstract=_axis_type("cumprod", _sum_dtype), vjp=_cumprod_vjp, jvp=_cumprod_jvp,
-    kernel=ks.cumprod, family="statistics", promote="none",
+    compiled=Source(ks.cumprod), family="statistics", promote="none",
     notes="exact with zeros: d out_j / d x_i is the product of x_k over k <= j, k != i"))
 
 
@@ -1174,16 +1284,19 @@ def _sort_jvp(ts, xs, out, axis):
     return bind("index", ts[0], perm, spec=_along_spec(tuple(x.shape), axis))
 
 
+# Numba's sort is not numpy's stable one
+ORDERING = NotCompiled("an ordering, which Numba's sort could give in another order than "
+                       "numpy's stable one (ties, signed zeros, NaNs)")
 _register(Primitive(
     name="sort", impl=lambda x, axis: np.sort(x, axis=axis, kind="stable"),
     abstract=_axis_type("sort", lambda d: d), vjp=_sort_vjp, jvp=_sort_jvp,
-    family="statistics", promote="none",
+    family="statistics", promote="none", compiled=ORDERING,
     notes="a stable sort (NaN last): each output takes the gradient of the input it came "
           "from, so of tied entries the earlier one goes first, as JAX's"))
 _register(Primitive(
     name="argsort", impl=lambda x, axis: np.argsort(x, axis=axis, kind="stable"),
     abstract=_axis_type("argsort", lambda d: np.dtype(np.int64)),
-    family="statistics", promote="none", nondiff=True,
+    family="statistics", promote="none", nondiff=True, compiled=ORDERING,
     notes="a stable sort's permutation (ties keep their order, NaN last): no derivative"))
 
 
@@ -1199,7 +1312,7 @@ def _searchsorted_type(types: list[TensorType], side: str) -> TensorType:
 _register(Primitive(
     name="searchsorted",
     impl=lambda a, v, side: np.asarray(np.searchsorted(a, v, side=side), dtype=np.int64),
-    abstract=_searchsorted_type, family="statistics", nondiff=True,
+    abstract=_searchsorted_type, family="statistics", nondiff=True, compiled=ORDERING,
     notes="insertion indices into a sorted 1-D array: no derivative"))
 
 
@@ -1220,7 +1333,7 @@ for _name, _fn in [("argmax", np.argmax), ("argmin", np.argmin)]:
     _register(Primitive(name=_name, impl=(lambda f: lambda x, axis: f(x, axis=axis))(_fn),
                         abstract=_arg_type(_name),
                         family="reduction", promote="none", nondiff=True, real_only=True,
-                        kernel=getattr(ks, _name),
+                        compiled=Source(getattr(ks, _name)),
                         notes="integer result: no derivative"))
 
 # ---------------------------------------------------------------------------------
@@ -1275,8 +1388,9 @@ _register(Primitive(
     jvp=lambda ts, xs, out: _add_terms(
         None if ts[0] is None else bind("matmul", ts[0], xs[1]),
         None if ts[1] is None else bind("matmul", xs[0], ts[1])),
-    family="linalg", notes="numpy matmul semantics, including 1-D operands and batch broadcasting",
-    kernel=ks.matmul))
+    family="linalg", operator="({0} @ {1})",
+    notes="numpy matmul semantics, including 1-D operands and batch broadcasting",
+    compiled=Source(ks.matmul)))
 
 # -- Linear algebra and contractions (issue 13, the linalg family): numpy's LAPACK kernels,
 # each rule from a published derivation, written with primitives so adjoints are IR and
@@ -1444,6 +1558,7 @@ def _einsum_jvp(ts, xs, out, subscripts):
 _register(Primitive(
     name="einsum", impl=_einsum_impl, abstract=_einsum_type, vjp=_einsum_vjp,
     jvp=_einsum_jvp, family="linalg",
+    compiled=NotCompiled("Numba has no np.einsum, and no Numba source is written for it yet"),
     notes="numpy's einsum on explicit subscripts (cnp.einsum expands '...' and the implicit "
           "output); linear in each operand: the VJP of an operand is an einsum of the "
           "cotangent with the others", aliases=True))
@@ -1472,7 +1587,7 @@ def _solve_jvp(ts, xs, out):
 
 
 _register(Primitive(
-    kernel=ks.needs_lapack,
+    compiled=NEEDS_LAPACK,
     name="solve", impl=np.linalg.solve, abstract=_solve_type, vjp=_solve_vjp,
     jvp=_solve_jvp, family="linalg", promote="float",
     notes="x = A^{-1} B for (stacks of) square A and n×k B, batch axes broadcast (cnp.linalg."
@@ -1522,7 +1637,7 @@ def _factor_type(op: str) -> Callable[..., TensorType]:
 
 
 _register(Primitive(
-    kernel=ks.needs_lapack,
+    compiled=NEEDS_LAPACK,
     name="cholesky", impl=_cholesky_impl, abstract=_factor_type("cholesky"),
     vjp=_cholesky_vjp, jvp=_cholesky_jvp, family="linalg", promote="float",
     notes="the lower factor L of a symmetric positive definite A (cnp.linalg.cholesky "
@@ -1562,7 +1677,7 @@ def _eigh_vjp(cts, xs, outs, uplo):
 
 
 _register(Primitive(
-    kernel=ks.needs_lapack,
+    compiled=NEEDS_LAPACK,
     name="eigh", impl=lambda a, uplo: tuple(np.linalg.eigh(a, uplo)), abstract=_eigh_type,
     vjp=_eigh_vjp, jvp=_eigh_jvp, family="linalg", promote="float", multi_output=True,
     notes="eigenvalues (ascending) and eigenvectors of a symmetric matrix (cnp.linalg.eigh "
@@ -1641,7 +1756,7 @@ def _eig_vjp(cts, xs, outs):
 
 
 _register(Primitive(
-    kernel=ks.needs_lapack,
+    compiled=NEEDS_LAPACK,
     name="eig", impl=_eig_impl, abstract=_eig_type, vjp=_eig_vjp, jvp=_eig_jvp,
     family="linalg", promote="float", multi_output=True,
     notes="numpy's eig of a real or complex matrix: eigenvalues w and right eigenvectors V, "
@@ -1727,7 +1842,7 @@ def _svd_vjp(cts, xs, outs, full_matrices):
 
 
 _register(Primitive(
-    kernel=ks.needs_lapack,
+    compiled=NEEDS_LAPACK,
     name="svd", impl=lambda a, full_matrices: tuple(np.linalg.svd(a, full_matrices)),
     abstract=_svd_type, vjp=_svd_vjp, jvp=_svd_jvp, family="linalg", promote="float",
     multi_output=True,
@@ -1807,7 +1922,7 @@ def _qr_vjp(cts, xs, outs, complete):
 
 
 _register(Primitive(
-    kernel=ks.needs_lapack,
+    compiled=NEEDS_LAPACK,
     name="qr", impl=lambda a, complete: tuple(np.linalg.qr(a, "complete" if complete else
                                                             "reduced")),
     abstract=_qr_type, vjp=_qr_vjp, jvp=_qr_jvp, family="linalg", promote="float",
@@ -1828,7 +1943,7 @@ def _expand2(x: Any) -> Any:
 
 
 _register(Primitive(
-    kernel=ks.needs_lapack,
+    compiled=NEEDS_LAPACK,
     name="det", impl=np.linalg.det, abstract=_det_type,
     vjp=lambda ct, xs, out: (_expand2(ct * out) * _inverse_transpose(xs[0]),),
     jvp=lambda ts, xs, out: out * _trace_of_solve(xs[0], ts[0]),
@@ -1849,7 +1964,7 @@ def _slogdet_vjp(cts, xs, outs):
 
 
 _register(Primitive(
-    kernel=ks.needs_lapack,
+    compiled=NEEDS_LAPACK,
     name="slogdet", impl=lambda a: tuple(np.linalg.slogdet(a)), abstract=_slogdet_type,
     vjp=_slogdet_vjp, jvp=lambda ts, xs, outs: [None, _trace_of_solve(xs[0], ts[0])],
     family="linalg", promote="float", multi_output=True,
@@ -1893,7 +2008,7 @@ def _pinv_vjp(ct, xs, out, rtol):
 
 
 _register(Primitive(
-    kernel=ks.needs_lapack,
+    compiled=NEEDS_LAPACK,
     name="pinv", impl=_pinv_impl, abstract=_pinv_type, vjp=_pinv_vjp, jvp=_pinv_jvp,
     family="linalg", promote="float",
     notes="the Moore-Penrose pseudo-inverse by numpy's SVD, singular values <= rtol * the "
@@ -1916,7 +2031,7 @@ _register(Primitive(
     name="reshape", impl=lambda x, shape: x.reshape(shape), abstract=_reshape_type,
     vjp=lambda ct, xs, out, shape: (bind("reshape", ct, shape=xs[0].shape),),
     jvp=lambda ts, xs, out, shape: bind("reshape", ts[0], shape=shape),
-    family="shape", promote="none", kernel=ks.reshape, aliases=True))
+    family="shape", promote="none", compiled=Source(ks.reshape), aliases=True))
 
 
 def _transpose_type(types: list[TensorType], axes: tuple[int, ...]) -> TensorType:
@@ -1931,7 +2046,7 @@ _register(Primitive(
     name="transpose", impl=lambda x, axes: x.transpose(axes), abstract=_transpose_type,
     vjp=lambda ct, xs, out, axes: (bind("transpose", ct, axes=tuple(np.argsort(axes).tolist())),),
     jvp=lambda ts, xs, out, axes: bind("transpose", ts[0], axes=axes),
-    family="shape", promote="none", kernel=ks.transpose, aliases=True))
+    family="shape", promote="none", compiled=Source(ks.transpose), aliases=True))
 
 
 def _broadcast_to_type(types: list[TensorType], shape: tuple[int, ...]) -> TensorType:
@@ -1951,7 +2066,8 @@ _register(Primitive(
     vjp=lambda ct, xs, out, shape: (unbroadcast(ct, xs[0].shape),),
     jvp=lambda ts, xs, out, shape: bind("broadcast_to", ts[0], shape=shape),
     family="shape", promote="none",
-    notes="the result is a read-only view, as numpy's", kernel=ks.broadcast_to, aliases=True))
+    notes="the result is a read-only view, as numpy's", compiled=Source(ks.broadcast_to),
+    aliases=True))
 
 
 def _concat_type(types: list[TensorType], axis: int) -> TensorType:
@@ -1986,7 +2102,7 @@ def _concat_jvp(ts, xs, out, axis):
 
 _register(Primitive(
     name="concatenate", impl=lambda *xs, axis: np.concatenate(xs, axis=axis), abstract=_concat_type,
-    vjp=_concat_vjp, jvp=_concat_jvp, family="shape", kernel=ks.concatenate))
+    vjp=_concat_vjp, jvp=_concat_jvp, family="shape", compiled=Source(ks.concatenate)))
 
 
 def _index_tuple(spec: tuple, dynamic: tuple) -> tuple:
@@ -2107,7 +2223,8 @@ _register(Primitive(
                                                                spec=spec),
     family="indexing", promote="none", dynamic=(1, 2, 3, 4, 5, 6, 7, 8),
     notes="numpy basic and integer-array indexing; '$' in spec marks a traced index input; "
-          "the VJP scatter-adds (repeated indices accumulate)", kernel=ks.index, aliases=True))
+          "the VJP scatter-adds (repeated indices accumulate)",
+    compiled=Source(ks.index, constants=True), aliases=True))
 
 
 def _scatter_type(types: list[TensorType], spec: tuple, shape: tuple) -> TensorType:
@@ -2129,7 +2246,8 @@ _register(Primitive(
     jvp=lambda ts, xs, out, spec, shape: None if ts[0] is None else bind(
         "scatter_add", ts[0], *xs[1:], spec=spec, shape=shape),
     family="indexing", promote="none", dynamic=(1, 2, 3, 4, 5, 6, 7, 8),
-    notes="zeros of `shape` with the input added at the indexed positions", kernel=ks.scatter_add))
+    notes="zeros of `shape` with the input added at the indexed positions",
+    compiled=Source(ks.scatter_add, constants=True)))
 
 
 # -- Scan and indexed updates (issue 13): a scan's output stack, written row by row in place
@@ -2181,7 +2299,9 @@ _register(Primitive(
     jvp=lambda ts, xs, out: ts[0] if ts[2] is None else bind(
         "write_row", np.zeros(xs[0].shape, xs[0].dtype) if ts[0] is None else ts[0], xs[1],
         ts[2]),
-    kernel=ks.write_row,
+    compiled=NotCompiled(
+        "a cg.scan's output stack is written in place by iterations that a compiled loop "
+        "would have to own; not compiled yet"),
     family="indexing", promote="none", dynamic=(1,), mutates=True, deferred_result=True,
     deferred_inputs=(0,), unchecked=True,
     notes="stack[t] = y for a row t of `stack` that is zero (a cg.scan's output stack, each "
@@ -2225,7 +2345,7 @@ _register(Primitive(
     notes="acc[idx] += contribution in place (repeated indices accumulate); emitted only by "
           "the loop passes, in place of an accumulate of a scatter_add made in the loop (the "
           "gradient of xs[t], of each row a scan reads): the work per iteration is the "
-          "row's, not the whole accumulator's", kernel=ks.accumulate_index))
+          "row's, not the whole accumulator's", compiled=Source(ks.accumulate_index)))
 
 
 # -- Indexed updates (x.at[idx].set / multiply / min / max; add is a scatter_add): the
@@ -2351,6 +2471,8 @@ def _scatter_jvp(ts, xs, out, spec, op):
 _register(Primitive(
     name="scatter", impl=_scatter_impl, abstract=_scatter_op_type, vjp=_scatter_vjp,
     jvp=_scatter_jvp, family="indexing", promote="none", dynamic=(2, 3, 4, 5, 6, 7, 8, 9),
+    compiled=NotCompiled("no Numba source is written yet for the .at[...].set / multiply / "
+                         "min / max updates"),
     notes="x.at[idx].set / multiply / min / max (op set, mul, min, max): a repeated index "
           "keeps the last update for set (only that one gets a gradient), multiplies all "
           "for mul (each update's derivative is the product of the others, exact with "
@@ -2370,7 +2492,7 @@ _register(Primitive(
     name="roll", impl=lambda x, shift, axis: np.roll(x, int(shift), axis=axis), abstract=_roll_type,
     vjp=lambda ct, xs, out, axis: (bind("roll", ct, -xs[1], axis=axis), None),
     jvp=lambda ts, xs, out, axis: None if ts[0] is None else bind("roll", ts[0], xs[1], axis=axis),
-    family="shape", promote="none", dynamic=(1,), kernel=ks.roll))
+    family="shape", promote="none", dynamic=(1,), compiled=Source(ks.roll)))
 
 
 def _astype_impl(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -2410,7 +2532,7 @@ _register(Primitive(
     notes="a cast to an integer or bool type has no derivative; complex to a real type "
           "takes the real part (as JAX), so its cotangent is the real cotangent as complex, "
           "and a real to complex cast's cotangent is the real part of the complex one",
-    kernel=ks.astype))
+    compiled=Source(ks.astype)))
 
 # ---------------------------------------------------------------------------------
 # Complex numbers (issue 13, complex+fft family). JAX's convention: a complex cotangent
@@ -2444,21 +2566,24 @@ def _conj_type(types: list[TensorType]) -> TensorType:
 _register(Primitive(
     name="real", impl=np.real, abstract=_complex_part_type("real"),
     vjp=lambda ct, xs, out: (bind("astype", ct, dtype=xs[0].dtype),),
-    jvp=lambda ts, xs, out: bind("real", ts[0]), kernel=ks.real, family="complex", promote="none",
+    jvp=lambda ts, xs, out: bind("real", ts[0]), compiled=Source(ks.real), family="complex",
+    promote="none",
     notes="the real part of a complex value; its cotangent is the real cotangent as complex",
     aliases=True))
 # imag(z) = (z - conj z)/(2i): A = -i/2, B = i/2, so c -> -i c
 _register(Primitive(
     name="imag", impl=np.imag, abstract=_complex_part_type("imag"),
     vjp=lambda ct, xs, out: (ct * np.asarray(-1j, xs[0].dtype),),
-    jvp=lambda ts, xs, out: bind("imag", ts[0]), kernel=ks.imag, family="complex", promote="none",
+    jvp=lambda ts, xs, out: bind("imag", ts[0]), compiled=Source(ks.imag), family="complex",
+    promote="none",
     notes="the imaginary part of a complex value; its cotangent is -1j times the real "
           "cotangent (JAX's convention)", aliases=True))
 # conj(z): A = 0, B = 1, so c -> conj(c)
 _register(Primitive(
     name="conj", impl=np.conj, abstract=_conj_type,
     vjp=lambda ct, xs, out: (bind("conj", ct),),
-    jvp=lambda ts, xs, out: bind("conj", ts[0]), kernel=ks.conj, family="complex", promote="none",
+    jvp=lambda ts, xs, out: bind("conj", ts[0]), compiled=Source(ks.conj), family="complex",
+    promote="none",
     notes="the complex conjugate; its VJP conjugates the cotangent (not holomorphic)"))
 
 
@@ -2471,7 +2596,7 @@ _register(Primitive(
     name="angle", impl=lambda z: np.angle(z), abstract=_angle_type,
     vjp=lambda ct, xs, out: (ct * (-1j / xs[0]) if xs[0].dtype.kind == "c" else None,),
     jvp=lambda ts, xs, out: bind("imag", ts[0] / xs[0]) if xs[0].dtype.kind == "c" else None,
-    kernel=ks.angle, family="complex", promote="float",
+    compiled=Source(ks.angle), family="complex", promote="float",
     notes="arg(z) in (-pi, pi], numpy's atan2(imag, real); d angle = Im(dz / z), nan at z = "
           "0 (as JAX); for a real input 0 or pi, derivative 0 (JAX: also 0, nan at x = 0)"))
 
@@ -2490,6 +2615,7 @@ _register(Primitive(
 # ---------------------------------------------------------------------------------
 
 FFT_NORMS = ("backward", "ortho", "forward")
+FOURIER = NotCompiled("Numba has no np.fft, and no Numba source is written for it yet")
 #: The norm that scales the opposite transform the same way (1/n on the other side).
 DUAL_NORM = {"backward": "forward", "ortho": "ortho", "forward": "backward"}
 
@@ -2521,7 +2647,7 @@ _register(Primitive(
         bind("fft", ct, axes=axes, inverse=inverse, norm=norm),),
     jvp=lambda ts, xs, out, axes, inverse, norm: bind("fft", ts[0], axes=axes,
                                                       inverse=inverse, norm=norm),
-    family="fft", promote="none",
+    family="fft", promote="none", compiled=FOURIER,
     notes="numpy's fftn / ifftn (inverse=True) over `axes` of a complex input, norm "
           "'backward', 'ortho' or 'forward'; its own transpose (the DFT matrix is symmetric)"))
 
@@ -2562,7 +2688,7 @@ _register(Primitive(
     name="rfft", impl=lambda x, axis, norm: np.fft.rfft(x, axis=axis, norm=norm),
     abstract=_rfft_type, vjp=_rfft_vjp,
     jvp=lambda ts, xs, out, axis, norm: bind("rfft", ts[0], axis=axis, norm=norm),
-    family="fft", promote="none",
+    family="fft", promote="none", compiled=FOURIER,
     notes="numpy's rfft along `axis` of a float input: the n//2+1 non-negative frequencies"))
 
 
@@ -2594,7 +2720,7 @@ _register(Primitive(
     name="irfft", impl=lambda y, axis, n, norm: np.fft.irfft(y, n, axis=axis, norm=norm),
     abstract=_irfft_type, vjp=_irfft_vjp,
     jvp=lambda ts, xs, out, axis, n, norm: bind("irfft", ts[0], axis=axis, n=n, norm=norm),
-    family="fft", promote="none",
+    family="fft", promote="none", compiled=FOURIER,
     notes="numpy's irfft along `axis` to a real output of length n, from its n//2+1 "
           "frequencies; the imaginary parts of the zero (and, n even, the n/2) frequency "
           "are ignored, so their cotangents are real"))
@@ -2609,6 +2735,7 @@ def _const_type(types: list[TensorType], value: np.ndarray) -> TensorType:
 _register(Primitive(
     name="const", impl=lambda value: value, abstract=_const_type,
     family="constant", promote="none", nondiff=True, unchecked=True,
+    compiled=Structural("an array constant of the generated module (a scalar: a literal)"),
     notes="a constant, materialized once when the program is compiled", aliases=True))
 
 
@@ -2707,13 +2834,13 @@ _register(Primitive(
     name="copy", impl=lambda x: np.array(x, copy=True), abstract=_same_type, family="internal",
     promote="none", nondiff=True, unchecked=True,
     notes="a fresh buffer: starts a gradient accumulator that `accumulate` then updates",
-    kernel=ks.copy))
+    compiled=Source(ks.copy)))
 _register(Primitive(
     name="accumulate", impl=_accumulate_impl, abstract=_same_type, family="internal",
     promote="none",
     nondiff=True, mutates=True,
     notes="acc += contribution in place; emitted only by the loop passes, for a reverse "
-          "loop's accumulator whose buffer nothing else can see", kernel=ks.accumulate))
+          "loop's accumulator whose buffer nothing else can see", compiled=Source(ks.accumulate)))
 _register(Primitive(
     name="accumulate_outer", impl=_accumulate_outer_impl, abstract=_accumulate_outer_type,
     family="internal", promote="none", nondiff=True, mutates=True, factors=_outer_product_factors,
@@ -2721,19 +2848,20 @@ _register(Primitive(
     notes="acc += outer(a, b), batched into blocks of one matrix product each (RankOneSum); "
           "emitted only by the loop passes, in place of an accumulate of mul(reshape(a, "
           "(n, 1)), reshape(b, (1, m))) for a reverse loop's float32/float64 accumulator",
-    kernel=ks.accumulate_outer))
+    compiled=Source(ks.accumulate_outer)))
 
 
 # -- Custom derivative rules (cfgrad.custom): each node's `rule` parameter is the rule
 # object of one cg.custom_vjp / cg.custom_jvp function at one input signature, and does the
 # work; these entries only route to it.
 
+CUSTOM = NotCompiled("a custom rule's functions are the user's Python")
 _register(Primitive(
     name="custom_vjp", impl=lambda *xs, rule: rule.forward(xs),
     abstract=lambda types, rule: rule.forward_types(),
     vjp=lambda cts, xs, outs, rule: rule.pullback(cts, xs, outs),
     jvp=lambda ts, xs, outs, rule: rule.outputs_and_tangents(ts, xs), family="custom",
-    promote="none", multi_output=True, jvp_gives_primal=True, aliases=True,
+    promote="none", multi_output=True, jvp_gives_primal=True, aliases=True, compiled=CUSTOM,
     notes="a cg.custom_vjp function: its fwd runs forward (outputs, then residuals), its bwd "
           "(a `call` of its program) gives the cotangents; forward mode transposes bwd's "
           "derivative in its cotangent (bwd itself where it is linear in it), so both modes "
@@ -2744,7 +2872,7 @@ _register(Primitive(
     abstract=lambda types, rule: rule.primal_types(),
     vjp=lambda cts, xs, outs, rule: rule.transpose(cts, xs),
     jvp=lambda ts, xs, outs, rule: rule.outputs_and_tangents(ts, xs), family="custom",
-    promote="none", multi_output=True, jvp_gives_primal=True,
+    promote="none", multi_output=True, jvp_gives_primal=True, compiled=CUSTOM,
     notes="a cg.custom_jvp function: forward mode traces its JVP rule inline (values "
           "included); reverse mode "
           "transposes that rule (it must be linear in the tangents, as in JAX) by a "
@@ -2759,6 +2887,7 @@ _register(Primitive(
     name="debug_callback", impl=lambda *xs, callback: callback(*xs),
     abstract=lambda types, callback: [], family="custom", promote="none", nondiff=True,
     multi_output=True, effect=True,
+    compiled=NotCompiled("it calls the user's Python function at run time"),
     notes="cg.debug.print / cg.debug.callback: calls its function with its inputs' runtime "
           "values where the program runs it, in program order; no results, no derivative; "
           "not run again where a run repeats work (recomputation, the pullback)", aliases=True))
@@ -2776,7 +2905,8 @@ def _sub_program_primitive(name: str, notes: str) -> Primitive:
         abstract=lambda types, of: of.result_types(types),
         vjp=lambda cts, xs, outs, of: of.cotangents(cts, xs),
         jvp=lambda ts, xs, outs, of: of.outputs_and_tangents(ts, xs), family="transform",
-        promote="none", multi_output=True, jvp_gives_primal=True, aliases=True, notes=notes)
+        promote="none", multi_output=True, jvp_gives_primal=True, aliases=True, notes=notes,
+        compiled=Structural("a function of its own, compiling the sub-program"))
 
 
 _register(_sub_program_primitive(

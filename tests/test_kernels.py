@@ -27,8 +27,8 @@ import pytest
 import cfgrad as cg
 import cfgrad.numpy as cnp
 from cfgrad.api import lowered
+from cfgrad.errors import Unsupported
 from cfgrad.interpret import Compiled
-from cfgrad.kernel_sources import Unsupported
 from cfgrad.native import NativeProgram
 from cfgrad.primitives import PRIMITIVES, bind, dense_value
 
