@@ -1,10 +1,10 @@
 """Numba helpers that compiled programs call (`native.py` generates the calls).
 
-The derivative table's `kernel` fields are Numba source written against these names
-(`K.matvec(a, x)`): what one expression of Numba's numpy subset cannot say, or cannot say
-with numpy's exact rounding, is a small function here. Every helper computes what its
-primitive's numpy implementation computes, in the same order of floating-point operations
-where the comment says bitwise.
+The derivative table's Numba sources (each entry's `Source`, in cfgrad/primitives/) are
+written against these names (`K.matvec(a, x)`): what one expression of Numba's numpy
+subset cannot say, or cannot say with numpy's exact rounding, is a small function here.
+Every helper computes what its primitive's numpy implementation computes, in the same
+order of floating-point operations where the comment says bitwise.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from .primitives import square_and_multiply
+from .primitives.elementwise import square_and_multiply
 
 _PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE (numpy/_core/src/umath/loops_utils.h.src)
 
@@ -168,7 +168,7 @@ def set_at(z, index, value):
 @numba.njit(cache=True)
 def gather(flat, positions):
     """flat[positions]: advanced indexing with constant index arrays, their positions
-    worked out when the code was generated (kernel_sources._positions)."""
+    worked out when the code was generated (primitives.indexing._positions)."""
     out = np.empty(positions.shape[0], flat.dtype)
     for k in range(positions.shape[0]):
         out[k] = flat[positions[k]]
@@ -345,7 +345,7 @@ def add_into(acc, contribution):
 
 @numba.vectorize(cache=True)
 def sigmoid(x, one):
-    """primitives._sigmoid_impl, entry by entry: from exp(-|x|), finite for any x; `one`
+    """primitives.elementwise._sigmoid_impl, entry by entry: from exp(-|x|), finite for any x; `one`
     of x's dtype, so float32 stays float32 (a literal 1 would make Numba widen it)."""
     e = np.exp(-np.abs(x))
     return one / (one + e) if x >= 0 else e / (one + e)
@@ -575,7 +575,7 @@ def cumulate3(x3, reverse, product):
 
 @numba.njit(cache=True)
 def logsumexp3(x3):
-    """primitives._logsumexp_impl along axis 1: shifted by the maximum (0 where it is
+    """primitives.reductions._logsumexp_impl along axis 1: shifted by the maximum (0 where it is
     not finite), the exponentials summed as `sum3`, then log and the shift added back."""
     o, n, i = x3.shape
     m = x3[:, 0, :].copy()
