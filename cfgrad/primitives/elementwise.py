@@ -505,10 +505,10 @@ def _truncated_quotient(x, y):
 
 
 def _division(name: str, ufunc: str, signed: str | None, real: str | None) -> Any:
-    """The kernel of a division-like primitive: `K.<signed>` on signed integers, `K.<real>`
+    """The source of a division-like primitive: `K.<signed>` on signed integers, `K.<real>`
     on floats (numpy's algorithm, kernels.py says where Numba's differs), and Numba's
     `np.<ufunc>` on unsigned integers and bools, which is numpy's."""
-    def kernel(args, types, out):
+    def write(args, types, out):
         kind = types[0].dtype.kind
         if kind == "i" and signed is not None:
             return _width(f"K.{signed}({', '.join(args)})", out, np.int64)
@@ -516,9 +516,9 @@ def _division(name: str, ufunc: str, signed: str | None, real: str | None) -> An
             return f"K.{real}({', '.join(args)}, {np_dtype(out)}(1))"
         return f"np.{ufunc}({', '.join(args)})"
 
-    kernel.__name__ = name
-    kernel.__doc__ = f"numpy's {ufunc}, which x86 and Numba differ from at edge operands"
-    return kernel
+    write.__name__ = name
+    write.__doc__ = f"numpy's {ufunc}, which x86 and Numba differ from at edge operands"
+    return write
 
 
 _fmod_source = _division("fmod", "fmod", "int_fmod", None)
@@ -539,21 +539,20 @@ def _tie_mask(x, y, out, wins):
     return mask_like(wins, x) + 0.5 * mask_like(x == y, x)
 
 
-def _helper(name: str, doc: str) -> Any:
-    """The kernel calling `K.<name>` on the operands (a helper of kernels.py computing the
-    primitive as numpy does, where Numba's function of that name differs)."""
-    def kernel(args, types, out):
+def _helper_source(name: str, doc: str) -> Callable[..., str]:
+    """The source calling `K.<name>` on the operands: kernels.py's function computing the
+    primitive as numpy does, where Numba's function of that name differs."""
+    def write(args, types, out):
         return f"K.{name}({', '.join(args)})"
 
-    kernel.__doc__ = doc
-    return kernel
+    write.__doc__ = doc
+    return write
 
 
-_maximum_source = _helper("maximum", "numpy's: the second operand on a tie (max(-0.0, 0.0) is "
-                             "0.0), NaN from either")
-
-
-_minimum_source = _helper("minimum", "numpy's: the second operand on a tie, NaN from either")
+_maximum_source = _helper_source("maximum", "numpy's: the second operand on a tie "
+                                            "(max(-0.0, 0.0) is 0.0), NaN from either")
+_minimum_source = _helper_source("minimum", "numpy's: the second operand on a tie, NaN from "
+                                            "either")
 
 
 _binary("maximum", np.maximum, lambda x, y, out: _tie_mask(x, y, out, x > y),
@@ -595,7 +594,7 @@ def _mod_quotient(x, y):
 # Integer operands stay integers: numpy's int64 // and % are exact (2**60 + 1 // 3) and give
 # 0 for a zero divisor, which a detour through float64 (floor(x / y)) does not.
 _floor_divide_source = _division("floor_divide", "floor_divide", "int_floor_divide",
-                         "float_floor_divide")
+                                 "float_floor_divide")
 
 
 register(Primitive(
@@ -604,6 +603,8 @@ register(Primitive(
     compiled=Source(_floor_divide_source, elementwise=True),
     notes="numpy's floor division, exact for integers: derivative 0 (undefined where x/y is "
           "an integer, taken as 0)"))
+
+
 _remainder_source = _division("remainder", "remainder", "int_remainder", "float_remainder")
 
 
