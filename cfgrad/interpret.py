@@ -53,23 +53,12 @@ from .layout import (
     LoopSaves,
 )
 from .nodespec import UNCHECKED
-from .primitives import PRIMITIVES, dense_value, integer_pow_source, peeked_value
+from .primitives import PRIMITIVES, dense_value, peeked_value
 from .reverse import adjoint
 
 
 def _all_finite(x: Any) -> bool:
     return bool(np.isfinite(x).all())
-
-# numpy functions whose Python operator is exactly equivalent on numpy operands; emitting
-# the operator skips a ufunc call, which dominates the cost of scalar-heavy loops.
-_OPERATOR_FORMS = {
-    np.add: "{0} + {1}", np.subtract: "{0} - {1}", np.multiply: "{0} * {1}",
-    np.true_divide: "{0} / {1}", np.matmul: "{0} @ {1}",
-    np.less: "{0} < {1}", np.less_equal: "{0} <= {1}", np.greater: "{0} > {1}",
-    np.greater_equal: "{0} >= {1}", np.equal: "{0} == {1}", np.not_equal: "{0} != {1}",
-    np.bitwise_and: "{0} & {1}", np.bitwise_or: "{0} | {1}", np.bitwise_xor: "{0} ^ {1}",
-    np.mod: "{0} % {1}", np.negative: "-{0}", np.invert: "~{0}", np.abs: "abs({0})",
-}
 
 
 def _unchecked(n: Node) -> bool:
@@ -209,11 +198,11 @@ class Compiled(Layout):
         args = ", ".join(self._arg(n, i) for i in range(len(n.inputs)))
         name = f"f{k}"
         prim = PRIMITIVES[n.op]
-        if n.op == "integer_pow" and 2 <= n.params["n"] <= 4:  # x*x*x: no call at all
-            return f"{outs} = " + integer_pow_source(self._arg(n, 0), n.params["n"])
-        form = None if n.params else _OPERATOR_FORMS.get(prim.impl)
+        # the entry's operator source where it has one: skips a ufunc call, which
+        # dominates the cost of scalar-heavy loops
+        form = prim.operator_source([self._arg(n, i) for i in range(len(n.inputs))], n.params)
         if form is not None:
-            return f"{outs} = " + form.format(*(self._arg(n, i) for i in range(len(n.inputs))))
+            return f"{outs} = {form}"
         ns[name] = functools.partial(prim.impl, **n.params) if n.params else prim.impl
         if prim.effect:  # computes nothing; silent where a run repeats work (`repeating`)
             return f"if not _repeating(): {name}({args})"

@@ -1,14 +1,15 @@
 """Numba helpers that compiled programs call (`native.py` generates the calls).
 
-The derivative table's `kernel` fields are Numba source written against these names
-(`K.matvec(a, x)`): what one expression of Numba's numpy subset cannot say, or cannot say
-with numpy's exact rounding, is a small function here. Every helper computes what its
-primitive's numpy implementation computes, in the same order of floating-point operations
-where the comment says bitwise.
+The derivative table's Numba sources (each entry's `Source`, in cfgrad/primitives/) are
+written against these names (`K.matvec(a, x)`): what one expression of Numba's numpy
+subset cannot say, or cannot say with numpy's exact rounding, is a small function here.
+Every helper computes what its primitive's numpy implementation computes, in the same
+order of floating-point operations where the comment says bitwise.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numba
@@ -16,6 +17,8 @@ import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
+
+from .primitives.elementwise import square_and_multiply
 
 _PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE (numpy/_core/src/umath/loops_utils.h.src)
 
@@ -165,7 +168,7 @@ def set_at(z, index, value):
 @numba.njit(cache=True)
 def gather(flat, positions):
     """flat[positions]: advanced indexing with constant index arrays, their positions
-    worked out when the code was generated (kernel_sources._positions)."""
+    worked out when the code was generated (primitives.indexing._positions)."""
     out = np.empty(positions.shape[0], flat.dtype)
     for k in range(positions.shape[0]):
         out[k] = flat[positions[k]]
@@ -188,22 +191,13 @@ def add_at(acc, index, value):
     return acc
 
 
-@numba.njit(cache=True)
-def integer_pow(x, n):
-    """x ** n for n > 16 by repeated squaring, as primitives._integer_pow_impl (a negative
-    n is 1 / this, written by the kernel: here an integer x stays an integer, exact, where
-    one function returning either would make every result a float)."""
-    result = x
-    have = False
-    base = x
-    while n:
-        if n & 1:
-            result = base if not have else result * base
-            have = True
-        n >>= 1
-        if n:
-            base = base * base
-    return result
+# x ** n for n > 16 by the chain of multiplications integer_pow's other forms write out (a
+# negative n is 1 / this, written by the entry's source: here an integer x stays an integer,
+# exact, where one function returning either would make every result a float)
+integer_pow = numba.njit(cache=True)(square_and_multiply)
+
+#: The files whose code the helpers compile: a compiled program's cache key hashes them.
+SOURCE_FILES = (__file__, inspect.getsourcefile(square_and_multiply))
 
 
 # -- Integer and floor division, remainders, integer powers: numpy's results at every
@@ -351,7 +345,7 @@ def add_into(acc, contribution):
 
 @numba.vectorize(cache=True)
 def sigmoid(x, one):
-    """primitives._sigmoid_impl, entry by entry: from exp(-|x|), finite for any x; `one`
+    """primitives.elementwise._sigmoid_impl, entry by entry: from exp(-|x|), finite for any x; `one`
     of x's dtype, so float32 stays float32 (a literal 1 would make Numba widen it)."""
     e = np.exp(-np.abs(x))
     return one / (one + e) if x >= 0 else e / (one + e)
@@ -581,7 +575,7 @@ def cumulate3(x3, reverse, product):
 
 @numba.njit(cache=True)
 def logsumexp3(x3):
-    """primitives._logsumexp_impl along axis 1: shifted by the maximum (0 where it is
+    """primitives.reductions._logsumexp_impl along axis 1: shifted by the maximum (0 where it is
     not finite), the exponentials summed as `sum3`, then log and the shift added back."""
     o, n, i = x3.shape
     m = x3[:, 0, :].copy()

@@ -12,9 +12,9 @@ Numba's numpy subset and lets Numba compile that to machine code.
   condition and breaks to the exit; edges do their Phi copies as one tuple assignment
   (a parallel copy, as in the interpreter). Numba's type inference takes several times
   longer on a state machine over block numbers, where every variable meets every arm.
-- Each node is its primitive's `kernel` (the derivative table's Numba source for it), or
-  for an entry whose implementation is a numpy ufunc, the same ufunc under Numba.
-- Elementwise nodes on arrays (numpy ufuncs, and kernels marked `elementwise`) are
+- Each node is what its primitive's entry declares (`compiled`): the same numpy ufunc
+  under Numba, or the entry's Numba source for it (`kernel_source`).
+- Elementwise nodes on arrays (numpy ufuncs, and sources declared `elementwise`) are
   written as one expression where a result's only use is a later such node of its block
   (`_fusible_chains`): Numba compiles an array
   expression into one loop over the elements with no temporary arrays, where a statement
@@ -35,9 +35,9 @@ Numba's numpy subset and lets Numba compile that to machine code.
   logs each `vjp_call` run's loop trip counts, from which schedule.replayed_stats makes
   the interpreter's RunStats; it is generated and compiled only when someone records.
 
-What cannot be compiled raises `Unsupported` with a one-line reason (a primitive without
-a kernel, a custom rule's Python, a debug callback, anomaly detection, a strategy class
-of the user's own); `cfgrad.jit` then runs the interpreter and says why.
+What cannot be compiled raises `Unsupported` with a one-line reason (a primitive its
+entry declares `NotCompiled`, a custom rule's Python, a debug callback, anomaly detection,
+a strategy class of the user's own); `cfgrad.jit` then runs the interpreter and says why.
 
 The generated source is written once per program to a cache directory (`CFGRAD_CACHE_DIR`,
 else `~/.cache/cfgrad/native`), named by its hash, and compiled with Numba's on-disk
@@ -81,7 +81,7 @@ from .layout import (
     owned_results,
 )
 from .passes import is_fixed
-from .primitives import PRIMITIVES
+from .primitives import PRIMITIVES, NotCompiled, Source, Ufunc
 from .schedule import (
     ADVANCE,
     LOAD,
@@ -93,31 +93,10 @@ from .schedule import (
     replayed_stats,
 )
 
-# numpy ufuncs that Numba compiles with numpy's semantics (Numba's documentation,
-# "Supported NumPy features", ufuncs): an entry with no parameters whose implementation is
-# one of these needs no kernel of its own.
-_NUMBA_UFUNCS = frozenset("""
-    add subtract multiply true_divide divide negative exp log log1p expm1 sin cos tan tanh
-    sinh cosh arctan arcsin arccos arcsinh arccosh arctanh sqrt cbrt absolute sign floor
-    ceil trunc rint exp2 log2 log10 isfinite signbit logical_not invert arctan2 hypot
-    logaddexp logaddexp2 maximum minimum less less_equal greater greater_equal equal
-    not_equal logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor""".split())
-
 # Every 1024th back edge of a loop runs Python's signal handlers (`K.check_signals`), so
 # that Ctrl-C stops an endless compiled loop as it stops the interpreter: a masked
 # counter test per iteration, and 14 ns per 1024 iterations for the check itself.
 _SIGNAL_CHECK_MASK = 1023
-
-# Python operators that are exactly the ufunc on Numba's scalars and arrays (the
-# interpreter emits the same operators; see interpret._OPERATOR_FORMS)
-_OPERATORS = {
-    "add": "({0} + {1})", "subtract": "({0} - {1})", "multiply": "({0} * {1})",
-    "true_divide": "({0} / {1})", "divide": "({0} / {1})", "negative": "(-{0})",
-    "less": "({0} < {1})",
-    "less_equal": "({0} <= {1})", "greater": "({0} > {1})", "greater_equal": "({0} >= {1})",
-    "equal": "({0} == {1})", "not_equal": "({0} != {1})",
-}
-
 
 def dtype_source(dtype: np.dtype) -> str:
     """The numpy scalar type naming `dtype` in generated source (`np.float64`)."""
@@ -137,48 +116,43 @@ def literal(value: Any, t: TensorType) -> str:
     return f"{dtype_source(t.dtype)}({v.item()!r})"
 
 
-def _ufunc_name(n: Node) -> str | None:
-    """The name of the numpy ufunc that computes `n` under Numba as it is, or None."""
-    prim = PRIMITIVES.get(n.op)
-    if prim is None or prim.kernel is not None or n.params:
-        return None
-    name = getattr(prim.impl, "__name__", None)
-    return name if isinstance(prim.impl, np.ufunc) and name in _NUMBA_UFUNCS else None
-
-
 def _elementwise(n: Node) -> bool:
     """Whether `n` is written as an elementwise array expression Numba can fuse with
-    others: a numpy ufunc under Numba, or a kernel that says it is one (`elementwise`)
-    for float operands."""
-    if _ufunc_name(n) is not None:
-        return True
+    others: a numpy ufunc under Numba, or a source its entry declares `elementwise`, for
+    float operands."""
     prim = PRIMITIVES.get(n.op)
-    return (prim is not None and getattr(prim.kernel, "elementwise", False) and not n.params
+    compiled = None if prim is None else prim.compiled
+    if isinstance(compiled, Ufunc):
+        return True
+    return (isinstance(compiled, Source) and compiled.elementwise and not n.params
             and all(v.type.dtype.kind == "f" for v in (*n.inputs, *n.outputs)))
 
 
 def kernel_source(n: Node, args: list[str], const: Callable[[np.ndarray], str]) -> str:
-    """The Numba expression computing node `n` from the operand expressions `args`;
-    `const(array)` is the expression reading an array constant (for the kernels marked
-    as taking `const`: positions worked out when the code is generated)."""
+    """The Numba expression computing node `n` from the operand expressions `args`, as
+    its entry's `compiled` declaration says; `const(array)` is the expression reading an
+    array constant (for the sources declared as taking `const`: positions worked out when
+    the code is generated)."""
     prim = PRIMITIVES.get(n.op)
     if prim is None:
         raise Unsupported(f"node `{n.op}` has no compiled form")
     if prim.effect:
         raise Unsupported(f"`{n.op}` calls Python at run time (at {n.loc})")
+    compiled = prim.compiled
+    if isinstance(compiled, Ufunc):
+        return compiled.source(prim, args)
+    if compiled is None or isinstance(compiled, NotCompiled):
+        reason = f": {compiled.reason}" if compiled else ""
+        raise Unsupported(f"primitive `{n.op}` has no compiled implementation{reason} "
+                          f"(at {n.loc})")
+    assert isinstance(compiled, Source), f"`{n.op}` is written by _Writer.node itself"
     types = [v.type for v in n.inputs]
     out = [o.type for o in n.outputs] if prim.multi_output else n.outputs[0].type
-    if prim.kernel is not None:
-        extra = {"const": const} if getattr(prim.kernel, "constants", False) else {}
-        try:
-            return prim.kernel(args, types, out, **n.params, **extra)
-        except Unsupported as e:  # a kernel refusing these operands: say where they are
-            raise Unsupported(f"{e} (at {n.loc})") from None
-    name = _ufunc_name(n)
-    if name is not None:
-        form = _OPERATORS.get(name)
-        return form.format(*args) if form else f"np.{name}({', '.join(args)})"
-    raise Unsupported(f"primitive `{n.op}` has no compiled implementation (at {n.loc})")
+    extra = {"const": const} if compiled.constants else {}
+    try:
+        return compiled.write(args, types, out, **n.params, **extra)
+    except Unsupported as e:  # a source refusing these operands: say where they are
+        raise Unsupported(f"{e} (at {n.loc})") from None
 
 
 def _fusible_chains(layout: Layout, keep: set[Value]) -> set[Value]:
@@ -1012,7 +986,8 @@ def _instead_of(directory: Path, error: OSError) -> Path:
     return _own_directory
 
 
-_KERNELS_VERSION = hashlib.sha256(Path(K.__file__).read_bytes()).hexdigest()[:16]
+_KERNELS_VERSION = hashlib.sha256(
+    b"".join(Path(f).read_bytes() for f in K.SOURCE_FILES)).hexdigest()[:16]
 
 _NATIVE_SCALARS = {"float64": float, "int64": int, "bool": bool, "complex128": complex}
 

@@ -12,7 +12,7 @@ documented pairs, flags as words) and MLIR/xDSL's declarative assembly formats (
 syntax string of literals and `$variables` drives both printing and parsing).
 
 Primitive operations (add, mul, …) are not kinds of their own: they share the
-`PRIMITIVE` form, and what each computes lives in the derivative table, primitives.py.
+`PRIMITIVE` form, and what each computes lives in the derivative table, cfgrad/primitives/.
 This module imports nothing of cfgrad, so every layer may read it.
 """
 
@@ -155,7 +155,7 @@ NODE_KINDS: tuple[NodeKind, ...] = (
 PRIMITIVE = NodeKind("primitive", _slots(("inputs", "values", "as the primitive takes")),
                      _slots(("out", "type", "as its shape rule gives")), (), (), frozenset(),
                      "$op $inputs $params", "bold",
-                     "Applies a primitive of the derivative table (primitives.py).")
+                     "Applies a primitive of the derivative table (cfgrad/primitives/).")
 
 KIND_BY_NAME = {k.name: k for k in NODE_KINDS}
 

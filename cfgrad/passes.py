@@ -7,7 +7,7 @@ adjoint, before it is verified and cached); copying a whole program between pass
 cost more than the passes themselves. `run_passes` applies a sequence of them and returns
 the program, so a builder ends with `return verify(run_passes(program, PIPELINE))`.
 
-The passes know the IR and the derivative table (primitives.py), not who built the
+The passes know the IR and the derivative table (primitives/), not who built the
 program, so they apply to forward, adjoint and tangent programs alike. Two of them state
 a precondition on what may read the program from outside:
 

@@ -1,14 +1,14 @@
 """Facts about each primitive that several test files need, in one table: data, no logic.
 
-`FACTS` has a row per primitive of cfgrad/primitives.py's `PRIMITIVES`:
+`FACTS` has a row per primitive of cfgrad/primitives/' `PRIMITIVES`:
 
-- `compiled`: how the Numba backend (cfgrad/native.py) computes it, against numpy:
-  "bitwise" (the same IEEE operations: arithmetic, comparisons, selections, shape
-  operations, indexing, sums in numpy's order), "ulps" (a math library's function, or
-  BLAS: a few units in the last place), "refused" (`Unsupported`: the interpreter runs
-  the program) or "structural" (a sub-program, not an operation on data). Read by
-  tests/primitives/test_kernels.py, which checks each claim, and
-  tests/docs/test_docs_jit.py (docs/jit.md lists the refused ones).
+- `exactness`: how the Numba backend (cfgrad/native.py) computes it against numpy, where
+  the entry declares a compiled form (`Primitive.compiled`: which entries have none, and
+  why, is the entry's declaration, not a fact of this table): "bitwise" (the same IEEE
+  operations: arithmetic, comparisons, selections, shape operations, indexing, sums in
+  numpy's order) or "ulps" (a math library's function, or BLAS: a few units in the last
+  place); None for an entry without one. Read by tests/primitives/test_kernels.py, which
+  checks each claim.
 - `domain`: the interval real inputs of the first operand are drawn from where the
   primitive is smooth and finite (inside its domain, away from poles and branch cuts);
   `None`: any moderate value. Read by tests/primitives/test_primitives.py (hypothesis
@@ -35,13 +35,13 @@ import cfgrad.numpy as cnp
 
 @dataclass(frozen=True)
 class Facts:
-    compiled: str  # "bitwise", "ulps", "refused" or "structural"
+    exactness: str | None  # "bitwise", "ulps", or None: no compiled form
     domain: tuple[float, float] | None = None
     adjoint_only: bool = False
 
 
 BITWISE, ULPS = Facts("bitwise"), Facts("ulps")
-REFUSED, STRUCTURAL = Facts("refused"), Facts("structural")
+UNCOMPILED = Facts(None)
 POSITIVE = (0.1, 3.0)
 
 FACTS: dict[str, Facts] = {
@@ -58,7 +58,7 @@ FACTS: dict[str, Facts] = {
     "arccos": Facts("ulps", (-0.9, 0.9)), "arcsinh": ULPS, "arccosh": Facts("ulps", (1.1, 3.0)),
     "arctanh": Facts("ulps", (-0.9, 0.9)), "cbrt": ULPS, "exp2": ULPS,
     "log2": Facts("ulps", POSITIVE), "log10": Facts("ulps", POSITIVE),
-    "sinc": REFUSED, "i0": Facts("refused", (-4.0, 4.0)), "i1": Facts("refused", (-4.0, 4.0)),
+    "sinc": UNCOMPILED, "i0": Facts(None, (-4.0, 4.0)), "i1": Facts(None, (-4.0, 4.0)),
     # elementwise, two or three operands
     "add": BITWISE, "sub": BITWISE, "mul": BITWISE, "div": BITWISE, "fmod": BITWISE,
     "maximum": BITWISE, "minimum": BITWISE, "lt": BITWISE, "le": BITWISE, "gt": BITWISE,
@@ -71,25 +71,25 @@ FACTS: dict[str, Facts] = {
     "sum": BITWISE, "mean": BITWISE, "amax": BITWISE, "amin": BITWISE, "prod": BITWISE,
     "logsumexp": Facts("ulps", (-3.0, 3.0)), "cumsum": BITWISE, "cumprod": BITWISE,
     "argmax": BITWISE, "argmin": BITWISE,
-    "sort": REFUSED, "argsort": REFUSED, "searchsorted": REFUSED,
+    "sort": UNCOMPILED, "argsort": UNCOMPILED, "searchsorted": UNCOMPILED,
     # linear algebra
-    "matmul": ULPS, "einsum": REFUSED, "solve": REFUSED, "cholesky": REFUSED, "eigh": REFUSED,
-    "eig": REFUSED, "svd": REFUSED, "qr": REFUSED, "det": REFUSED, "slogdet": REFUSED,
-    "pinv": REFUSED,
+    "matmul": ULPS, "einsum": UNCOMPILED, "solve": UNCOMPILED, "cholesky": UNCOMPILED,
+    "eigh": UNCOMPILED, "eig": UNCOMPILED, "svd": UNCOMPILED, "qr": UNCOMPILED,
+    "det": UNCOMPILED, "slogdet": UNCOMPILED, "pinv": UNCOMPILED,
     # shapes, indexing, dtypes, constants
     "reshape": BITWISE, "transpose": BITWISE, "broadcast_to": BITWISE,
     "concatenate": BITWISE, "index": BITWISE, "scatter_add": BITWISE, "roll": BITWISE,
-    "astype": BITWISE, "const": BITWISE, "write_row": REFUSED, "scatter": REFUSED,
+    "astype": BITWISE, "const": BITWISE, "write_row": UNCOMPILED, "scatter": UNCOMPILED,
     # complex numbers and fft
     "real": BITWISE, "imag": BITWISE, "conj": BITWISE, "angle": ULPS,
-    "fft": REFUSED, "rfft": REFUSED, "irfft": REFUSED,
+    "fft": UNCOMPILED, "rfft": UNCOMPILED, "irfft": UNCOMPILED,
     # in-place accumulation of the reverse pass
     "copy": Facts("bitwise", adjoint_only=True), "accumulate": Facts("bitwise", adjoint_only=True),
     "accumulate_outer": Facts("ulps", adjoint_only=True),
     "accumulate_index": Facts("bitwise", adjoint_only=True),
     # custom rules, callbacks and nested transformations
-    "custom_vjp": REFUSED, "custom_jvp": REFUSED, "debug_callback": REFUSED,
-    "call": STRUCTURAL, "vjp_call": STRUCTURAL,
+    "custom_vjp": UNCOMPILED, "custom_jvp": UNCOMPILED, "debug_callback": UNCOMPILED,
+    "call": UNCOMPILED, "vjp_call": UNCOMPILED,
 }
 
 ARR = np.array

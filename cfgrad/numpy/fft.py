@@ -2,7 +2,7 @@
 alike, with numpy's n=/s=/axis=/axes=/norm= (JAX's jnp.fft agrees).
 
 Three primitives of the derivative table do the transforms, each over whole axes (numpy's
-kernels; their rules are in primitives.py's fft section): `fft` (fftn and ifftn of a
+kernels; their rules are in primitives/fft.py): `fft` (fftn and ifftn of a
 complex array), `rfft` (one axis of a float array) and `irfft` (one axis, to a real
 output of length n). Here numpy's n= and s= crop or zero-pad the input first (index,
 concatenate), and the n-dimensional real transforms and the Hermitian ones are

@@ -3,7 +3,7 @@
 - Every name in `cfgrad.__all__`, every public function of `cfgrad.numpy` and every error
   class of `cfgrad.errors` is documented in docs/api.md.
 - The derivative conventions table lists exactly the primitives that have `notes` in the
-  derivative table (cfgrad/primitives.py).
+  derivative table (cfgrad/primitives/).
 - Every runnable example prints exactly the output the page shows. A runnable example is
   a ```python block followed directly (only blank lines between) by a ```text block; the
   text block is the example's captured stdout. Each example runs in a fresh namespace, as
@@ -142,7 +142,7 @@ def test_conventions_table_matches_the_derivative_table() -> None:
     assert len(documented) == len(set(documented)), "a primitive is listed twice"
     assert sorted(documented) == with_notes, (
         "the '## Derivative conventions' table of docs/api.md must list exactly the "
-        "primitives of cfgrad/primitives.py that have notes; "
+        "primitives of cfgrad/primitives/ that have notes; "
         f"missing {sorted(set(with_notes) - set(documented))}, "
         f"stale {sorted(set(documented) - set(with_notes))}")
 

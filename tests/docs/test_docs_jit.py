@@ -15,8 +15,10 @@ import re
 from pathlib import Path
 
 import pytest
-from primitive_facts import FACTS
 from test_docs_api import normalized, run_example, runnable_examples
+
+from cfgrad.primitives import PRIMITIVES
+from cfgrad.primitives.table import NotCompiled
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "jit.md").read_text(encoding="utf-8")
@@ -46,10 +48,10 @@ def documented_uncompiled() -> list[str]:
 
 
 def test_uncompiled_primitives_are_listed() -> None:
-    """The page lists the primitives tests/primitive_facts.py marks refused (which
-    tests/primitives/test_kernels.py checks, each refusal with its reason), but for the
+    """The page lists the primitives whose entries declare no compiled form (`NotCompiled`,
+    each refused with its reason: tests/primitives/test_primitive_table.py), but for the
     custom rules and callbacks the fallback table names."""
-    refused = {name for name, facts in FACTS.items() if facts.compiled == "refused"}
+    refused = {n for n, p in PRIMITIVES.items() if isinstance(p.compiled, NotCompiled)}
     actual = sorted(refused - NOT_LISTED)
     listed = documented_uncompiled()
     assert len(listed) == len(set(listed))

@@ -1,4 +1,4 @@
-"""The derivative table (cfgrad/primitives.py), primitive by primitive (docs/ir.md,
+"""The derivative table (cfgrad/primitives/), primitive by primitive (docs/ir.md,
 "Primitive nodes"; docs/numerics.md).
 
 `CASES` holds one entry per primitive in `PRIMITIVES`: a hypothesis recipe that draws a

@@ -315,7 +315,7 @@ def test_conventions_table_is_the_derivative_table():
     for name, convention, _ in rows:
         assert name in PRIMITIVES, name
         assert convention == PRIMITIVES[name].notes, (
-            f"docs/numerics.md says of {name}: {convention!r}; cfgrad/primitives.py says "
+            f"docs/numerics.md says of {name}: {convention!r}; cfgrad/primitives/ says "
             f"{PRIMITIVES[name].notes!r}")
 
 

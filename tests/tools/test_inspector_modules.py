@@ -1,8 +1,8 @@
 """The inspector's modules, split by job (issue 24): the DOT export (cfgrad/dot.py) and what
 it draws with (the names and region tree of cfgrad/outline.py, the recorded run of
 cfgrad/recording.py) need no rich, and `import cfgrad` imports the rich views only when
-`cg.inspect` is first used; the views themselves are unchanged (tests/test_inspector.py,
-tests/test_cli.py and their goldens check every rendering)."""
+`cg.inspect` is first used; the views themselves are unchanged (tests/tools/test_inspector.py,
+tests/tools/test_cli.py and their goldens check every rendering)."""
 
 from __future__ import annotations
 
