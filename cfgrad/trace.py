@@ -274,8 +274,12 @@ _lowering_epoch = 0
 
 
 def lowering_epoch() -> int:
-    """Caches of lowered Programs are valid only for the epoch they were traced in."""
-    return _lowering_epoch
+    """Caches of lowered Programs are valid only for the epoch they were traced in. A new
+    epoch begins when a custom rule is redefined (`invalidate_lowerings`) and when a pytree
+    class is registered: the dispatch caches that find a call of leaves by the arguments'
+    types alone (api.lowered's, grad's, jit's) would otherwise give an argument of that
+    class, a leaf when cached, the lowering of a leaf instead of its children's."""
+    return _lowering_epoch + treelib.registrations()
 
 
 def invalidate_lowerings() -> None:

@@ -109,6 +109,7 @@ class _NodeType:
 
 # The registry every flatten reads: exact classes, as in JAX (a subclass registers itself)
 _NODE_TYPES: dict[type, _NodeType] = {}
+_registrations = 0  # see `registrations`
 _BUILTIN_NODES = (tuple, list, dict, type(None))
 
 
@@ -271,7 +272,16 @@ def _has_prefix(td: TreeDef, tree: Any) -> bool:
 def _register(nodetype: type, spec: _NodeType) -> None:
     if nodetype in _NODE_TYPES or nodetype in _BUILTIN_NODES:
         raise ValueError(f"Duplicate custom PyTreeDef type registration for {nodetype}.")
+    global _registrations
     _NODE_TYPES[nodetype] = spec
+    _registrations += 1
+
+
+def registrations() -> int:
+    """How many classes were registered so far. A cache that takes its arguments to be
+    leaves by their types alone is valid only while this stays: the instances of a class
+    registered later flatten into their children (trace.lowering_epoch counts it)."""
+    return _registrations
 
 
 def register_pytree_node(nodetype: type, flatten_func: Callable[[Any], tuple[Iterable[Any],
