@@ -138,7 +138,7 @@ class Primitive:
     # Complex inputs are refused, traced (LoweringError, by the shape rule) and eager
     # (ArgumentTypeError, by `bind`):
     # JAX refuses them (floor, mod, clip, argmax: no order or no integer part), or the
-    # kernel and rules are those of real numbers (sigmoid's exp(-|x|)).
+    # compiled source and rules are those of real numbers (sigmoid's exp(-|x|)).
     real_only: bool = False
     # How the compiled backend (native.py) computes the entry: a `Ufunc`, a `Source`
     # function, `Structural`, or `NotCompiled` with the reason a user is told. Every entry

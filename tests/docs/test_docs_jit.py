@@ -4,9 +4,8 @@
   docs/api.md) prints exactly the output the page shows: `Jitted.info` on a compiled
   signature and the exact `CompileWarning` of each documented fallback.
 - The page's list of primitives without a compiled form is exactly the derivative
-  table's primitives that have neither a `kernel` nor a numpy ufunc Numba compiles (the
-  node kinds the backend writes itself, `call`, `vjp_call` and `const`, and those that
-  always fall back for a reason the page's table gives, aside).
+  table's entries that declare `NotCompiled` (those that always fall back for a reason
+  the page's table gives, custom rules and callbacks, aside).
 """
 
 from __future__ import annotations

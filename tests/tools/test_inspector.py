@@ -1,4 +1,4 @@
-"""The inspector (cfgrad/inspector.py) and the DOT export (cfgrad/dot.py).
+"""The inspector (cfgrad/inspector/) and the DOT export (cfgrad/dot.py).
 
 Goldens: tests/golden/inspector/NAME.VIEW.txt is the whole text of one view (program,
 mirrored, run) of one seed example of tests/seed_programs.py, rendered by
