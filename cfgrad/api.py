@@ -437,8 +437,11 @@ def _forward(entry: Lowering, plan: GradPlan, leaves: list[Any], checkpoint: Any
     return tape
 
 
+_NO_STATICS: tuple[int, ...] = ()  # vjp's default static_argnums, known to need no check
+
+
 def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = False,
-        detect_anomaly: bool = False, static_argnums: int | Sequence[int] = (),
+        detect_anomaly: bool = False, static_argnums: int | Sequence[int] = _NO_STATICS,
         autograph: bool = True) -> Any:
     """`(fun(*primals), pullback)`; `pullback(ct)` returns one cotangent per primal (None
     for a static one).
@@ -451,7 +454,8 @@ def vjp(fun: Callable, *primals: Any, checkpoint: Any = None, has_aux: bool = Fa
     check_strategy(checkpoint, "cfgrad.vjp")
     fun = traced_as(fun, autograph, "cfgrad.vjp")
     name = getattr(fun, "__name__", "f")
-    statics = () if static_argnums == () else static_positions(
+    # (the default skips the check; `==` would compare a numpy integer elementwise)
+    statics = () if static_argnums is _NO_STATICS else static_positions(
         argnums_tuple(static_argnums, "cfgrad.vjp", "static_argnums"), len(primals), (),
         "cfgrad.vjp", name)
     if nested.is_tracing():  # inside a traced function: nodes, not a run

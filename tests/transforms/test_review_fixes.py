@@ -39,3 +39,13 @@ def test_a_class_registered_after_a_call_is_flattened(transform):
     cg.tree_util.register_pytree_node(
         Scaled, lambda s: ((np.asarray(s) * 10.0,), None), lambda aux, kids: kids[0])
     assert value(g(x)) == 60.0  # its one child, 10 * x, is the argument now
+
+
+def test_vjp_takes_a_numpy_integer_static_argnums():
+    """vjp's shortcut for the default `static_argnums` compared it with `==`, which numpy
+    scalars and arrays answer elementwise: a raw ValueError instead of the call (or the
+    typed error)."""
+    out, pullback = cg.vjp(lambda x, y: x * y, 2.0, 3.0, static_argnums=np.int64(1))
+    assert out == 6.0 and pullback(1.0) == (3.0, None)
+    with pytest.raises(cg.ArgumentTypeError, match="static_argnums must be an int"):
+        cg.vjp(lambda x, y: x * y, 2.0, 3.0, static_argnums=np.array([1]))
