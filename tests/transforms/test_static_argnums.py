@@ -233,3 +233,13 @@ def test_a_bounded_cache_filled_by_threads_at_once_stays_bounded_and_consistent(
     all_at_once(work)
     assert not errors, errors[:3]
     assert len(cache) == 8
+
+
+def test_vjp_takes_a_numpy_integer_static_argnums():
+    """vjp's shortcut for the default `static_argnums` compared it with `==`, which numpy
+    scalars and arrays answer elementwise: a raw ValueError instead of the call (or the
+    typed error)."""
+    out, pullback = cg.vjp(lambda x, y: x * y, 2.0, 3.0, static_argnums=np.int64(1))
+    assert out == 6.0 and pullback(1.0) == (3.0, None)
+    with pytest.raises(cg.ArgumentTypeError, match="static_argnums must be an int"):
+        cg.vjp(lambda x, y: x * y, 2.0, 3.0, static_argnums=np.array([1]))

@@ -265,3 +265,34 @@ def test_no_registration_advice_for_strings_and_functions():
         with pytest.raises(cg.ArgumentTypeError, match="static") as info:
             cg.grad(lambda x, s: x)(1.0, value)
         assert "register" not in str(info.value)
+
+
+def _double_sum(x):
+    return cnp.sum(x * 2.0)
+
+
+@pytest.mark.parametrize("transform", [
+    pytest.param(lambda f: lambda x: cg.vjp(f, x)[0], id="vjp"),
+    pytest.param(lambda f: lambda x: cg.jvp(f, (x,), (x,))[0], id="jvp"),
+    pytest.param(lambda f: lambda x: cg.value_and_grad(f)(x)[0], id="value_and_grad"),
+    pytest.param(lambda f: cg.value_and_grad(f), id="one value_and_grad"),
+    pytest.param(lambda f: cg.jit(f), id="jit"),
+])
+def test_a_class_registered_after_a_call_is_flattened(transform):
+    """The dispatch caches that find a call of leaves by the arguments' types alone (vjp's
+    and jvp's through `api.lowered`, grad's, jit's) do not outlive a pytree registration:
+    an ndarray subclass is a leaf until its class is registered, and then its children
+    are the arguments (docs/api.md, Pytrees)."""
+    class Scaled(np.ndarray):
+        pass
+
+    def f(x):  # a function of each test's own: no cache entry of another test is met
+        return _double_sum(x)
+
+    g = transform(f)
+    x = np.array([1.0, 2.0]).view(Scaled)
+    value = lambda r: float(r[0] if isinstance(r, tuple) else r)  # noqa: E731
+    assert value(g(x)) == 6.0  # a leaf
+    cg.tree_util.register_pytree_node(
+        Scaled, lambda s: ((np.asarray(s) * 10.0,), None), lambda aux, kids: kids[0])
+    assert value(g(x)) == 60.0  # its one child, 10 * x, is the argument now
