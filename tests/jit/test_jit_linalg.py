@@ -29,7 +29,7 @@ from cfgrad.api import lowered
 from cfgrad.errors import Unsupported
 from cfgrad.interpret import Compiled
 from cfgrad.native import NativeProgram
-from cfgrad.primitives import PRIMITIVES
+from cfgrad.primitives import PRIMITIVES, bind
 
 RNG = np.random.default_rng(25)
 A = RNG.standard_normal((4, 4)) + 4 * np.eye(4)  # well conditioned: ulps stay ulps
@@ -40,44 +40,36 @@ WIDE = TALL.T.copy()
 Z = A + 1j * RNG.standard_normal((4, 4))  # distinct complex eigenvalues
 
 
-def _values(a, b, spd, tall, wide, z, a32, wide32):
-    """Every compiled linalg entry, on each shape and dtype its source distinguishes."""
-    w, v = cnp.linalg.eigh(spd)
-    u, s, vh = cnp.linalg.svd(tall, full_matrices=False)
-    uf, sf, vhf = cnp.linalg.svd(a)
-    q, r = cnp.linalg.qr(tall)
-    qw, rw = cnp.linalg.qr(wide, mode="complete")
-    zw, zv = cnp.linalg.eig(z)
-    sign, logdet = cnp.linalg.slogdet(a)
-    sign32, logdet32 = cnp.linalg.slogdet(a32)
+def _values(a, b, spd, tall, wide, z, a32):
+    """Every compiled linalg entry, on each shape and dtype its source distinguishes, as
+    nodes of their own (`bind`: cnp's wrappers add nodes, each one more compile)."""
+    rtol = 10 * 5 * float(np.finfo(np.float64).eps)
     return {
-        "solve": cnp.linalg.solve(a, b), "solve vector": cnp.linalg.solve(a.T, b[:, 0]),
-        "cholesky": cnp.linalg.cholesky(spd), "eigh": (w, v), "svd": (u, s, vh),
-        "svd full": (uf, sf, vhf), "qr": (q, r), "qr wide complete": (qw, rw), "eig": (zw, zv),
-        "det": cnp.linalg.det(a), "slogdet": (sign, logdet), "pinv": cnp.linalg.pinv(tall),
-        "pinv wide": cnp.linalg.pinv(wide), "det float32": cnp.linalg.det(a32),
-        "slogdet float32": (sign32, logdet32), "pinv float32": cnp.linalg.pinv(wide32),
+        "solve": bind("solve", a, b), "solve transposed": bind("solve", a.T, b),
+        "cholesky": bind("cholesky", spd), "eigh": bind("eigh", spd, uplo="L"),
+        "svd": bind("svd", tall, full_matrices=False),
+        "svd full": bind("svd", a, full_matrices=True),
+        "qr": bind("qr", tall, complete=False), "qr wide complete": bind("qr", wide, complete=True),
+        "eig": bind("eig", z), "det": bind("det", a), "slogdet": bind("slogdet", a),
+        "pinv": bind("pinv", tall, rtol=rtol), "det float32": bind("det", a32),
+        "slogdet float32": bind("slogdet", a32),
         "matmul strided": a[:, ::2] @ tall[1::2], "matmul transposed": a.T @ a,
     }
 
 
-ARGS = (A, B, SPD, TALL, WIDE, Z, A.astype(np.float32), WIDE.astype(np.float32))
+ARGS = (A, B, SPD, TALL, WIDE, Z, A.astype(np.float32))
 CHECKED = {"solve", "cholesky", "eigh", "svd", "qr", "eig", "det", "slogdet", "pinv"}
 
 
-@functools.cache
-def _compiled_values() -> Callable:
-    jitted = cg.jit(_values, fallback=False)
-    assert jitted.info(*ARGS).backend == "numba"
-    return jitted
+def _parts(x: Any) -> tuple:
+    """The outputs of a multi-output entry (a tuple or list), or the one."""
+    return tuple(x) if isinstance(x, tuple | list) else (x,)
 
 
 def _close(got: Any, want: Any, label: str) -> None:
     """Within a few ulps of numpy's, relative to the largest entry (LAPACK's rounding
     spreads over a result), signs included; dtype and shape exact."""
-    got, want = (x if isinstance(x, tuple | list) else (x,) for x in (got, want))
-    assert len(got) == len(want), label
-    for g, w in zip(got, want):
+    for g, w in zip(_parts(got), _parts(want), strict=True):
         g, w = np.asarray(g), np.asarray(w)
         assert g.dtype == w.dtype and g.shape == w.shape, label
         eps = np.finfo(w.dtype).eps
@@ -93,53 +85,56 @@ def test_every_compiled_linalg_entry_is_checked_here():
     assert compiled == CHECKED
 
 
-@pytest.mark.parametrize("label", sorted(_values(*ARGS)))
-def test_compiled_values_match_the_interpreter(label):
-    got = _compiled_values()(*ARGS)[label]
-    _close(got, _values(*ARGS)[label], label)  # eagerly: the interpreter's numpy
+def _loss(a, b, spd, tall, wide):
+    """A scalar of the compiled entries with a derivative rule, each through its cheapest
+    output (every adjoint node costs compile time; eig's adjoint would compile a complex
+    solve, seconds more). The rules themselves, vectors' terms and eig's included, are
+    tests/primitives/test_linalg.py's; the compiled adjoint runs the same nodes, here with
+    the transposed operands adjoints pass (`solve(A^T, ...)`)."""
+    return (cnp.sum(bind("solve", a, b) ** 2) + cnp.sum(bind("cholesky", spd))
+            + cnp.sum(bind("eigh", spd, uplo="L")[0] ** 2)
+            + cnp.sum(bind("svd", tall, full_matrices=False)[1])
+            + cnp.sum(bind("qr", wide, complete=False)[1]) + bind("det", a)
+            + bind("slogdet", a)[1] + cnp.sum(bind("pinv", tall, rtol=1e-14)))
 
 
-def _loss(a, b, spd, tall, wide, z):
-    """A scalar of every compiled entry with a derivative rule, each through its cheapest
-    output (every adjoint node is one more Numba compile: the vectors' terms of eigh, svd
-    and eig are checked by tests/primitives/test_linalg.py in the interpreter, whose rules
-    the compiled adjoint runs as they are)."""
-    return (cnp.sum(cnp.linalg.solve(a, b) ** 2) + cnp.sum(cnp.linalg.cholesky(spd))
-            + cnp.sum(cnp.linalg.eigh(spd)[0] ** 2) + cnp.sum(cnp.linalg.svd(tall, full_matrices=False)[1])
-            + cnp.sum(cnp.linalg.qr(wide)[1]) + cnp.linalg.det(a) + cnp.linalg.slogdet(a)[1]
-            + cnp.sum(cnp.linalg.pinv(tall)) + cnp.sum(cnp.real(cnp.linalg.eig(z)[0] ** 2)))
+def _checked(a, b, spd, tall, wide, z, a32):
+    """The values and the gradient, as one program: the LAPACK code Numba links into a
+    program is compiled again for each (about 20 s of a cold run here), so one is paid."""
+    grads = cg.grad(_loss, argnums=(0, 1, 2, 3, 4))(a, b, spd, tall, wide)
+    return {**_values(a, b, spd, tall, wide, z, a32), "gradient": tuple(grads)}
 
 
-def test_compiled_gradients_match_the_interpreter():
-    argnums = tuple(range(6))
-    args = ARGS[:6]
-    jitted = cg.jit(cg.grad(_loss, argnums=argnums), fallback=False)
-    assert jitted.info(*args).backend == "numba"
-    for got, want, name in zip(jitted(*args), cg.grad(_loss, argnums=argnums)(*args),
-                               ("a", "b", "spd", "tall", "wide", "z")):
-        _close(got, want, name)
+@functools.cache
+def _compiled() -> Callable:
+    jitted = cg.jit(_checked, fallback=False)
+    assert jitted.info(*ARGS).backend == "numba"
+    return jitted
 
 
-def _solve_and_factor(a, b, spd):
-    return cnp.linalg.solve(a, b), cnp.linalg.det(a), cnp.linalg.cholesky(spd)
+@pytest.mark.parametrize("label", sorted(_values(*ARGS)) + ["gradient"])
+def test_compiled_values_and_gradients_match_the_interpreter(label):
+    got = _compiled()(*ARGS)[label]
+    _close(got, _checked(*ARGS)[label], label)  # eagerly: the interpreter's numpy
 
 
 def test_what_numba_answers_otherwise_reruns_in_the_interpreter():
-    """Numba's np.linalg raises LinAlgError where numpy answers: a NaN or inf in the matrix
+    """Numba's np.linalg raises LinAlgError where numpy answers: a NaN or inf in an operand
     (numpy's LAPACK gives NaNs, or numbers), a matrix cholesky makes NaN of (not positive
-    definite); the call reruns in the interpreter and returns numpy's values."""
-    jitted = cg.jit(_solve_and_factor, fallback=False)
-    assert jitted.info(A, B, SPD).backend == "numba"
+    definite); the call reruns in the interpreter and returns numpy's values, or raises
+    numpy's error (a singular matrix)."""
     for bad in (np.nan, np.inf):
-        a = A.copy()
-        a[0, 1] = bad
+        b = B.copy()
+        b[0, 1] = bad
+        args = (A, b, -SPD, *ARGS[3:])
         with np.errstate(all="ignore"):
-            got, want = jitted(a, B, -SPD), _solve_and_factor(a, B, -SPD)
-        for g, w in zip(got, want):
-            np.testing.assert_array_equal(g, w)
-        assert np.all(np.isnan(got[2]))
+            got, want = _compiled()(*args), _checked(*args)
+        for label in want:
+            for g, w in zip(_parts(got[label]), _parts(want[label]), strict=True):
+                np.testing.assert_array_equal(g, w, err_msg=label)
+        assert np.all(np.isnan(got["cholesky"]))
     with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
-        jitted(np.ones((4, 4)), B, SPD)
+        _compiled()(np.ones((4, 4)), *ARGS[1:])
 
 
 @pytest.mark.parametrize("fn, args, reason", [
