@@ -2,11 +2,12 @@
 
 Compiled, matmul is np.dot and the factorizations are Numba's np.linalg, which call SciPy's
 BLAS and LAPACK: the routines numpy calls (gesv, potrf, syevd, geev, gesdd, geqrf and
-orgqr, getrf), so the results agree to the last bits (tests/jit/test_jit_linalg.py
-measures which are bitwise). Numba's np.linalg takes one matrix, not a stack, and raises
-`LinAlgError` where numpy answers (a matrix with an inf or a NaN, where numpy gives
-LAPACK's NaNs; a Cholesky factor cfgrad makes NaN): `cg.jit` then reruns the call in the
-interpreter (cfgrad/jitted.py), which gives numpy's answer.
+orgqr, getrf), so the results agree to the last bits (docs/jit.md says which were bitwise
+where measured; tests/jit/test_jit_linalg.py checks them against numpy's). Numba's
+np.linalg takes one matrix, not a stack, and raises `LinAlgError` where numpy answers (a
+matrix with an inf or a NaN, where numpy gives LAPACK's NaNs; a Cholesky factor cfgrad
+makes NaN): `cg.jit` then reruns the call in the interpreter (cfgrad/jitted.py), which
+gives numpy's answer.
 """
 
 from __future__ import annotations
