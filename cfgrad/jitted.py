@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from . import nested
 from . import tree as treelib
 from .anomaly import anomaly_detection_enabled
@@ -92,13 +94,19 @@ class Jitted:
                 pass
             else:
                 if entry.epoch == lowering_epoch():
-                    return build(runner(args))
+                    try:  # (inline: a call here would cost every call a Python frame)
+                        return build(runner(args))
+                    except np.linalg.LinAlgError:
+                        return build(_rerun(entry, runner, args))
         entry, runner, leaves = self._prepare(args, kwargs)
         build = treelib.builder(entry.program.out_tree)
         if not kwargs and not self._statics and len(leaves) == len(args) and all(
                 x is y for x, y in zip(leaves, args)):  # every argument is a leaf
             self._by_leaves[tuple(map(typed_key, args))] = (entry, runner, build)
-        return build(runner(leaves))
+        try:
+            return build(runner(leaves))
+        except np.linalg.LinAlgError:
+            return build(_rerun(entry, runner, leaves))
 
     def lower(self, *args: Any, **kwargs: Any) -> Program:
         return self._prepare(args, kwargs)[0].program
@@ -143,6 +151,17 @@ class Jitted:
         warnings.warn(f"cfgrad.jit of {name} runs in the interpreter: {reason}",
                       CompileWarning, stacklevel=4)
         return _Interpreted(entry, reason)
+
+
+def _rerun(entry: Any, runner: Any, leaves: list[Any]) -> list[Any]:
+    """The interpreter's outputs, after compiled code raised numpy's `LinAlgError` (else
+    that error again). Numba's np.linalg raises it where numpy's answers (a matrix with an
+    inf or a NaN, which numpy passes to LAPACK; a Cholesky factor cfgrad makes NaN), or
+    says it in other words (a singular matrix): the program is pure, so running it again
+    in the interpreter gives numpy's answer or numpy's error."""
+    if isinstance(runner, _Interpreted):
+        raise
+    return entry.run(leaves)[0]
 
 
 def _first_cause(message: str) -> str:

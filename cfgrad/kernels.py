@@ -1,7 +1,7 @@
 """Numba helpers that compiled programs call (`native.py` generates the calls).
 
 The derivative table's Numba sources (each entry's `Source`, in cfgrad/primitives/) are
-written against these names (`K.matvec(a, x)`): what one expression of Numba's numpy
+written against these names (`K.total(x, zero)`): what one expression of Numba's numpy
 subset cannot say, or cannot say with numpy's exact rounding, is a small function here.
 Every helper computes what its primitive's numpy implementation computes, in the same
 order of floating-point operations where the comment says bitwise.
@@ -16,7 +16,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from .primitives.elementwise import square_and_multiply
 
@@ -442,55 +442,106 @@ def extreme_along(x, axis, largest):
     return out
 
 
-@numba.njit(cache=True)
-def dot(a, b):
-    """A vector · vector product, summed in index order (matmul of two vectors)."""
-    total = a[0] * 0
-    for k in range(a.shape[0]):
-        total += a[k] * b[k]
-    return total
+def _blas_layout(a):
+    """`a` as BLAS takes it (see `_blas_layout_impl`)."""
+    raise NotImplementedError  # only called from compiled code, through the overload
+
+
+@overload(_blas_layout)
+def _blas_layout_impl(a):
+    """`a` itself when it is C- or F-contiguous (BLAS reads a transposed matrix in place),
+    else a C-contiguous copy, as numpy's matmul copies an operand BLAS cannot stride
+    through; decided on the array's layout when Numba types the call, so that np.dot
+    never sees (and warns about) a non-contiguous operand."""
+    if a.layout in "CF":
+        return lambda a: a
+    return lambda a: np.ascontiguousarray(a)
 
 
 @numba.njit(cache=True)
-def matmul(a, b):
-    """a @ b of two matrices as plain loops (Numba's own `@` needs SciPy's BLAS): every
-    entry a dot product summed in index order."""
-    a = np.ascontiguousarray(a)  # rows of both walked in order (O(n²) next to O(n³))
-    b = np.ascontiguousarray(b)
-    n, m = a.shape[0], b.shape[1]
-    out = np.zeros((n, m), a.dtype)
-    for i in range(n):
-        for k in range(a.shape[1]):
-            aik = a[i, k]
-            for j in range(m):
-                out[i, j] += aik * b[k, j]
-    return out
+def blas_product(a, b):
+    """a @ b of float or complex vectors and matrices by np.dot, which Numba computes with
+    SciPy's BLAS (dot, gemv, gemm): numpy's matmul calls the same BLAS routines for
+    these, so the results agree to the last bits (measured: bitwise for gemv and gemm,
+    the last bit of some vector · vector products)."""
+    return np.dot(_blas_layout(a), _blas_layout(b))
+
+
+def _c_order(a):
+    """`a` as the linear algebra helpers pass it on (see `_c_order_impl`)."""
+    raise NotImplementedError  # only called from compiled code, through the overload
+
+
+@overload(_c_order)
+def _c_order_impl(a):
+    """`a` itself when C-contiguous, else a C-contiguous copy: Numba compiles an
+    np.linalg function anew for each layout of its operands (seconds apiece: solve's
+    takes about 7), and copies the matrix for LAPACK whatever its layout, so one layout
+    costs one compile and changes no number."""
+    if a.layout == "C":
+        return lambda a: a
+    return lambda a: np.ascontiguousarray(a)
+
+
+# -- Linear algebra: Numba's np.linalg of one matrix (cfgrad/primitives/linalg.py says which
+# LAPACK routines, the same as numpy's), its operands passed on in C order (`_c_order`).
 
 
 @numba.njit(cache=True)
-def matvec(a, x):
-    """a @ x of a matrix and a vector; a transposed matrix (an adjoint's W.T) walked as
-    `vecmat` walks it, row by row, the same products summed in the same order."""
-    if not a.flags.c_contiguous and a.T.flags.c_contiguous:
-        return vecmat(x, a.T)
-    out = np.zeros(a.shape[0], a.dtype)
-    for i in range(a.shape[0]):
-        total = out[i]
-        for k in range(a.shape[1]):
-            total += a[i, k] * x[k]
-        out[i] = total
-    return out
+def solve(a, b):
+    return np.linalg.solve(_c_order(a), _c_order(b))
 
 
 @numba.njit(cache=True)
-def vecmat(x, a):
-    """x @ a of a vector and a matrix."""
-    out = np.zeros(a.shape[1], a.dtype)
-    for k in range(a.shape[0]):
-        xk = x[k]
-        for j in range(a.shape[1]):
-            out[j] += xk * a[k, j]
-    return out
+def cholesky(a):
+    return np.linalg.cholesky(_c_order(a))
+
+
+@numba.njit(cache=True)
+def eigh(a):
+    return np.linalg.eigh(_c_order(a))
+
+
+@numba.njit(cache=True)
+def eig(a):
+    return np.linalg.eig(_c_order(a))
+
+
+@numba.njit(cache=True)
+def svd(a, full_matrices):
+    return np.linalg.svd(_c_order(a), full_matrices)
+
+
+@numba.njit(cache=True)
+def qr(a):
+    return np.linalg.qr(_c_order(a))
+
+
+@numba.njit(cache=True)
+def det(a, kind):
+    """np.linalg.det as `kind` (Numba's computes a float32 matrix's in float64, numpy's in
+    float32)."""
+    return kind(np.linalg.det(_c_order(a)))
+
+
+@numba.njit(cache=True)
+def slogdet(a, kind):
+    """np.linalg.slogdet as `kind`, as `det`."""
+    sign, logdet = np.linalg.slogdet(_c_order(a))
+    return kind(sign), kind(logdet)
+
+
+@numba.njit(cache=True)
+def pinv(a, rtol):
+    """The pseudo-inverse as the `pinv` entry computes it (its `_pinv_impl`): the reduced
+    SVD, singular values not above rtol times the largest replaced by inf (`rtol` of a's
+    dtype, as numpy's weak Python float becomes), then V (U^T / s)."""
+    u, s, vh = svd(a, False)
+    cutoff = rtol * s[0]
+    for i in range(s.shape[0]):
+        if not s[i] > cutoff:  # np.where(s > cutoff, s, inf): NaN too
+            s[i] = np.inf
+    return blas_product(vh.T, u.T / s.reshape((s.shape[0], 1)))
 
 
 # -- Reductions over one block of adjacent axes, seen as x3 of shape (outer, n, inner) ----

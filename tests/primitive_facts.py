@@ -6,9 +6,9 @@
   the entry declares a compiled form (`Primitive.compiled`: which entries have none, and
   why, is the entry's declaration, not a fact of this table): "bitwise" (the same IEEE
   operations: arithmetic, comparisons, selections, shape operations, indexing, sums in
-  numpy's order) or "ulps" (a math library's function, or BLAS: a few units in the last
-  place); None for an entry without one. Read by tests/primitives/test_kernels.py, which
-  checks each claim.
+  numpy's order) or "ulps" (a math library's function, or BLAS and LAPACK: a few units in
+  the last place); None for an entry without one. Read by tests/primitives/test_kernels.py,
+  which checks each claim (the LAPACK entries': tests/jit/test_jit_linalg.py).
 - `domain`: the interval real inputs of the first operand are drawn from where the
   primitive is smooth and finite (inside its domain, away from poles and branch cuts);
   `None`: any moderate value. Read by tests/primitives/test_primitives.py (hypothesis
@@ -73,9 +73,10 @@ FACTS: dict[str, Facts] = {
     "argmax": BITWISE, "argmin": BITWISE,
     "sort": UNCOMPILED, "argsort": UNCOMPILED, "searchsorted": UNCOMPILED,
     # linear algebra
-    "matmul": ULPS, "einsum": UNCOMPILED, "solve": UNCOMPILED, "cholesky": UNCOMPILED,
-    "eigh": UNCOMPILED, "eig": UNCOMPILED, "svd": UNCOMPILED, "qr": UNCOMPILED,
-    "det": UNCOMPILED, "slogdet": UNCOMPILED, "pinv": UNCOMPILED,
+    # (BLAS and LAPACK: SciPy's build compiled, numpy's interpreted; tests/jit/
+    # test_jit_linalg.py checks the LAPACK entries)
+    "matmul": ULPS, "einsum": UNCOMPILED, "solve": ULPS, "cholesky": ULPS, "eigh": ULPS,
+    "eig": ULPS, "svd": ULPS, "qr": ULPS, "det": ULPS, "slogdet": ULPS, "pinv": ULPS,
     # shapes, indexing, dtypes, constants
     "reshape": BITWISE, "transpose": BITWISE, "broadcast_to": BITWISE,
     "concatenate": BITWISE, "index": BITWISE, "scatter_add": BITWISE, "roll": BITWISE,

@@ -1,6 +1,13 @@
-"""Linear algebra: `matmul` (compiled, as loops: Numba's `@` needs SciPy's BLAS), `einsum`,
-and the LAPACK factorizations and solvers (not compiled: Numba's np.linalg calls SciPy's
-LAPACK, and cfgrad does not depend on SciPy).
+"""Linear algebra: `matmul`, `einsum`, and the LAPACK factorizations and solvers.
+
+Compiled, matmul is np.dot and the factorizations are Numba's np.linalg, which call SciPy's
+BLAS and LAPACK: the routines numpy calls (gesv, potrf, syevd, geev, gesdd, geqrf and
+orgqr, getrf), so the results agree to the last bits (docs/jit.md says which were bitwise
+where measured; tests/jit/test_jit_linalg.py checks them against numpy's). Numba's
+np.linalg takes one matrix, not a stack, and raises `LinAlgError` where numpy answers (a
+matrix with an inf or a NaN, where numpy gives LAPACK's NaNs; a Cholesky factor cfgrad
+makes NaN): `cg.jit` then reruns the call in the interpreter (cfgrad/jitted.py), which
+gives numpy's answer.
 """
 
 from __future__ import annotations
@@ -75,8 +82,7 @@ def _matmul_source(args, types, out):
     a, b = types
     if not (1 <= a.ndim <= 2 and 1 <= b.ndim <= 2) or a.dtype.kind not in "fc":
         raise Unsupported(f"matmul of {a} and {b} (compiled: vectors and matrices of floats)")
-    helper = {(1, 1): "dot", (2, 1): "matvec", (1, 2): "vecmat", (2, 2): "matmul"}
-    return f"K.{helper[(a.ndim, b.ndim)]}({args[0]}, {args[1]})"
+    return f"K.blas_product({args[0]}, {args[1]})"
 
 
 register(Primitive(
@@ -99,8 +105,24 @@ register(Primitive(
 # last two axes; leading axes are a batch.
 
 
-NEEDS_LAPACK = NotCompiled("it needs SciPy's LAPACK (Numba's np.linalg calls SciPy's; cfgrad "
-                           "does not depend on SciPy)")
+def _single_matrices(op: str, *types: TensorType, empty: bool = True) -> None:
+    """Numba's np.linalg takes one matrix (numpy's loops over a stack of them); its SVD
+    and QR refuse an empty one (`empty=False`), where numpy's return empty factors."""
+    for t in types:
+        if t.ndim != 2:
+            raise Unsupported(f"{op} of a stack of matrices {t} (compiled: single matrices)")
+        if not empty and 0 in t.shape:
+            raise Unsupported(f"{op} of an empty matrix {t} (Numba's raises, numpy's returns "
+                              "empty factors)")
+
+
+def _numba_linalg(op: str) -> Source:
+    """np.linalg.`op` of one matrix, Numba's (cfgrad/kernels.py's `K.op`)."""
+    def write(args, types, out):
+        _single_matrices(op, *types)
+        return f"K.{op}({', '.join(args)})"
+
+    return Source(write)
 
 
 def _eye_like(x: Any, n: int) -> np.ndarray:
@@ -289,7 +311,7 @@ def _solve_jvp(ts, xs, out):
 register(Primitive(
     name="solve", impl=np.linalg.solve, abstract=_solve_type, vjp=_solve_vjp,
     jvp=_solve_jvp, family="linalg", promote="float",
-    compiled=NEEDS_LAPACK,
+    compiled=_numba_linalg("solve"),
     notes="x = A^{-1} B for (stacks of) square A and n×k B, batch axes broadcast (cnp.linalg."
           "solve takes a 1-D b as a vector, as numpy 2 and JAX); dB = A^{-T} ct, dA = -dB "
           "x^T (Giles 2008), also for complex matrices (holomorphic: the transpose, JAX's "
@@ -339,7 +361,7 @@ def _factor_type(op: str) -> Callable[..., TensorType]:
 register(Primitive(
     name="cholesky", impl=_cholesky_impl, abstract=_factor_type("cholesky"),
     vjp=_cholesky_vjp, jvp=_cholesky_jvp, family="linalg", promote="float",
-    compiled=NEEDS_LAPACK,
+    compiled=_numba_linalg("cholesky"),
     notes="the lower factor L of a symmetric positive definite A (cnp.linalg.cholesky "
           "symmetrizes its input first, as JAX, so the gradient is symmetric); NaN where A "
           "is not positive definite, as JAX; rules of Murray (2016): dL = L Phi(L^{-1} dA "
@@ -376,10 +398,18 @@ def _eigh_vjp(cts, xs, outs, uplo):
     return (_mm(v, _mm(inner, _swap_last(v))),)
 
 
+def _eigh_source(args, types, out, uplo):
+    _single_matrices("eigh", *types)
+    if uplo != "L":  # Numba's reads the lower triangle; syevd on the upper rounds otherwise
+        raise Unsupported("eigh of the upper triangle (uplo='U'; compiled: 'L', numpy's "
+                          "default)")
+    return f"K.eigh({args[0]})"
+
+
 register(Primitive(
     name="eigh", impl=lambda a, uplo: tuple(np.linalg.eigh(a, uplo)), abstract=_eigh_type,
     vjp=_eigh_vjp, jvp=_eigh_jvp, family="linalg", promote="float", multi_output=True,
-    compiled=NEEDS_LAPACK,
+    compiled=Source(_eigh_source),
     notes="eigenvalues (ascending) and eigenvectors of a symmetric matrix (cnp.linalg.eigh "
           "symmetrizes its input, as JAX; `uplo` only picks LAPACK's triangle, which keeps "
           "numpy's eigenvector signs); derivatives need distinct eigenvalues: dw = "
@@ -455,10 +485,18 @@ def _eig_vjp(cts, xs, outs):
     return (ga if a.dtype.kind == "c" else bind("real", ga),)
 
 
+def _eig_source(args, types, out):
+    _single_matrices("eig", *types)
+    if types[0].dtype.kind != "c":
+        raise Unsupported(f"eig of a real matrix {types[0]} (Numba's raises where its "
+                          "eigenvalues are complex; compiled: complex matrices)")
+    return f"K.eig({args[0]})"
+
+
 register(Primitive(
     name="eig", impl=_eig_impl, abstract=_eig_type, vjp=_eig_vjp, jvp=_eig_jvp,
     family="linalg", promote="float", multi_output=True,
-    compiled=NEEDS_LAPACK,
+    compiled=Source(_eig_source),
     notes="numpy's eig of a real or complex matrix: eigenvalues w and right eigenvectors V, "
           "always complex (as JAX), LAPACK's normalization (unit 2-norm columns, the "
           "largest entry real); derivatives need distinct eigenvalues: dw = diag(V^{-1} dA "
@@ -541,11 +579,16 @@ def _svd_vjp(cts, xs, outs, full_matrices):
     return (add_terms(core, *extra),)
 
 
+def _svd_source(args, types, out, full_matrices):
+    _single_matrices("svd", *types, empty=False)
+    return f"K.svd({args[0]}, {bool(full_matrices)})"
+
+
 register(Primitive(
     name="svd", impl=lambda a, full_matrices: tuple(np.linalg.svd(a, full_matrices)),
     abstract=_svd_type, vjp=_svd_vjp, jvp=_svd_jvp, family="linalg", promote="float",
     multi_output=True,
-    compiled=NEEDS_LAPACK,
+    compiled=Source(_svd_source),
     notes="u, s, vh with s descending; derivatives (Townsend 2016, JAX's rule) need "
           "distinct nonzero singular values, and the reduced factors of a non-square matrix "
           "(full_matrices=True only for square ones, as JAX); singular vectors' signs are "
@@ -621,12 +664,21 @@ def _qr_vjp(cts, xs, outs, complete):
     return (bind("concatenate", ga1, ga2, axis=len(a.shape) - 1),)
 
 
+def _qr_source(args, types, out, complete):
+    _single_matrices("qr", *types, empty=False)
+    m, n = types[0].shape
+    if complete and m > n:
+        raise Unsupported(f"the complete QR of a tall matrix {types[0]} (Numba's gives the "
+                          "reduced factors)")
+    return f"K.qr({args[0]})"
+
+
 register(Primitive(
     name="qr", impl=lambda a, complete: tuple(np.linalg.qr(a, "complete" if complete else
                                                             "reduced")),
     abstract=_qr_type, vjp=_qr_vjp, jvp=_qr_jvp, family="linalg", promote="float",
     multi_output=True,
-    compiled=NEEDS_LAPACK,
+    compiled=Source(_qr_source),
     notes="Q, R with LAPACK's signs; derivatives by JAX's rule, a wide matrix's through "
           "the QR of its leading square block; not for the complete factors of a tall matrix "
           "(JAX 0.10 has a rule for those, cfgrad refuses)"))
@@ -638,6 +690,11 @@ def _det_type(types: list[TensorType]) -> TensorType:
     return TensorType(t.shape[:-2], _linalg_dtype("det", t))
 
 
+def _det_source(args, types, out):
+    _single_matrices("det", *types)
+    return f"K.det({args[0]}, np.{out.dtype.name})"
+
+
 def _expand2(x: Any) -> Any:
     return bind("reshape", x, shape=tuple(x.shape) + (1, 1))
 
@@ -647,7 +704,7 @@ register(Primitive(
     vjp=lambda ct, xs, out: (_expand2(ct * out) * _inverse_transpose(xs[0]),),
     jvp=lambda ts, xs, out: out * _trace_of_solve(xs[0], ts[0]),
     family="linalg", promote="float",
-    compiled=NEEDS_LAPACK,
+    compiled=Source(_det_source),
     notes="numpy's LU determinant; d det = det tr(A^{-1} dA) (Giles 2008), so the gradient "
           "det A^{-T} is inf/NaN at a singular A (JAX gives the cofactor matrix there)"))
 
@@ -655,6 +712,11 @@ register(Primitive(
 def _slogdet_type(types: list[TensorType]) -> list[TensorType]:
     t = _det_type(types)
     return [t, t]
+
+
+def _slogdet_source(args, types, out):
+    _single_matrices("slogdet", *types)
+    return f"K.slogdet({args[0]}, np.{out[0].dtype.name})"
 
 
 def _slogdet_vjp(cts, xs, outs):
@@ -667,7 +729,7 @@ register(Primitive(
     name="slogdet", impl=lambda a: tuple(np.linalg.slogdet(a)), abstract=_slogdet_type,
     vjp=_slogdet_vjp, jvp=lambda ts, xs, outs: [None, _trace_of_solve(xs[0], ts[0])],
     family="linalg", promote="float", multi_output=True,
-    compiled=NEEDS_LAPACK,
+    compiled=Source(_slogdet_source),
     notes="sign and log|det|; the sign has derivative 0, d log|det| = tr(A^{-1} dA)"))
 
 
@@ -677,6 +739,11 @@ def _pinv_impl(a: np.ndarray, rtol: float) -> np.ndarray:
     cutoff = rtol * s[..., :1]
     s = np.where(s > cutoff, s, np.inf)
     return np.matmul(np.swapaxes(vh, -1, -2), np.swapaxes(u, -1, -2) / s[..., :, None])
+
+
+def _pinv_source(args, types, out, rtol):
+    _single_matrices("pinv", *types, empty=False)
+    return f"K.pinv({args[0]}, np.{out.dtype.name}({rtol!r}))"
 
 
 def _pinv_type(types: list[TensorType], rtol: float) -> TensorType:
@@ -710,7 +777,7 @@ def _pinv_vjp(ct, xs, out, rtol):
 register(Primitive(
     name="pinv", impl=_pinv_impl, abstract=_pinv_type, vjp=_pinv_vjp, jvp=_pinv_jvp,
     family="linalg", promote="float",
-    compiled=NEEDS_LAPACK,
+    compiled=Source(_pinv_source),
     notes="the Moore-Penrose pseudo-inverse by numpy's SVD, singular values <= rtol * the "
           "largest dropped (JAX's default rtol = 10 max(m, n) eps); the derivative of "
           "Golub and Pereyra (1973), JAX's rule, holds where the rank is locally constant"))

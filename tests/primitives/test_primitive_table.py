@@ -13,7 +13,7 @@ to those declarations, so that adding a primitive needs no list here:
   "ulps"): one program per dtype, so a few Numba compiles check the whole family (a
   uint8 `sign` was 255 for 200 until this did);
 - every other entry with a compiled form has a case in tests/primitives/test_kernels.py, which
-  compares it bitwise with numpy there;
+  compares it bitwise with numpy there (the LAPACK entries: in tests/jit/test_jit_linalg.py);
 - every `NotCompiled` entry is refused with its declared reason;
 - every `operator` an entry declares (which the interpreter, and for `Ufunc(operator=True)`
   the compiled code, writes instead of a call) is the implementation on numpy operands.
@@ -46,6 +46,7 @@ from cfgrad.primitives import (
 
 sys.path.insert(0, str(Path(__file__).parent))
 from primitive_facts import FACTS  # noqa: E402
+from test_jit_linalg import CHECKED as LAPACK_CHECKED  # noqa: E402
 from test_kernels import CASES, UNSUPPORTED  # noqa: E402
 
 # the nodes native.py's writer compiles itself (a module constant, a function of its own)
@@ -185,7 +186,7 @@ def test_numba_refuses_complex_orderings(name):
 def test_every_other_compiled_entry_has_a_kernel_case():
     with_cases = {c.prim for c in CASES}
     compiled = {n for n, p in PRIMITIVES.items() if isinstance(p.compiled, Ufunc | Source)}
-    missing = compiled - set(ELEMENTWISE) - with_cases
+    missing = compiled - set(ELEMENTWISE) - with_cases - LAPACK_CHECKED
     assert not missing, f"no case in tests/primitives/test_kernels.py's CASES for {sorted(missing)}"
 
 

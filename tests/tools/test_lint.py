@@ -20,7 +20,7 @@ def test_ruff_clean() -> None:
 
 
 def test_package_imports_without_test_dependencies() -> None:
-    """Runtime dependencies are numpy and rich only."""
+    """Importing cfgrad loads none of the test dependencies (pytest, hypothesis)."""
     code = ("import sys, cfgrad, cfgrad.numpy; "
             "bad = [m for m in ('pytest', 'hypothesis') if m in sys.modules]; "
             "sys.exit(1 if bad else 0)")
