@@ -73,7 +73,7 @@ FACTS: dict[str, Facts] = {
     "argmax": BITWISE, "argmin": BITWISE,
     "sort": UNCOMPILED, "argsort": UNCOMPILED, "searchsorted": UNCOMPILED,
     # linear algebra
-    "matmul": ULPS, "einsum": UNCOMPILED, "solve": UNCOMPILED, "cholesky": UNCOMPILED,
+    "matmul": ULPS, "einsum": ULPS, "solve": UNCOMPILED, "cholesky": UNCOMPILED,
     "eigh": UNCOMPILED, "eig": UNCOMPILED, "svd": UNCOMPILED, "qr": UNCOMPILED,
     "det": UNCOMPILED, "slogdet": UNCOMPILED, "pinv": UNCOMPILED,
     # shapes, indexing, dtypes, constants
