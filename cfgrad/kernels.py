@@ -519,7 +519,7 @@ def matmul_stack(a, b, ia, ib):
 # Small on purpose: every compiled program calling a helper compiles it into itself anew.
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _next_combination(index, position, sizes, strides):
     """Advance `index` (one counter per letter) to the next combination in C order, and
     `position` (an offset per array) with it."""
@@ -539,26 +539,57 @@ def _next_combination(index, position, sizes, strides):
 @numba.njit(cache=True)
 def contract1(a, sizes, strides, n_out):
     """One operand's einsum (sums over letters, transposes, diagonals): a flat array of
-    the result in C order; `strides`: the operand's row, then the result's."""
+    the result in C order; `strides`: the operand's row, then the result's. The last
+    letter is walked by its strides, the others by `_next_combination`."""
     out = np.zeros(np.prod(sizes[:n_out]), a.dtype)
-    index = np.zeros(sizes.shape[0], np.int64)
+    last = sizes.shape[0] - 1
+    if last < 0:  # a scalar's
+        out[0] = a[0]
+        return out
+    length, step, step_out = sizes[last], strides[0, last], strides[1, last]
+    index = np.zeros(last, np.int64)
     position = np.zeros(2, np.int64)
-    for _ in range(np.prod(sizes)):
-        out[position[1]] += a[position[0]]
-        _next_combination(index, position, sizes, strides)
+    for _ in range(np.prod(sizes[:last])):
+        p, o = position[0], position[1]
+        for _ in range(length):
+            out[o] += a[p]
+            p += step
+            o += step_out
+        _next_combination(index, position, sizes[:last], strides[:, :last])
     return out
 
 
 @numba.njit(cache=True)
 def contract2(a, b, sizes, strides, n_out):
     """Two operands' einsum, the products a[.] * b[.] summed: a flat array of the result
-    in C order; `strides`: a's row, b's, then the result's."""
+    in C order; `strides`: a's row, b's, then the result's. The last letter is walked by
+    its strides (into a running total when it is a summed one), the others by
+    `_next_combination`."""
     out = np.zeros(np.prod(sizes[:n_out]), a.dtype)
-    index = np.zeros(sizes.shape[0], np.int64)
+    last = sizes.shape[0] - 1
+    if last < 0:  # two scalars'
+        out[0] += a[0] * b[0]
+        return out
+    length, step_a, step_b = sizes[last], strides[0, last], strides[1, last]
+    step_out = strides[2, last]
+    index = np.zeros(last, np.int64)
     position = np.zeros(3, np.int64)
-    for _ in range(np.prod(sizes)):
-        out[position[2]] += a[position[0]] * b[position[1]]
-        _next_combination(index, position, sizes, strides)
+    for _ in range(np.prod(sizes[:last])):
+        pa, pb, o = position[0], position[1], position[2]
+        if step_out == 0:
+            total = out[o]
+            for _ in range(length):
+                total += a[pa] * b[pb]
+                pa += step_a
+                pb += step_b
+            out[o] = total
+        else:
+            for _ in range(length):
+                out[o] += a[pa] * b[pb]
+                pa += step_a
+                pb += step_b
+                o += step_out
+        _next_combination(index, position, sizes[:last], strides[:, :last])
     return out
 
 
