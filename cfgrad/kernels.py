@@ -544,6 +544,106 @@ def pinv(a, rtol):
     return blas_product(vh.T, u.T / s.reshape((s.shape[0], 1)))
 
 
+@numba.njit(cache=True)
+def matmul_stack(a, b, ia, ib):
+    """A stack of matrix products, out[t] = a[ia[t]] @ b[ib[t]] by `blas_product`: `a` and `b`
+    are (stacks of) matrices with their batch axes flattened into one, and `ia`, `ib`
+    say which matrix of each the t-th product takes (numpy's broadcasting of the batch
+    axes, worked out when the code was generated). Copied entry by entry, not by slice
+    assignment, which takes Numba seconds to compile."""
+    n, m = a.shape[1], b.shape[2]
+    out = np.empty((ia.shape[0], n, m), a.dtype)
+    for t in range(ia.shape[0]):
+        product = blas_product(a[ia[t]], b[ib[t]])
+        for i in range(n):
+            for j in range(m):
+                out[t, i, j] = product[i, j]
+    return out
+
+
+# -- einsum: a contraction of one or two operands, each flat (C order), described by the
+# letters' sizes and a row of strides per operand and one for the result (in entries; 0
+# where an array lacks the letter, the sum of its axes' strides where an operand repeats
+# one: a diagonal). The result's letters come first, the summed ones after them, so one
+# walk over every combination of letters in C order (the last fastest) adds each result
+# entry's products one after another, in C order of its summed letters, onto its 0.
+# Small on purpose: every compiled program calling a helper compiles it into itself anew.
+
+
+@numba.njit(cache=True, inline="always")
+def _next_combination(index, position, sizes, strides):
+    """Advance `index` (one counter per letter) to the next combination in C order, and
+    `position` (an offset per array) with it."""
+    d = sizes.shape[0] - 1
+    while d >= 0:
+        index[d] += 1
+        for c in range(position.shape[0]):
+            position[c] += strides[c, d]
+        if index[d] < sizes[d]:
+            return
+        for c in range(position.shape[0]):
+            position[c] -= strides[c, d] * sizes[d]
+        index[d] = 0
+        d -= 1
+
+
+@numba.njit(cache=True)
+def contract1(a, sizes, strides, n_out):
+    """One operand's einsum (sums over letters, transposes, diagonals): a flat array of
+    the result in C order; `strides`: the operand's row, then the result's. The last
+    letter is walked by its strides, the others by `_next_combination`."""
+    out = np.zeros(np.prod(sizes[:n_out]), a.dtype)
+    last = sizes.shape[0] - 1
+    if last < 0:  # a scalar's
+        out[0] = a[0]
+        return out
+    length, step, step_out = sizes[last], strides[0, last], strides[1, last]
+    index = np.zeros(last, np.int64)
+    position = np.zeros(2, np.int64)
+    for _ in range(np.prod(sizes[:last])):
+        p, o = position[0], position[1]
+        for _ in range(length):
+            out[o] += a[p]
+            p += step
+            o += step_out
+        _next_combination(index, position, sizes[:last], strides[:, :last])
+    return out
+
+
+@numba.njit(cache=True)
+def contract2(a, b, sizes, strides, n_out):
+    """Two operands' einsum, the products a[.] * b[.] summed: a flat array of the result
+    in C order; `strides`: a's row, b's, then the result's. The last letter is walked by
+    its strides (into a running total when it is a summed one), the others by
+    `_next_combination`."""
+    out = np.zeros(np.prod(sizes[:n_out]), a.dtype)
+    last = sizes.shape[0] - 1
+    if last < 0:  # two scalars'
+        out[0] += a[0] * b[0]
+        return out
+    length, step_a, step_b = sizes[last], strides[0, last], strides[1, last]
+    step_out = strides[2, last]
+    index = np.zeros(last, np.int64)
+    position = np.zeros(3, np.int64)
+    for _ in range(np.prod(sizes[:last])):
+        pa, pb, o = position[0], position[1], position[2]
+        if step_out == 0:
+            total = out[o]
+            for _ in range(length):
+                total += a[pa] * b[pb]
+                pa += step_a
+                pb += step_b
+            out[o] = total
+        else:
+            for _ in range(length):
+                out[o] += a[pa] * b[pb]
+                pa += step_a
+                pb += step_b
+                o += step_out
+        _next_combination(index, position, sizes[:last], strides[:, :last])
+    return out
+
+
 # -- Reductions over one block of adjacent axes, seen as x3 of shape (outer, n, inner) ----
 # numpy reduces a contiguous array over adjacent axes as one axis of length n: with
 # inner == 1 every output is one pass over n consecutive entries (the pairwise sum for

@@ -12,7 +12,8 @@ exp, tan, tanh, arcsin, arccos, arcsinh, cosh, log2, log10 and sigmoid (float32)
 from numpy's in the last bits; log, log1p, expm1, sin, cos, cosh, arctan, arccosh, exp2,
 log2, log10, pow, arctan2, hypot, logaddexp(2), softplus, sigmoid, logsumexp and angle
 (float64) agreed bitwise. matmul calls SciPy's BLAS, the interpreter numpy's: the same
-routines, the last bits of some vector products differ.
+routines, the last bits of some vector products differ; einsum differs too (numpy's sums
+in an order of its own).
 """
 
 from __future__ import annotations
@@ -210,6 +211,8 @@ def _structure_cases() -> list[Case]:
         Case("matmul", _un("matmul"), (F2, F), False, "shape", "mat.vec"),
         Case("matmul", _un("matmul"), (F[:2].copy(), F2), False, "shape", "vec.mat"),
         Case("matmul", _un("matmul"), (F2, F2.T.copy()), False, "shape", "mat.mat"),
+        Case("einsum", _un("einsum", subscripts="ij,ij->i"), (F2, F2[::-1].copy()), False,
+             "shape"),
         Case("real", _un("real"), (C,), True, "complex"),
         Case("imag", _un("imag"), (C[0],), True, "complex", "scalar"),
         Case("conj", _un("conj"), (C,), True, "complex"),
@@ -378,6 +381,7 @@ _GRAD_ARRAY = [{
     "cumsum": (lambda x: bind("cumsum", x, axis=0, reverse=True) ** 2, F),
     "cumprod": (_un("cumprod", axis=0), F),
     "matmul": (lambda x: bind("matmul", x, x), F),
+    "einsum": (lambda x: bind("einsum", x, x * x, subscripts="ij,kj->ik"), F2),
 }, {
     "reshape": (lambda x: bind("reshape", x, shape=(3, 2)) ** 2, F2),
     "transpose": (lambda x: bind("transpose", x, axes=(1, 0)) * F2.T, F2),
