@@ -78,10 +78,11 @@ def _close(got: Any, want: Any, label: str) -> None:
 
 
 def test_every_compiled_linalg_entry_is_checked_here():
-    """The entries this file covers are the linalg family's compiled ones but matmul
-    (tests/primitives/test_kernels.py has its cases)."""
+    """The entries this file covers are the linalg family's compiled ones but the
+    contractions, matmul and einsum (tests/primitives/test_kernels.py and
+    tests/jit/test_jit_contractions.py have their cases)."""
     compiled = {n for n, p in PRIMITIVES.items() if p.family == "linalg"
-                and type(p.compiled).__name__ == "Source"} - {"matmul"}
+                and type(p.compiled).__name__ == "Source"} - {"matmul", "einsum"}
     assert compiled == CHECKED
 
 
@@ -143,8 +144,9 @@ def test_what_numba_answers_otherwise_reruns_in_the_interpreter():
     (lambda a: cnp.linalg.eig(a)[0], (A,), "eig of a real matrix"),
     (lambda a: cnp.linalg.svd(a)[1], (np.zeros((0, 3)),), "empty matrix"),
     (lambda a: cnp.linalg.qr(a, mode="complete")[0], (TALL,), "complete QR of a tall"),
-    (lambda a, b: a @ b, (np.stack([A, A]), B), "matmul of"),
-], ids=["stack", "eigh-upper", "eig-real", "svd-empty", "qr-complete-tall", "matmul-stack"])
+    (lambda a, b: a @ b, (np.stack([A, A]).astype(np.int64), B.astype(np.int64)),
+     "matmul of"),
+], ids=["stack", "eigh-upper", "eig-real", "svd-empty", "qr-complete-tall", "matmul-int-stack"])
 def test_what_is_not_compiled_is_refused_with_a_reason(fn, args, reason):
     program = lowered(fn, args)[0].program
     with pytest.raises(Unsupported, match=reason):

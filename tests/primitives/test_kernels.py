@@ -247,7 +247,6 @@ UNSUPPORTED: dict[str, Callable[[], tuple[Callable, tuple]]] = {
     "sort": lambda: (cnp.sort, (F,)),
     "argsort": lambda: (cnp.argsort, (F,)),
     "searchsorted": lambda: (cnp.searchsorted, (np.sort(F), F)),
-    "einsum": lambda: (lambda a: cnp.einsum("ij,ij->i", a, a), (F2,)),
     "write_row": lambda: (lambda x: cg.scan(lambda c, v: (c + v, c * v), 0.0, x)[1], (F,)),
     "scatter": lambda: (lambda x, v: x.at[1].set(v), (F, np.float64(2.0))),
     "fft": lambda: (lambda x: cnp.real(cnp.fft.fft(x)), (F,)),
