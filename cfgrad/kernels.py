@@ -206,6 +206,14 @@ def add_at_positions(z, positions, values):
 
 
 @numba.njit(cache=True)
+def add_at_positions_into(acc, positions, values):
+    """`add_at_positions` into the C-contiguous accumulator `acc` of any shape, in place,
+    returning acc (a loop's gradient accumulator: a fresh copy, so contiguous)."""
+    add_at_positions(acc.reshape(-1), positions, values)
+    return acc
+
+
+@numba.njit(cache=True)
 def set_at_positions(z, positions, values):
     """z[positions] = values on 1-D arrays, one after another in order: of a repeated
     position the last value stays, as numpy's assignment through index arrays leaves it

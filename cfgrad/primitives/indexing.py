@@ -247,7 +247,7 @@ def _flat(arg: str) -> str:
     return f"np.ascontiguousarray({arg}).reshape(-1)"
 
 
-def _flat_values(arg: str, t: TensorType, count: int) -> str:
+def flat_values(arg: str, t: TensorType, count: int) -> str:
     """The values an update writes at `count` positions, as a 1-D array in C order."""
     return f"np.full({count}, {arg})" if t.shape == () else _flat(arg)
 
@@ -287,7 +287,7 @@ def _scatter_add_source(args, types, out, spec, shape, const):
     if found is not None:  # numpy's np.add.at: repeated positions accumulate, in order
         positions, count = found
         return (f"K.add_at_positions(np.zeros({int(np.prod(shape))}, {np_dtype(out)}), "
-                f"{positions}, {_flat_values(args[0], types[0], count)})"
+                f"{positions}, {flat_values(args[0], types[0], count)})"
                 f".reshape({tuple(shape)})")
     sub = index_expression(spec, args[1:], tuple(shape), "scatter_add")
     return f"K.set_at(np.zeros({tuple(shape)}, {np_dtype(out)}), ({sub}), {args[0]})"
@@ -503,7 +503,7 @@ def _scatter_source(args, types, out, spec, op, const):
         return f"K.set_at({args[0]}.copy(), ({sub}), {args[1]})"
     positions, count = found
     return (f"K.{_SCATTER_KERNELS[op]}_at_positions({args[0]}.copy().reshape(-1), {positions}, "
-            f"{_flat_values(args[1], v, count)}).reshape({x.shape})")
+            f"{flat_values(args[1], v, count)}).reshape({x.shape})")
 
 
 register(Primitive(
