@@ -169,12 +169,28 @@ def wrapped(i, n):
 
 
 @numba.njit(cache=True)
-def wrapped_each(index, n):
-    """`wrapped` of every entry of a traced index array, in C order, as a 1-D array."""
+def offset_by(positions, i, stride, n):
+    """positions + stride * (i's place in an axis of n entries, checked: `wrapped`): the
+    flat positions an index reads, offset by a traced integer index along one axis."""
+    step = stride * wrapped(i, n)
+    out = np.empty(positions.shape[0], np.int64)
+    for k in range(positions.shape[0]):
+        out[k] = positions[k] + step
+    return out
+
+
+@numba.njit(cache=True)
+def offset_by_each(positions, which, index, stride, n):
+    """positions[k] + stride * (the place of the traced index array's entry which[k] in an
+    axis of n entries): offset by an index array, its entries read where numpy's
+    broadcasting puts them. Every entry is checked first, as numpy checks each index
+    array, even where the broadcast result has no entries."""
     flat = np.ascontiguousarray(index).reshape(-1)
-    out = np.empty(flat.shape[0], np.int64)
     for k in range(flat.shape[0]):
-        out[k] = wrapped(flat[k], n)
+        wrapped(flat[k], n)
+    out = np.empty(positions.shape[0], np.int64)
+    for k in range(positions.shape[0]):
+        out[k] = positions[k] + stride * wrapped(flat[which[k]], n)
     return out
 
 

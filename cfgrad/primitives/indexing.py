@@ -104,7 +104,7 @@ def _block_start(spec: tuple, ndim: int, arrays: set[int]) -> int:
     taking = sum(1 for s in spec if s is not None and s is not Ellipsis)
     advanced = [i for i, s in enumerate(spec)
                 if i in arrays or isinstance(s, int | np.integer)]
-    if advanced != list(range(advanced[0], advanced[-1] + 1)):
+    if not advanced or advanced != list(range(advanced[0], advanced[-1] + 1)):
         return 0
     return sum(ndim - taking if s is Ellipsis else 1 for s in spec[:advanced[0]])
 
@@ -205,7 +205,9 @@ def positions_source(shape: tuple[int, ...], spec: tuple, dynamic: list[str],
     traced index at 0, worked out now by numpy's own indexing of a positions array (every
     rule of advanced indexing holds by construction), plus each traced index (checked
     against its axis, a negative one counted from the end: `K.wrapped`) times its axis's
-    stride, an index array laid out where numpy puts the arrays' broadcast dimensions."""
+    stride, an index array's entries read where numpy's broadcasting puts them (loops in
+    kernels, not array expressions: Numba compiles every broadcasting expression anew, a
+    second or so apiece, and a kernel once per type)."""
     literal = [i for i, s in enumerate(spec) if isinstance(s, np.ndarray | list | tuple)]
     if not basic_too and not traced_index_arrays(types, 0) and not any(
             np.ndim(spec[i]) for i in literal):
@@ -223,22 +225,19 @@ def positions_source(shape: tuple[int, ...], spec: tuple, dynamic: list[str],
     at = _block_start(spec, len(shape), set(literal) | set(marks))
     block = len(np.broadcast_shapes(*(t.shape for t in types),
                                     *(np.shape(spec[i]) for i in literal)))
-    scalar_terms, array_terms = [], []
+    positions = const(base)
     for i, arg, t in zip(marks, dynamic, types):
         axis = axes[i]
         stride, n = int(np.prod(shape[axis + 1:])), shape[axis]
         if t.shape == ():
-            scalar_terms.append(f"{stride} * K.wrapped({arg}, {n})")
-        else:
+            positions = f"K.offset_by({positions}, {arg}, {stride}, {n})"
+        else:  # the entry of the index array each position reads, as numpy broadcasts it
             placed = ((1,) * (at + block - t.ndim) + t.shape
                       + (1,) * (len(selected) - at - block))
-            array_terms.append(f"{stride} * K.wrapped_each({arg}, {n}).reshape({placed})")
-    positions = const(base)
-    if array_terms:
-        positions = (f"({positions}.reshape({selected}) + {' + '.join(array_terms)})"
-                     f".reshape(-1)")
-    if scalar_terms:
-        positions = f"({positions} + {' + '.join(scalar_terms)})"
+            which = np.broadcast_to(np.arange(t.size, dtype=np.int64).reshape(placed),
+                                    selected).reshape(-1)
+            positions = (f"K.offset_by_each({positions}, {const(which)}, {arg}, {stride}, "
+                         f"{n})")
     return positions, count
 
 
