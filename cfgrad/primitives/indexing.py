@@ -1,8 +1,9 @@
 """Indexing: `index` (numpy's basic and integer-array indexing, a `'$'` in the spec marking
 each traced index), its transpose `scatter_add`, a scan's output stack (`write_row`,
-`StackBuffer`) and the indexed updates of `.at[...]` (`scatter`); the Numba source of
-indexing with constant index arrays gathers through positions worked out when the code
-is generated.
+`StackBuffer`) and the indexed updates of `.at[...]` (`scatter`). Their Numba sources:
+basic indexing is a subscript; with index arrays (constant or traced) they gather or
+update through flat positions worked out when the code is generated and offset by the
+traced indices at run time (`positions_source`).
 """
 
 from __future__ import annotations
