@@ -39,9 +39,9 @@ def forms(x: Any, m: Any, v: Any, i: Any, idx: Any, e: Any) -> list[Any]:
     xb, vb = x > 0.0, v < 1.0
     return [
         x[idx], m[i % 3, idx[:, None] % 4],  # index arrays the program computes
-        x.at[big].set(v), x.at[idx].multiply(v, mode="clip"), x.at[big].min(v),
-        x.at[idx].max(v), x.at[big].get(mode="fill"),  # at an index array, each mode
-        x.at[i].set(v[0]), x.at[1:4].max(v),  # at a traced scalar, at a slice
+        x.at[big].set(v), x.at[idx].multiply(v, mode="clip"),  # at an index array
+        x.at[big].get(mode="fill"), x.at[1:4].max(v),  # (tests/primitives/test_array_at.py
+        # compiles every update under each mode at constant index arrays)
         x[i:i + 2], x.at[i:i + 2].add(v[:2]), cg.dynamic_update_slice(x, v, (i,)),
         cg.dynamic_slice(m, (1, -1), (2, 2)), x[i:i + 0], e[i:i + 0],  # windows
         xi.at[big].multiply(vi), xb.at[idx].min(vb),  # int and bool
