@@ -158,6 +158,42 @@ def bound(i, n):
     return i
 
 
+@numba.njit(cache=True, inline="always")
+def wrapped(i, n):
+    """A traced index i into an axis of n entries, checked as `bound` checks it, as its
+    place in the axis (a negative one counts from the end): an int64, so that the flat
+    positions it goes into stay integers whatever i's integer type."""
+    if i < -n or i >= n:
+        raise IndexError("cfgrad.jit: a traced index is out of bounds for its axis")
+    return np.int64(i) + n if i < 0 else np.int64(i)
+
+
+@numba.njit(cache=True)
+def offset_by(positions, i, stride, n):
+    """positions + stride * (i's place in an axis of n entries, checked: `wrapped`): the
+    flat positions an index reads, offset by a traced integer index along one axis."""
+    step = stride * wrapped(i, n)
+    out = np.empty(positions.shape[0], np.int64)
+    for k in range(positions.shape[0]):
+        out[k] = positions[k] + step
+    return out
+
+
+@numba.njit(cache=True)
+def offset_by_each(positions, which, index, stride, n):
+    """positions[k] + stride * (the place of the traced index array's entry which[k] in an
+    axis of n entries): offset by an index array, its entries read where numpy's
+    broadcasting puts them. Every entry is checked first, as numpy checks each index
+    array, even where the broadcast result has no entries."""
+    flat = np.ascontiguousarray(index).reshape(-1)
+    for k in range(flat.shape[0]):
+        wrapped(flat[k], n)
+    out = np.empty(positions.shape[0], np.int64)
+    for k in range(positions.shape[0]):
+        out[k] = positions[k] + stride * wrapped(flat[which[k]], n)
+    return out
+
+
 @numba.njit(cache=True)
 def set_at(z, index, value):
     """z[index] = value, returning z: a scatter into fresh zeros through a basic index."""
@@ -167,8 +203,9 @@ def set_at(z, index, value):
 
 @numba.njit(cache=True)
 def gather(flat, positions):
-    """flat[positions]: advanced indexing with constant index arrays, their positions
-    worked out when the code was generated (primitives.indexing._positions)."""
+    """flat[positions]: advanced indexing through the flat positions it reads, worked out
+    when the code was generated and offset by the traced indices at run time
+    (primitives.indexing.positions_source)."""
     out = np.empty(positions.shape[0], flat.dtype)
     for k in range(positions.shape[0]):
         out[k] = flat[positions[k]]
@@ -181,6 +218,52 @@ def add_at_positions(z, positions, values):
     says, one after another in order, so repeated positions accumulate as numpy's do."""
     for k in range(positions.shape[0]):
         z[positions[k]] += values[k]
+    return z
+
+
+@numba.njit(cache=True)
+def add_at_positions_into(acc, positions, values):
+    """`add_at_positions` into the C-contiguous accumulator `acc` of any shape, in place,
+    returning acc (a loop's gradient accumulator: a fresh copy, so contiguous)."""
+    add_at_positions(acc.reshape(-1), positions, values)
+    return acc
+
+
+@numba.njit(cache=True)
+def set_at_positions(z, positions, values):
+    """z[positions] = values on 1-D arrays, one after another in order: of a repeated
+    position the last value stays, as numpy's assignment through index arrays leaves it
+    (the interpreter's `x.at[idx].set`)."""
+    for k in range(positions.shape[0]):
+        z[positions[k]] = values[k]
+    return z
+
+
+@numba.njit(cache=True)
+def multiply_at_positions(z, positions, values):
+    """np.multiply.at(z, positions, values) on 1-D arrays: the products in numpy's order
+    (z's entry first, the values in turn), so repeated positions round as numpy's do."""
+    for k in range(positions.shape[0]):
+        z[positions[k]] = z[positions[k]] * values[k]
+    return z
+
+
+@numba.njit(cache=True)
+def minimum_at_positions(z, positions, values):
+    """np.minimum.at(z, positions, values) on 1-D arrays: numpy's minimum of z's entry
+    and each value in turn (the value on a tie, NaN from either, as `minimum`)."""
+    for k in range(positions.shape[0]):
+        a, b = z[positions[k]], values[k]
+        z[positions[k]] = a if a < b or a != a else b
+    return z
+
+
+@numba.njit(cache=True)
+def maximum_at_positions(z, positions, values):
+    """np.maximum.at(z, positions, values) on 1-D arrays, as `minimum_at_positions`."""
+    for k in range(positions.shape[0]):
+        a, b = z[positions[k]], values[k]
+        z[positions[k]] = a if a > b or a != a else b
     return z
 
 

@@ -816,10 +816,24 @@ def _window_rows(n: int, start: Any, size: int) -> Any:
     return arange(size) + _clamped_start(start, n, size)
 
 
+def _window_slice(n: int, start: Any, size: int) -> slice | None:
+    """The slice a window of `size` elements from a constant `start` covers in an axis of
+    length `n`, clamped as `_clamped_start` says (a basic index: a view, compiled as a
+    subscript); None for a traced start."""
+    if is_traced(start):
+        return None
+    _window_rows(n, start, size)  # (checks that the window fits)
+    first = int(_clamped_start(start, n, size))
+    return slice(first, first + size)
+
+
 def _window(x: Any, axis: int, start: Any, size: int) -> Any:
     """`size` consecutive elements of `x` along `axis` from `start`, clamped to fit."""
-    rows = _window_rows(_shape(x)[axis], start, size)
-    return bind("index", x, rows, spec=(slice(None),) * axis + ("$",))
+    n = _shape(x)[axis]
+    constant = _window_slice(n, start, size)
+    if constant is not None:
+        return bind("index", x, spec=(slice(None),) * axis + (constant,))
+    return bind("index", x, _window_rows(n, start, size), spec=(slice(None),) * axis + ("$",))
 
 
 def _offset(stop: Any, start: Any) -> int | None:
@@ -1076,6 +1090,9 @@ def _write_block(operand: Any, update: Any, starts: list[Any]) -> Any:
     not), each start clamped so the block fits: `lax.dynamic_update_slice`, whose
     arguments `cg.dynamic_update_slice` checks, and the write-back of `x.at` on windows."""
     shape, sizes = _shape(operand), _shape(update)
+    constant = [_window_slice(n, s, k) for s, n, k in zip(starts, shape, sizes)]
+    if None not in constant:  # every start constant: a basic index
+        return _IndexedRef(operand, tuple(constant)).set(update)
     index = tuple(
         _window_rows(n, s, k).reshape(
             tuple(k if b == a else 1 for b in range(len(shape))))

@@ -1,8 +1,9 @@
 """Indexing: `index` (numpy's basic and integer-array indexing, a `'$'` in the spec marking
 each traced index), its transpose `scatter_add`, a scan's output stack (`write_row`,
-`StackBuffer`) and the indexed updates of `.at[...]` (`scatter`); the Numba source of
-indexing with constant index arrays gathers through positions worked out when the code
-is generated.
+`StackBuffer`) and the indexed updates of `.at[...]` (`scatter`). Their Numba sources:
+basic indexing is a subscript; with index arrays (constant or traced) they gather or
+update through flat positions worked out when the code is generated and offset by the
+traced indices at run time (`positions_source`).
 """
 
 from __future__ import annotations
@@ -74,15 +75,7 @@ def index_type(types: list[TensorType], spec: tuple) -> TensorType:
         elif isinstance(s, np.ndarray | list | tuple):
             literal[i] = _index_array(s, x, spec)
             arrays[i] = literal[i].shape
-    taking = sum(1 for s in spec if s is not None and s is not Ellipsis)
-    axis_of: dict[int, int] = {}
-    axis = 0
-    for i, s in enumerate(spec):
-        if s is Ellipsis:
-            axis += len(x.shape) - taking
-        elif s is not None:
-            axis_of[i] = axis
-            axis += 1
+    axis_of = _item_axes(spec, len(x.shape))
     probe = list(x.shape)
     for i in arrays:
         if 0 <= axis_of[i] < len(probe):  # (numpy refuses too many items below)
@@ -101,12 +94,20 @@ def index_type(types: list[TensorType], spec: tuple) -> TensorType:
                                 f"for axis {axis_of[i]} with size {size}")
     if not any(arrays.values()):  # integers only: basic indexing
         return TensorType(tuple(rest), x.dtype)
+    at = _block_start(spec, len(x.shape), set(arrays))
+    return TensorType(tuple(rest[:at]) + tuple(block) + tuple(rest[at:]), x.dtype)
+
+
+def _block_start(spec: tuple, ndim: int, arrays: set[int]) -> int:
+    """Where numpy's advanced indexing puts the index arrays' broadcast dimensions in the
+    result (`arrays`: the spec positions holding arrays): where the first of them stands
+    when the integers and arrays are next to each other in the spec, in front otherwise."""
+    taking = sum(1 for s in spec if s is not None and s is not Ellipsis)
     advanced = [i for i, s in enumerate(spec)
                 if i in arrays or isinstance(s, int | np.integer)]
-    at = 0
-    if advanced == list(range(advanced[0], advanced[-1] + 1)):
-        at = sum(len(x.shape) - taking if s is Ellipsis else 1 for s in spec[:advanced[0]])
-    return TensorType(tuple(rest[:at]) + tuple(block) + tuple(rest[at:]), x.dtype)
+    if not advanced or advanced != list(range(advanced[0], advanced[-1] + 1)):
+        return 0
+    return sum(ndim - taking if s is Ellipsis else 1 for s in spec[:advanced[0]])
 
 
 def _index_array(item: Any, x: TensorType, spec: tuple) -> np.ndarray:
@@ -177,16 +178,68 @@ def traced_index_arrays(types: list[Any], first: int) -> bool:
     return any(t.shape != () for t in types[first:])
 
 
-def _positions(shape: tuple[int, ...], spec: tuple) -> np.ndarray | None:
-    """For an index spec with constant index arrays and no traced index, the flat (C
-    order) positions of an array of `shape` that `x[spec]` reads, in the order of the
-    result's entries: numpy's own indexing of the positions array, so every rule of
-    advanced indexing (broadcast arrays, where the indexed axes go) holds by
-    construction. None for basic indexing, which compiles as a subscript."""
-    if any(isinstance(s, str) for s in spec) or not any(
-            isinstance(s, np.ndarray) and s.ndim > 0 for s in spec):
+def _item_axes(spec: tuple, ndim: int) -> list[int | None]:
+    """The axis of an array of `ndim` dimensions each spec item selects on (None for
+    `None` and `...`)."""
+    consuming = sum(1 for s in spec if s is not None and s is not Ellipsis)
+    axes: list[int | None] = []
+    axis = 0
+    for s in spec:
+        if s is None or s is Ellipsis:
+            axes.append(None)
+            axis += ndim - consuming if s is Ellipsis else 0
+        else:
+            axes.append(axis)
+            axis += 1
+    return axes
+
+
+def positions_source(shape: tuple[int, ...], spec: tuple, dynamic: list[str],
+                     types: list[TensorType], const: Any,
+                     basic_too: bool = False) -> tuple[str, int] | None:
+    """For indexing an array of `shape` with `spec` (its traced indices `dynamic`, of
+    `types`): the Numba expression of the flat (C order) positions `x[spec]` reads, in
+    the order of the result's entries, and how many there are; None for basic indexing
+    (no index array), which compiles as a subscript, unless `basic_too`.
+
+    A position is linear in the index along each axis, so it is the positions with every
+    traced index at 0, worked out now by numpy's own indexing of a positions array (every
+    rule of advanced indexing holds by construction), plus each traced index (checked
+    against its axis, a negative one counted from the end: `K.wrapped`) times its axis's
+    stride, an index array's entries read where numpy's broadcasting puts them (loops in
+    kernels, not array expressions: Numba compiles every broadcasting expression anew, a
+    second or so apiece, and a kernel once per type)."""
+    literal = [i for i, s in enumerate(spec) if isinstance(s, np.ndarray | list | tuple)]
+    if not basic_too and not traced_index_arrays(types, 0) and not any(
+            np.ndim(spec[i]) for i in literal):
         return None
-    return np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)[spec]
+    selected = index_type([TensorType(shape, np.dtype(np.int64)), *types], spec).shape
+    axes = _item_axes(spec, len(shape))
+    marks = [i for i, s in enumerate(spec) if isinstance(s, str)]
+    count = int(np.prod(selected))
+    if count == 0 or any(shape[axes[i]] == 0 for i in marks):
+        base = np.zeros(count, np.int64)  # no entry read, or a traced index that raises
+    else:
+        zeros = iter(np.zeros(t.shape, np.int64) for t in types)
+        base = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)[
+            tuple(next(zeros) if isinstance(s, str) else s for s in spec)].reshape(-1)
+    at = _block_start(spec, len(shape), set(literal) | set(marks))
+    block = len(np.broadcast_shapes(*(t.shape for t in types),
+                                    *(np.shape(spec[i]) for i in literal)))
+    positions = const(base)
+    for i, arg, t in zip(marks, dynamic, types):
+        axis = axes[i]
+        stride, n = int(np.prod(shape[axis + 1:])), shape[axis]
+        if t.shape == ():
+            positions = f"K.offset_by({positions}, {arg}, {stride}, {n})"
+        else:  # the entry of the index array each position reads, as numpy broadcasts it
+            placed = ((1,) * (at + block - t.ndim) + t.shape
+                      + (1,) * (len(selected) - at - block))
+            which = np.broadcast_to(np.arange(t.size, dtype=np.int64).reshape(placed),
+                                    selected).reshape(-1)
+            positions = (f"K.offset_by_each({positions}, {const(which)}, {arg}, {stride}, "
+                         f"{n})")
+    return positions, count
 
 
 def _flat(arg: str) -> str:
@@ -194,12 +247,15 @@ def _flat(arg: str) -> str:
     return f"np.ascontiguousarray({arg}).reshape(-1)"
 
 
+def flat_values(arg: str, t: TensorType, count: int) -> str:
+    """The values an update writes at `count` positions, as a 1-D array in C order."""
+    return f"np.full({count}, {arg})" if t.shape == () else _flat(arg)
+
+
 def _index_source(args, types, out, spec, const):
-    if traced_index_arrays(types, 1):
-        raise Unsupported("indexing with a traced index array (compiled: basic indexing)")
-    positions = _positions(types[0].shape, spec)
-    if positions is not None:  # a gather through constant positions
-        gathered = f"K.gather({_flat(args[0])}, {const(positions.reshape(-1))})"
+    found = positions_source(types[0].shape, spec, args[1:], types[1:], const)
+    if found is not None:  # a gather through the flat positions
+        gathered = f"K.gather({_flat(args[0])}, {found[0]})"
         return f"{gathered}[0]" if out.shape == () else f"{gathered}.reshape({out.shape})"
     return f"{args[0]}[{index_expression(spec, args[1:], types[0].shape, 'indexing')}]"
 
@@ -227,18 +283,12 @@ def _scatter_type(types: list[TensorType], spec: tuple, shape: tuple) -> TensorT
 
 
 def _scatter_add_source(args, types, out, spec, shape, const):
-    if traced_index_arrays(types, 1):
-        raise Unsupported("scatter_add at a traced index array (compiled: basic indexing)")
-    positions = _positions(tuple(shape), spec)
-    if positions is not None:  # numpy's np.add.at: repeated positions accumulate, in order
-        if types[0].shape == ():
-            values = f"np.full({positions.size}, {args[0]})"
-        elif types[0].shape == positions.shape:
-            values = _flat(args[0])
-        else:
-            values = _flat(f"np.broadcast_to({args[0]}, {positions.shape})")
+    found = positions_source(tuple(shape), spec, args[1:], types[1:], const)
+    if found is not None:  # numpy's np.add.at: repeated positions accumulate, in order
+        positions, count = found
         return (f"K.add_at_positions(np.zeros({int(np.prod(shape))}, {np_dtype(out)}), "
-                f"{const(positions.reshape(-1))}, {values}).reshape({tuple(shape)})")
+                f"{positions}, {flat_values(args[0], types[0], count)})"
+                f".reshape({tuple(shape)})")
     sub = index_expression(spec, args[1:], tuple(shape), "scatter_add")
     return f"K.set_at(np.zeros({tuple(shape)}, {np_dtype(out)}), ({sub}), {args[0]})"
 
@@ -434,11 +484,32 @@ def _scatter_jvp(ts, xs, out, spec, op):
     return add_terms(*terms) / count
 
 
+_SCATTER_KERNELS = {"set": "set", "mul": "multiply", "min": "minimum", "max": "maximum"}
+
+
+def _scatter_source(args, types, out, spec, op, const):
+    """A copy of x updated in place through the flat positions its index reads, in
+    numpy's order (`K.set_at_positions` and its siblings: a repeated position keeps the
+    last update for set, takes every one in turn for the others); a set at a basic index
+    is a subscript assignment to the copy."""
+    x, v = types[0], types[1]
+    if x.shape == ():
+        raise Unsupported("an update of a 0-d array (compiled: arrays of 1 or more axes)")
+    if op in ("min", "max") and x.dtype.kind == "c":
+        raise Unsupported(f"x.at[...].{op} of complex numbers (numpy's lexicographic order)")
+    found = positions_source(x.shape, spec, args[2:], types[2:], const, basic_too=op != "set")
+    if found is None:
+        sub = index_expression(spec, args[2:], x.shape, "x.at[...].set")
+        return f"K.set_at({args[0]}.copy(), ({sub}), {args[1]})"
+    positions, count = found
+    return (f"K.{_SCATTER_KERNELS[op]}_at_positions({args[0]}.copy().reshape(-1), {positions}, "
+            f"{flat_values(args[1], v, count)}).reshape({x.shape})")
+
+
 register(Primitive(
     name="scatter", impl=_scatter_impl, abstract=_scatter_op_type, vjp=_scatter_vjp,
     jvp=_scatter_jvp, family="indexing", promote="none", dynamic=(2, 3, 4, 5, 6, 7, 8, 9),
-    compiled=NotCompiled("no Numba source is written yet for the .at[...].set / multiply / "
-                         "min / max updates"),
+    compiled=Source(_scatter_source, constants=True),
     notes="x.at[idx].set / multiply / min / max (op set, mul, min, max): a repeated index "
           "keeps the last update for set (only that one gets a gradient), multiplies all "
           "for mul (each update's derivative is the product of the others, exact with "

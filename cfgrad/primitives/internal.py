@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LoweringError, Unsupported
+from ..errors import LoweringError
 from ..ir import TensorType
-from .indexing import index_expression, index_tuple, index_type, traced_index_arrays
+from .indexing import flat_values, index_expression, index_tuple, index_type, positions_source
 from .rules import (
     dtype_param,
 )
@@ -201,10 +201,12 @@ def _accumulate_index_type(types: list[TensorType], spec: tuple) -> TensorType:
     return acc
 
 
-def _accumulate_index_source(args, types, out, spec):
-    if traced_index_arrays(types, 2):
-        raise Unsupported("accumulate_index at a traced index array (compiled: basic "
-                          "indexing)")
+def _accumulate_index_source(args, types, out, spec, const):
+    found = positions_source(types[0].shape, spec, args[2:], types[2:], const)
+    if found is not None:  # np.add.at's order, into the accumulator (a fresh copy) in place
+        positions, count = found
+        return (f"K.add_at_positions_into({args[0]}, {positions}, "
+                f"{flat_values(args[1], types[1], count)})")
     sub = index_expression(spec, args[2:], types[0].shape, "accumulate_index")
     return f"K.add_at({args[0]}, ({sub}), {args[1]})"
 
@@ -215,7 +217,8 @@ register(Primitive(
     notes="acc[idx] += contribution in place (repeated indices accumulate); emitted only by "
           "the loop passes, in place of an accumulate of a scatter_add made in the loop (the "
           "gradient of xs[t], of each row a scan reads): the work per iteration is the "
-          "row's, not the whole accumulator's", compiled=Source(_accumulate_index_source)))
+          "row's, not the whole accumulator's",
+    compiled=Source(_accumulate_index_source, constants=True)))
 
 
 # -- Custom derivative rules (cfgrad.custom): each node's `rule` parameter is the rule

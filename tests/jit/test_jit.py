@@ -289,19 +289,11 @@ def custom(x):
     return safe_sqrt(x) * 3.0
 
 
-def traced_index(x):
-    """An index array computed by the program: compiled code gathers through constant
-    index arrays only (their positions are worked out when the code is generated)."""
-    v = cnp.stack([x, 2.0 * x, 3.0 * x])
-    return cnp.sum(v[(v > 1.0).astype(np.int64)] ** 2)
-
-
 @pytest.mark.parametrize(("f", "words"), [
     (own_strategy_loop, ["loop#0", "KeepEverything()", "of your own"]),
     (printing, ["debug_callback"]),
     (custom, ["custom_vjp"]),
-    (traced_index, ["indexing with a traced index array", "test_jit.py:"]),
-], ids=["own_strategy", "debug_print", "custom_vjp", "index_array"])
+], ids=["own_strategy", "debug_print", "custom_vjp"])
 def test_fallback_warns_once_and_gives_the_interpreters_numbers(f: Any, words: list) -> None:
     """One CompileWarning for the signature however often it runs, naming the function
     and what could not compile; fallback=False raises that reason instead."""

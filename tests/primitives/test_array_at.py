@@ -160,28 +160,13 @@ def test_updates_eagerly_equal_the_interpreter_bit_for_bit() -> None:
     assert_all_same_bits(traced, eager, "vjp")
     primal, _ = cg.jvp(lambda x, w: updates(x, w, I), (X, W), (np.ones(5), np.ones((3, 4))))
     assert_all_same_bits(primal, eager, "jvp")
-    with pytest.warns(cg.CompileWarning, match="scatter"):  # set/min/max: interpreted
-        jitted = cg.jit(updates)(X, W, I)
+    compiled = cg.jit(updates, fallback=False)  # every update compiles
+    assert compiled.info(X, W, I).backend == "numba"
+    jitted = compiled(X, W, I)
     assert_all_same_bits(jitted, eager, "jit")
+    assert_all_same_bits(compiled(cnp.asarray(X), W, I), eager, "jit of an Array")
     for out in (*traced, *primal, *jitted):  # transformations' results stay plain numpy
         assert type(out) in (np.ndarray, np.float64)
-
-
-def compiled_updates(x: Any, i: Any) -> tuple:
-    """The `.at` updates Numba compiles: add (scatter_add) and get (index), at constant
-    index arrays with repeats and at a traced scalar index."""
-    a = cnp.asarray(x)
-    return (a.at[np.array([1, 1, 3, -1, 4])].add(x * 3.0), a.at[1:4].add(x[:3]),
-            a.at[np.array([0, 4, 4, -2])].get(), a.at[i].add(x[0]),
-            cnp.zeros(5).at[i].add(x[1]).at[i - 1].get(), a.at[i + 9].add(1.0))
-
-
-def test_compiled_updates_equal_the_eager_ones_bit_for_bit() -> None:
-    jitted = cg.jit(compiled_updates, fallback=False)
-    assert jitted.info(X, I).backend == "numba"
-    eager = compiled_updates(X, I)
-    assert_all_same_bits(jitted(X, I), eager, "jit")
-    assert_all_same_bits(jitted(cnp.asarray(X), I), eager, "jit of an Array")
 
 
 def loss(x: Any) -> Any:

@@ -207,6 +207,7 @@ def _structure_cases() -> list[Case]:
         Case("accumulate_index",
              lambda a, v, i: bind("accumulate_index", bind("copy", a), v, i, spec=("$",)),
              (F2, F, np.int64(-2)), True, "shape"),
+        *_indexing_cases(),
         Case("matmul", _un("matmul"), (F, F), False, "shape", "vec.vec"),
         Case("matmul", _un("matmul"), (F2, F), False, "shape", "mat.vec"),
         Case("matmul", _un("matmul"), (F[:2].copy(), F2), False, "shape", "vec.mat"),
@@ -221,6 +222,36 @@ def _structure_cases() -> list[Case]:
              "real"),
         Case("const", lambda x: x + np.array([1.0, 2.0, 3.0]), (F,), True, "shape"),
     ]
+
+
+def _indexing_cases() -> list[Case]:
+    """Traced index arrays (a repeated index, a negative one) and the .at updates."""
+    rows = np.array([1, -2, 1], np.int64)  # into F2's axis 0: repeats, counts from the end
+    cols = np.array([2, 0, 2, -1], np.int32)
+    cases = [
+        Case("index", lambda x, i: x[i], (F2, rows), True, "indexing", "traced array"),
+        Case("index", lambda x, i, j: x[i, j[:, None]], (F2, np.int64(-1), cols), True,
+             "indexing", "traced scalar and array"),
+        Case("index", lambda x, i: x[np.array([0, 1]), None, i[:2]], (F2, cols), True,
+             "indexing", "constant and traced arrays"),
+        Case("scatter_add", lambda v, i: bind("scatter_add", v, i, spec=(slice(None), "$"),
+                                              shape=(2, 3)),
+             (F2[:, [0, 1, 2, 0]].copy(), cols), True, "indexing", "traced array"),
+        Case("accumulate_index",
+             lambda a, v, i: bind("accumulate_index", bind("copy", a), v, i, spec=("$",)),
+             (F2, F2[[0, 1, 1]].copy(), rows), True, "indexing", "traced array"),
+    ]
+    for op in ("set", "mul", "min", "max"):
+        cases += [
+            Case("scatter", lambda x, v, i, op=op: bind("scatter", x, v, i, spec=("$",), op=op),
+                 (F2, F2[::-1].copy()[[0, 1, 0]], rows), True, "indexing", f"{op} traced array"),
+            Case("scatter", lambda x, v, op=op: bind("scatter", x, v, spec=(1, slice(0, 2)),
+                                                     op=op),
+                 (F2, np.array([-0.0, 7.5])), True, "indexing", f"{op} basic"),
+            Case("scatter", lambda x, v, i, op=op: bind("scatter", x, v, i, spec=("$",), op=op),
+                 (I, J[:3].copy(), np.array([0, 0, 3])), True, "int", f"{op} int64"),
+        ]
+    return cases
 
 
 def _chunked(cases: list[Case], size: int = 12) -> list[Case]:
@@ -248,7 +279,6 @@ UNSUPPORTED: dict[str, Callable[[], tuple[Callable, tuple]]] = {
     "argsort": lambda: (cnp.argsort, (F,)),
     "searchsorted": lambda: (cnp.searchsorted, (np.sort(F), F)),
     "write_row": lambda: (lambda x: cg.scan(lambda c, v: (c + v, c * v), 0.0, x)[1], (F,)),
-    "scatter": lambda: (lambda x, v: x.at[1].set(v), (F, np.float64(2.0))),
     "fft": lambda: (lambda x: cnp.real(cnp.fft.fft(x)), (F,)),
     "rfft": lambda: (lambda x: cnp.real(cnp.fft.rfft(x)), (F,)),
     "irfft": lambda: (lambda z: cnp.fft.irfft(z), (C,)),
@@ -388,6 +418,7 @@ _GRAD_ARRAY = [{
     "concatenate": (lambda x: bind("concatenate", x, x * x, axis=0), F),
     "roll": (lambda x: bind("roll", x, np.int64(1), axis=0) * F, F),
     "index": (lambda x: x[1, ::-1] ** 2, F2),
+    "scatter": (lambda x: cnp.asarray(x).at[np.array([2, 0, 2])].multiply(x + 1.0), F),
 }]
 
 
