@@ -12,6 +12,7 @@ so the file pays a few Numba compiles.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,8 @@ import pytest
 import cfgrad as cg
 import cfgrad.numpy as cnp
 from cfgrad.primitives import bind
+
+LONG = os.environ.get("CFGRAD_HYPOTHESIS") == "long"  # the opt-in profile of conftest.py
 
 _RNG = np.random.default_rng(25)
 
@@ -117,6 +120,8 @@ def test_contractions_compile_and_match_the_interpreter(cases):
             assert np.asarray(got).tobytes() == np.asarray(want).tobytes(), case[0]
 
 
+@pytest.mark.skipif(not LONG, reason="a compiled adjoint, 10-12 s of cold Numba compile: "
+                    "run under CFGRAD_HYPOTHESIS=long (values compile in the default run)")
 def test_contraction_gradients_match_the_interpreter():
     """One compiled gradient of a weighted sum of a few cases: each argument's gradient
     against the interpreter's (einsum's adjoints are einsums, with an identity for a
