@@ -20,7 +20,7 @@ import numpy as _np
 
 from ..errors import ArgumentValueError, LoweringError, TracerBoolError
 from ..ir import broadcast_shapes
-from ..primitives import bind, shifted_by_max, softmax_of
+from ..primitives import bind, item_axes, shifted_by_max, softmax_of
 from ..trace_context import current_loc, current_trace, is_traced
 
 pi = _np.pi
@@ -785,21 +785,6 @@ def _normalize_index_item(item: Any, dynamic: list[Any]) -> Any:
     return arr.astype(_np.int64)
 
 
-def _item_axes(items: tuple, ndim: int) -> list[int | None]:
-    """The axis of `x` each index item selects on (None for `None` and `...`)."""
-    taking = len([it for it in items if it is not None and it is not Ellipsis])
-    axes: list[int | None] = []
-    a = 0
-    for it in items:
-        if it is None or it is Ellipsis:
-            axes.append(None)
-            a += ndim - taking if it is Ellipsis else 0
-        else:
-            axes.append(a)
-            a += 1
-    return axes
-
-
 def _clamped_start(start: Any, n: int, size: int) -> Any:
     """A window's start as `lax.dynamic_slice` takes it: a negative start counts from the
     end, then the start is clamped so that `size` elements from it fit in `n`."""
@@ -872,7 +857,7 @@ def _traced_windows(x: Any, items: tuple) -> tuple[Any, tuple]:
     """`x[i:i + k]` for a traced i: the window taken first (as `cg.dynamic_slice`, start
     clamped), the item then a full slice."""
     out = list(items)
-    for k, (item, axis) in enumerate(zip(items, _item_axes(items, _ndim(x)))):
+    for k, (item, axis) in enumerate(zip(items, item_axes(items, _ndim(x)))):
         size = _window_size(item)
         if size is not None:
             x, out[k] = _window(x, axis, item.start, size), slice(None)
@@ -967,7 +952,7 @@ def _mode(mode: Any, what: str) -> Any:
 def _axes_of(x: Any, items: tuple) -> list[int | None]:
     """The axis of `x` each index item selects on, or the `LoweringError` `x[…]` gives
     for more items than `x` has axes."""
-    axes = _item_axes(items, _ndim(x))
+    axes = item_axes(items, _ndim(x))
     if builtins.any(axis is not None and axis >= _ndim(x) for axis in axes):
         what = x.value.type if is_traced(x) else f"an array of shape {_shape(x)}"
         loc = current_loc()

@@ -35,6 +35,7 @@ from . import (  # noqa: F401
 )
 from .elementwise import square_and_multiply
 from .fft import DUAL_NORM, FFT_NORMS
+from .indexing import item_axes
 from .reductions import shifted_by_max, softmax_of
 from .table import (
     PRIMITIVES,
@@ -53,6 +54,6 @@ from .table import (
 
 __all__ = [
     "DUAL_NORM", "FFT_NORMS", "PRIMITIVES", "Deferred", "NotCompiled", "Primitive", "Source",
-    "Structural", "Ufunc", "bind", "complex_dtype", "dense_value", "peeked_value",
+    "Structural", "Ufunc", "bind", "complex_dtype", "dense_value", "item_axes", "peeked_value",
     "real_dtype", "shifted_by_max", "softmax_of", "square_and_multiply",
 ]

@@ -75,7 +75,7 @@ def index_type(types: list[TensorType], spec: tuple) -> TensorType:
         elif isinstance(s, np.ndarray | list | tuple):
             literal[i] = _index_array(s, x, spec)
             arrays[i] = literal[i].shape
-    axis_of = _item_axes(spec, len(x.shape))
+    axis_of = item_axes(spec, len(x.shape))
     probe = list(x.shape)
     for i in arrays:
         if 0 <= axis_of[i] < len(probe):  # (numpy refuses too many items below)
@@ -178,9 +178,10 @@ def traced_index_arrays(types: list[Any], first: int) -> bool:
     return any(t.shape != () for t in types[first:])
 
 
-def _item_axes(spec: tuple, ndim: int) -> list[int | None]:
-    """The axis of an array of `ndim` dimensions each spec item selects on (None for
-    `None` and `...`)."""
+def item_axes(spec: tuple, ndim: int) -> list[int | None]:
+    """The axis of an array of `ndim` dimensions each spec (or index) item selects on
+    (None for `None` and `...`): what the `index` entry and `cfgrad.numpy`'s indexing of
+    arrays and tracers both need."""
     consuming = sum(1 for s in spec if s is not None and s is not Ellipsis)
     axes: list[int | None] = []
     axis = 0
@@ -214,7 +215,7 @@ def positions_source(shape: tuple[int, ...], spec: tuple, dynamic: list[str],
             np.ndim(spec[i]) for i in literal):
         return None
     selected = index_type([TensorType(shape, np.dtype(np.int64)), *types], spec).shape
-    axes = _item_axes(spec, len(shape))
+    axes = item_axes(spec, len(shape))
     marks = [i for i, s in enumerate(spec) if isinstance(s, str)]
     count = int(np.prod(selected))
     if count == 0 or any(shape[axes[i]] == 0 for i in marks):
