@@ -10,6 +10,7 @@ order of floating-point operations where the comment says bitwise.
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any
 
 import numba
@@ -846,3 +847,42 @@ def schedule_table(reverse, key, a, b):
     with numba.objmode(table="int64[:,::1]"):
         table = _schedule_table(reverse, key, a, b)
     return table
+
+
+# -- Debug callbacks (`cg.debug.print`, `cg.debug.callback`): compiled code calls the
+# user's Python function through Numba's object mode. Its functions are Python objects of
+# one program (a `debug.DebugCall` each), which machine code the disk cache shares between
+# programs cannot name: a compiled program keeps them in `CALLBACKS` under a number, and
+# passes that number in an array of its constants (`C`, an argument), so that the same
+# machine code calls each program's own functions. An entry goes when its array does.
+
+CALLBACKS: dict[int, list[tuple[Any, tuple[np.dtype, ...]]]] = {}
+_callback_tables = iter(range(1 << 62))
+
+
+def callback_table(entries: list[tuple[Any, tuple[np.dtype, ...]]]) -> np.ndarray:
+    """The constant array naming `entries` (each a function and the dtypes of its
+    arguments) for `debug_call`: registered now, forgotten when the array is."""
+    number = next(_callback_tables)
+    CALLBACKS[number] = entries
+    table = np.array([number], np.int64)
+    weakref.finalize(table, CALLBACKS.pop, number, None)
+    return table
+
+
+def _call_back(table: np.ndarray, index: int, values: tuple) -> None:
+    """Entry `index` of the table called with `values`, each as an array of its value's
+    dtype: object mode gives scalars as Python numbers (a float32 as a float), which the
+    function would otherwise see in float64."""
+    function, dtypes = CALLBACKS[int(table[0])][index]
+    function(*(np.asarray(v, d) for v, d in zip(values, dtypes)))
+
+
+@numba.njit(cache=True)
+def debug_call(table, index, *values):
+    """Call entry `index` of `table` (see `callback_table`) with `values`, in object
+    mode. One small function per signature, which the disk cache keeps for every program:
+    Numba lifts an object-mode block into a function of its own, compiled apart (about
+    0.1 s each), which written into the program would be paid once per call site."""
+    with numba.objmode():
+        _call_back(table, index, values)
