@@ -882,7 +882,8 @@ def _call_back(table: np.ndarray, index: int, values: tuple) -> None:
 def debug_call(table, index, *values):
     """Call entry `index` of `table` (see `callback_table`) with `values`, in object
     mode. One small function per signature, which the disk cache keeps for every program:
-    Numba lifts an object-mode block into a function of its own, compiled apart (about
-    0.1 s each), which written into the program would be paid once per call site."""
+    Numba lifts an object-mode block into a function of its own (about 0.2 s of compile
+    time here); written into a program's code, each call site would pay about 0.1 s, again
+    in every process (docs/jit.md)."""
     with numba.objmode():
         _call_back(table, index, values)
