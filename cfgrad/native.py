@@ -454,14 +454,15 @@ class _Writer:
     def _call(self, n: Node) -> list[str]:
         """A `call` node: its sub-program's function, or, fused with a later `vjp_call`
         (`_fused_calls`), that one's pullback function, which gives both nodes' outputs."""
+        of = n.params["of"]
+        silent = self.quiet and not of.first_run  # (first_run: work done nowhere else)
         pullback = self.fused.get(n)
-        if pullback is not None:  # (its taped run is the call's: quiet where the call is)
-            fn = self.module.pullback_function(pullback.params["of"], self.quiet)
+        if pullback is not None:  # its taped sweep does the call's work
+            fn = self.module.pullback_function(pullback.params["of"], silent)
             args = ", ".join(self.name(v) for v in pullback.inputs)
             results = ", ".join(self.name(o) for o in [*n.outputs, *pullback.outputs])
             return [self.module.invoke(fn, f"{results},", args)]
-        of = n.params["of"]
-        return self._function_call(n, of.compiled, self.quiet and not of.first_run)
+        return self._function_call(n, of.compiled, silent)
 
     def _rule(self, n: Node) -> list[str]:
         """A custom rule's node (`custom_vjp`, `custom_jvp`): the program its rule object

@@ -233,7 +233,7 @@ def test_iterations_re_run_for_the_adjoint_call_nothing() -> None:
     a second time): only the taped sweep calls back, as the interpreter is silent where a
     run repeats work. Read from the generated code, which costs no Numba compile."""
     for checkpoint in (StoreAll(), Binomial(2), Recompute()):
-        program = cg.jit(_scheduled(checkpoint)).lower(0.5)
+        program = cg.jit(_scheduled(checkpoint))._lowered((0.5,), {})[0].program
         assert NativeProgram(Compiled(program)).source.count("K.debug_call(") == 1
 
 
