@@ -333,8 +333,8 @@ def test_each_run_raises_its_own_exception():
 def test_jit_compiles_a_raising_check():
     """The check is a debug callback, which compiled code calls in object mode: the
     exception the interpreter raises, raised out of compiled code."""
-    compiled = cg.jit(cg.grad(safe_sqrt), fallback=False)
-    assert compiled(4.0) == 0.25
+    compiled = cg.jit(safe_sqrt, fallback=False)
+    assert compiled(4.0) == 2.0
     _raises(ValueError, "negative input", lambda: compiled(-1.0))
     assert compiled.info(4.0).backend == "numba"
 
