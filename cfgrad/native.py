@@ -812,7 +812,7 @@ class _Module:
         self.list_types: dict[TensorType, str] = {}  # typed-list element types, by value type
         self.recomputed: dict[int, _Recomputed] = {}  # of the vjp function being written
         # the debug callbacks called, and their table's constant (K.callback_table)
-        self.callbacks: list[tuple[Any, tuple[np.dtype, ...]]] = []
+        self.callbacks: list[tuple[Any, tuple[np.dtype | None, ...]]] = []
         self._callback_table: str | None = None
         self._calling_back: dict[int, bool] = {}  # by program id: see `calls_back`
 
@@ -820,8 +820,10 @@ class _Module:
         """The first arguments of `K.debug_call` calling `function` with values of
         `types`: the module's table of callbacks, the function's index in it."""
         if self._callback_table is None:
-            self._callback_table = self.constants(K.callback_table(self.callbacks))
-        self.callbacks.append((function, tuple(t.dtype for t in types)))
+            self._callback_table = self.constants(K.callback_table(self.callbacks)) + "[0]"
+        made = tuple(None if t.shape != () or t.dtype.name in _NATIVE_SCALARS else t.dtype
+                     for t in types)  # (what object mode does not give as it is)
+        self.callbacks.append((function, made))
         return f"{self._callback_table}, {len(self.callbacks) - 1}"
 
     def calls_back(self, program: Program) -> bool:
