@@ -493,7 +493,7 @@ class _Writer:
             return []
         of = n.params["of"]
         fn = self.module.pullback_function(of, self.quiet or of.repeats)
-        skip = len(n.params["of"].program.outputs)
+        skip = len(of.program.outputs)
         got = ", ".join(["_"] * skip + [self.name(o) for o in n.outputs]) + ","
         return [self.module.invoke(fn, got, ", ".join(self.name(v) for v in n.inputs))]
 
