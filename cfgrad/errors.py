@@ -87,7 +87,7 @@ class ConversionError(LoweringError):
 
 class CompileError(CfgradError):
     """`cg.jit(..., fallback=False)` met a program the compiled backend cannot run: the
-    message names what (a primitive, a custom rule's Python, a checkpoint strategy)."""
+    message names what (a primitive, a checkpoint strategy, anomaly detection)."""
 
 
 class CompileWarning(UserWarning):

@@ -10,6 +10,7 @@ order of floating-point operations where the comment says bitwise.
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any
 
 import numba
@@ -846,3 +847,48 @@ def schedule_table(reverse, key, a, b):
     with numba.objmode(table="int64[:,::1]"):
         table = _schedule_table(reverse, key, a, b)
     return table
+
+
+# -- Debug callbacks (`cg.debug.print`, `cg.debug.callback`): compiled code calls the
+# user's Python function through Numba's object mode. Its functions are Python objects of
+# one program (a `debug.DebugCall` each), which machine code the disk cache shares between
+# programs cannot name: a compiled program keeps them in `CALLBACKS` under a number, and
+# passes that number in an array of its constants (`C`, an argument), so that the same
+# machine code calls each program's own functions. An entry goes when its array does.
+
+# number -> the program's callbacks, each (function, per value the dtype to make it, or
+# None where object mode's Python value has it already: arrays, float64, int64, bool,
+# complex128)
+CALLBACKS: dict[int, list[tuple[Any, tuple[np.dtype | None, ...]]]] = {}
+_callback_tables = iter(range(1 << 62))
+
+
+def callback_table(entries: list[tuple[Any, tuple[np.dtype | None, ...]]]) -> np.ndarray:
+    """The constant array naming `entries` for `debug_call` (its number, `C[k][0]` in the
+    generated code): registered now, forgotten when the array is."""
+    number = next(_callback_tables)
+    CALLBACKS[number] = entries
+    table = np.array([number], np.int64)
+    weakref.finalize(table, CALLBACKS.pop, number, None)
+    return table
+
+
+def _call_back(table: int, index: int, values: tuple) -> None:
+    """Entry `index` of table `table` called with `values`, each of its value's dtype:
+    object mode gives scalars as Python numbers (a float32 as a float), which the function
+    would otherwise see in float64."""
+    function, dtypes = CALLBACKS[table][index]
+    if any(dtypes):
+        values = [v if d is None else np.asarray(v, d) for v, d in zip(values, dtypes)]
+    function(*values)
+
+
+@numba.njit(cache=True)
+def debug_call(table, index, *values):
+    """Call entry `index` of table `table` (see `callback_table`) with `values`, in object
+    mode. One small function per signature, which the disk cache keeps for every program:
+    Numba lifts an object-mode block into a function of its own (about 0.2 s of compile
+    time here); written into a program's code, each call site would pay about 0.1 s, again
+    in every process (docs/jit.md)."""
+    with numba.objmode():
+        _call_back(table, index, values)

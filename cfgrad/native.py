@@ -30,14 +30,20 @@ Numba's numpy subset and lets Numba compile that to machine code.
   and pops. Stacks start small and double when full. A loop under a recomputing
   strategy follows the schedule that strategy gives when run symbolically
   (`_Recomputed`, schedule.py).
-- `call` nodes compile their sub-program as a function of its own.
+- `call` nodes compile their sub-program as a function of its own, and so do custom
+  rules' nodes the program their rule runs forward (`fwd`, or the function itself); the
+  rule's derivative is `call`/`vjp_call` nodes of its other programs in the gradient.
+- A debug callback calls the user's function in object mode (`K.debug_call`), where the
+  code does not repeat work: an adjoint, the iterations it re-runs and a `vjp_call`'s
+  sweep of a value computed before are written without them (`_Writer.quiet`), as the
+  interpreter's `repeating` has it.
 - Statistics (`cfgrad.nested.recorded_runs`): a second, recording variant of the module
   logs each `vjp_call` run's loop trip counts, from which schedule.replayed_stats makes
   the interpreter's RunStats; it is generated and compiled only when someone records.
 
 What cannot be compiled raises `Unsupported` with a one-line reason (a primitive its
-entry declares `NotCompiled`, a custom rule's Python, a debug callback, anomaly detection,
-a strategy class of the user's own); `cfgrad.jit` then runs the interpreter and says why.
+entry declares `NotCompiled`, also inside a custom rule's programs, anomaly detection, a
+strategy class of the user's own); `cfgrad.jit` then runs the interpreter and says why.
 
 The generated source is written once per program to a cache directory (`CFGRAD_CACHE_DIR`,
 else `~/.cache/cfgrad/native`), named by its hash, and compiled with Numba's on-disk
@@ -136,8 +142,6 @@ def kernel_source(n: Node, args: list[str], const: Callable[[np.ndarray], str]) 
     prim = PRIMITIVES.get(n.op)
     if prim is None:
         raise Unsupported(f"node `{n.op}` has no compiled form")
-    if prim.effect:
-        raise Unsupported(f"`{n.op}` calls Python at run time (at {n.loc})")
     compiled = prim.compiled
     if isinstance(compiled, Ufunc):
         return compiled.source(prim, args)
@@ -270,11 +274,13 @@ class _Writer:
     the forward program's variables (`forward`)."""
 
     def __init__(self, module: _Module, layout: Layout, prefix: str, taped: bool = False,
-                 forward: _Writer | None = None, keep: frozenset[Value] = frozenset()):
+                 forward: _Writer | None = None, keep: frozenset[Value] = frozenset(),
+                 silent: bool = False):
         self.module = module
         self.layout = layout
         self.p = prefix
         self.taped = taped  # a sweep that logs its decisions and pushes its tapes
+        self.silent = silent  # work a run repeats: its debug callbacks call nothing
         self.forward = forward  # the forward program's writer, for an adjoint
         self.fused = _fused_calls(layout.program)
         self.inlined = _fusible_chains(layout, keep)
@@ -282,6 +288,13 @@ class _Writer:
 
     def name(self, v: Value) -> str:
         return f"{self.p}{self.layout.slot[v]}"
+
+    @property
+    def quiet(self) -> bool:
+        """Whether the code written now repeats work a run did already (the adjoint, an
+        iteration re-run for it, the taped run of a value computed before), where debug
+        callbacks call nothing, as the interpreter's `repeating` has it."""
+        return self.silent or self.replaying is not None
 
     def constants(self) -> list[str]:
         """Assignments of every constant, at the function's start (the interpreter's
@@ -441,24 +454,46 @@ class _Writer:
     def _call(self, n: Node) -> list[str]:
         """A `call` node: its sub-program's function, or, fused with a later `vjp_call`
         (`_fused_calls`), that one's pullback function, which gives both nodes' outputs."""
-        outs = [self.name(o) for o in n.outputs]
+        of = n.params["of"]
+        silent = self.quiet and not of.first_run  # (first_run: work done nowhere else)
         pullback = self.fused.get(n)
-        if pullback is not None:
-            fn = self.module.pullback_function(pullback.params["of"])
+        if pullback is not None:  # its taped sweep does the call's work
+            fn = self.module.pullback_function(pullback.params["of"], silent)
             args = ", ".join(self.name(v) for v in pullback.inputs)
-            results = ", ".join(outs + [self.name(o) for o in pullback.outputs])
+            results = ", ".join(self.name(o) for o in [*n.outputs, *pullback.outputs])
             return [self.module.invoke(fn, f"{results},", args)]
-        fn = self.module.forward_function(n.params["of"].compiled)
-        got = ", ".join(outs) + ("," if len(outs) == 1 else "")
+        return self._function_call(n, of.compiled, silent)
+
+    def _rule(self, n: Node) -> list[str]:
+        """A custom rule's node (`custom_vjp`, `custom_jvp`): the program its rule object
+        runs forward (`rule.compiled`: a custom_vjp's fwd, outputs then residuals; a
+        custom_jvp's function itself) as a function of its own, as a `call`. Its
+        derivatives are `call` and `vjp_call` nodes of the rule's other programs, which the
+        gradient program holds, so the rule's gradient is what compiles there."""
+        return self._function_call(n, n.params["rule"].compiled, self.quiet)
+
+    def _function_call(self, n: Node, layout: Layout, silent: bool) -> list[str]:
+        """`n`'s outputs from the function running `layout`'s program on its inputs."""
+        fn = self.module.forward_function(layout, silent=silent)
+        got = ", ".join(self.name(o) for o in n.outputs) + ("," if len(n.outputs) == 1 else "")
         return [self.module.invoke(fn, got, ", ".join(self.name(v) for v in n.inputs))]
+
+    def _debug_callback(self, n: Node) -> list[str]:
+        """A debug callback: the user's function called in object mode with the node's
+        values (`K.debug_call`), where the run does the work for the first time."""
+        if self.quiet:
+            return []
+        call = self.module.callback(n.params["callback"], [v.type for v in n.inputs])
+        return [f"K.debug_call({call}{''.join(', ' + self.name(v) for v in n.inputs)})"]
 
     def _vjp_call(self, n: Node) -> list[str]:
         """A `vjp_call` node: its pullback function, which returns the sub-program's
         outputs, then the cotangents (nothing when a fused `call` ran it already)."""
         if n in self.fused:  # its outputs came with the call's
             return []
-        fn = self.module.pullback_function(n.params["of"])
-        skip = len(n.params["of"].program.outputs)
+        of = n.params["of"]
+        fn = self.module.pullback_function(of, self.quiet or of.repeats)
+        skip = len(of.program.outputs)
         got = ", ".join(["_"] * skip + [self.name(o) for o in n.outputs]) + ","
         return [self.module.invoke(fn, got, ", ".join(self.name(v) for v in n.inputs))]
 
@@ -593,11 +628,15 @@ class _Writer:
 
 
 # The compiled code of each node kind that is not an ordinary primitive: nodespec's runtime
-# kinds (which only adjoints have), `const` (set at the function's start) and the
-# primitives that stand for a sub-program (`call`, `vjp_call`: functions of their own).
+# kinds (which only adjoints have), `const` (set at the function's start), the
+# primitives that stand for a sub-program (`call`, `vjp_call`, the custom rules'
+# `custom_vjp` and `custom_jvp`: functions of their own) and debug callbacks (a call in
+# object mode).
 _EMIT = {"const": _Writer._const, "Primal": _Writer._primal, "LogPop": _Writer._log_pop,
          "TripPop": _Writer._trip_pop, "LoopState": _Writer._loop_state,
-         "call": _Writer._call, "vjp_call": _Writer._vjp_call}
+         "call": _Writer._call, "vjp_call": _Writer._vjp_call,
+         "custom_vjp": _Writer._rule, "custom_jvp": _Writer._rule,
+         "debug_callback": _Writer._debug_callback}
 
 
 class _Recomputed:
@@ -733,6 +772,11 @@ def _fused_calls(program: Program) -> dict[Node, Node | None]:
     return fused
 
 
+# The nodes that run a program of their own, and the parameter whose `compiled` is its
+# layout (a `vjp_call`'s: the sub-program its taped sweep runs)
+_SUB_PROGRAMS = {"call": "of", "vjp_call": "of", "custom_vjp": "rule", "custom_jvp": "rule"}
+
+
 # The run log's markers (a loop's exit is logged as its index, >= 0): see `_Module`
 _BEGIN, _END = -1, -2
 
@@ -767,29 +811,65 @@ class _Module:
         self.tapes: dict[int, _Tape] = {}
         self.list_types: dict[TensorType, str] = {}  # typed-list element types, by value type
         self.recomputed: dict[int, _Recomputed] = {}  # of the vjp function being written
+        # the debug callbacks called, and their table's constant (K.callback_table)
+        self.callbacks: list[tuple[Any, tuple[np.dtype | None, ...]]] = []
+        self._callback_table: str | None = None
+        self._calling_back: dict[int, bool] = {}  # by program id: see `calls_back`
 
-    def forward_function(self, layout: Layout, name: str | None = None) -> str:
+    def callback(self, function: Any, types: list[TensorType]) -> str:
+        """The first arguments of `K.debug_call` calling `function` with values of
+        `types`: the module's table of callbacks, the function's index in it."""
+        if self._callback_table is None:
+            self._callback_table = self.constants(K.callback_table(self.callbacks)) + "[0]"
+        made = tuple(None if t.shape != () or t.dtype.name in _NATIVE_SCALARS else t.dtype
+                     for t in types)  # (what object mode does not give as it is)
+        self.callbacks.append((function, made))
+        return f"{self._callback_table}, {len(self.callbacks) - 1}"
+
+    def calls_back(self, program: Program) -> bool:
+        """Whether running `program` calls a debug callback where it does not repeat work:
+        a node of it, or of the programs its `call`, `vjp_call` and custom rules' nodes run
+        forward, at any depth (functions of such programs are written twice, quiet and
+        not, and only those)."""
+        key = id(program)
+        if key not in self._calling_back:
+            self._calling_back[key] = any(self._node_calls_back(n)
+                                          for b in program.blocks for n in b.nodes)
+        return self._calling_back[key]
+
+    def _node_calls_back(self, n: Node) -> bool:
+        if n.op in _SUB_PROGRAMS:
+            owner = n.params[_SUB_PROGRAMS[n.op]]
+            return self.calls_back(owner.compiled.program)
+        return n.op in PRIMITIVES and PRIMITIVES[n.op].effect
+
+    def forward_function(self, layout: Layout, name: str | None = None,
+                         silent: bool = False) -> str:
         """A function running `layout`'s program untaped: (C, *params) -> tuple of
         outputs. `layout` is the one its caller keeps (the interpreter's `Compiled` of the
-        program): its numbering names the variables."""
+        program): its numbering names the variables. `silent` where it repeats work (see
+        `_Writer.quiet`): a second function, without its debug callbacks, where it has any."""
         program = layout.program
-        key = ("call", id(program), id(self.choice))
+        silent = silent and self.calls_back(program)
+        key = ("call", id(program), id(self.choice), silent)
         if key in self._names:
             return self._names[key]
         fname = name or f"call_{next(self._numbers)}"
         self._names[key] = fname
-        w = _Writer(self, layout, "f")
+        w = _Writer(self, layout, "f", silent=silent)
         params = ", ".join(w.name(p) for p in program.params)
         body = w.constants() + w.machine(lambda vals: [self._returned(vals)])
         self.functions.append(self._function(fname, params, body))
         return fname
 
-    def pullback_function(self, of: Any) -> str:
+    def pullback_function(self, of: Any, silent: bool = False) -> str:
         """A `vjp_call` node's function: the taped forward sweep of its sub-program, then
         the adjoint; (C, *params, *output cotangents) -> the sub-program's outputs, then
-        its parameters' cotangents (the outputs serve a `call` fused with it)."""
+        its parameters' cotangents (the outputs serve a `call` fused with it). `silent`:
+        the forward sweep repeats work, as the adjoint always does (`_Writer.quiet`)."""
         choice = of.checkpoint if of.checkpoint is not None else self.choice
-        key = ("vjp", id(of), id(choice))
+        silent = silent and self.calls_back(of.program)
+        key = ("vjp", id(of), id(choice), silent)
         if key in self._names:
             return self._names[key]
         if getattr(of, "check", False):
@@ -798,8 +878,9 @@ class _Module:
         program: Program = of.program
         plan: GradPlan = of.plan
         fname = f"vjp_{next(self._numbers)}"  # (taken now: the body may name others)
-        fwd = _Writer(self, plan.forward, "f", taped=True, keep=_read_by_adjoint(plan))
-        adj = _Writer(self, plan.compiled, "a", forward=fwd)
+        fwd = _Writer(self, plan.forward, "f", taped=True, keep=_read_by_adjoint(plan),
+                      silent=silent)
+        adj = _Writer(self, plan.compiled, "a", forward=fwd, silent=True)
         chosen = [resolve(li.region.checkpoint, choice) for li in plan.forward.loops]
         run = len(self.runs)
         self.runs.append((repr(of), [

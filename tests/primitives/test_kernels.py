@@ -282,31 +282,11 @@ UNSUPPORTED: dict[str, Callable[[], tuple[Callable, tuple]]] = {
     "fft": lambda: (lambda x: cnp.real(cnp.fft.fft(x)), (F,)),
     "rfft": lambda: (lambda x: cnp.real(cnp.fft.rfft(x)), (F,)),
     "irfft": lambda: (lambda z: cnp.fft.irfft(z), (C,)),
-    "custom_vjp": lambda: (_custom_vjp_square, (F,)),
-    "custom_jvp": lambda: (_custom_jvp_square, (F,)),
-    "debug_callback": lambda: (lambda x: (cg.debug.callback(lambda v: None, x), x * 2)[1],
-                               (F,)),
 }
-# Not primitives a program applies to data: `call` (a custom rule's sub-program) and
-# `vjp_call` (a gradient inside the program, checked by the gradient tests below).
+# Not primitives a program applies to data: `call` (a sub-program), `vjp_call` (a gradient
+# inside the program, checked by the gradient tests below), the custom rules' nodes and
+# debug callbacks (tests/jit/test_jit_custom_rules.py).
 STRUCTURAL = {n for n, p in PRIMITIVES.items() if isinstance(p.compiled, Structural)}
-
-
-@cg.custom_vjp
-def _custom_vjp_square(x):
-    return x * x
-
-
-_custom_vjp_square.defvjp(lambda x: (x * x, x), lambda x, ct: (2 * x * ct,))
-
-
-@cg.custom_jvp
-def _custom_jvp_square(x):
-    return x * x
-
-
-_custom_jvp_square.defjvp(lambda primals, tangents: (primals[0] ** 2,
-                                                     2 * primals[0] * tangents[0]))
 
 
 def _program(fn: Callable, args: tuple) -> Any:
