@@ -48,11 +48,16 @@ class Source:
     expression is an elementwise array expression Numba fuses with its neighbours
     (native's fused chains). `constants`: `write` also takes `const`, which turns an
     array worked out while generating the code into the expression reading it at run
-    time (the positions a constant index array reads)."""
+    time (the positions a constant index array reads). `fresh_buffer`: the expression
+    updates its first operand in place, so native hands it a buffer of the node's own: a
+    loop carry the node updates (a scan's output stack) is copied once where its loop is
+    entered and checkpointed by reference (rewriting what an iteration wrote is then
+    harmless), any other operand is copied at the node."""
 
     write: Callable[..., str]
     elementwise: bool = False
     constants: bool = False
+    fresh_buffer: bool = False
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,13 @@ def test_example_prints_documented_output(line: int, code: re.Match, out: re.Mat
 
 
 def documented_uncompiled() -> list[str]:
-    """The backquoted names of the bullet list after 'The primitives without a compiled
-    form so far', parenthesised remarks left out."""
+    """The backquoted names of the bullet list right after the sentence 'The primitives
+    without a compiled form so far', parenthesised remarks left out (none without one)."""
     after = DOC.split("The primitives without a compiled form so far", 1)[1]
-    bullets = after[after.index("\n- "):after.index("\n\n", after.index("\n- "))]
+    _, rest = after.split("\n\n", 1)
+    if not rest.startswith("- "):
+        return []
+    bullets = rest.split("\n\n", 1)[0]
     return re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", bullets))
 
 

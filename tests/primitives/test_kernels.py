@@ -70,7 +70,7 @@ _FLOAT_UNARY = ["neg", "abs", "sign", "relu", "floor", "rint", "ceil", "trunc", 
                 "stop_gradient", "isfinite", "signbit",
                 "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sinh", "cosh",
                 "arctan", "sigmoid", "softplus", "arcsin", "arccos", "arcsinh", "arctanh",
-                "cbrt", "exp2", "log2", "log10", "arccosh"]
+                "cbrt", "exp2", "log2", "log10", "arccosh", "sinc", "i0", "i1"]
 _DOMAIN = {name: POS for name in _FLOAT_UNARY if FACTS[name].domain == POSITIVE}
 
 
@@ -163,6 +163,12 @@ def _reduction_cases() -> list[Case]:
     cases.append(Case("cumsum", _un("cumsum", axis=0, reverse=False), (B,), True, "int",
                       "bool"))
     cases.append(Case("cumprod", _un("cumprod", axis=0), (I,), True, "int", "int"))
+    for name in ("sort", "argsort"):  # ties, -0.0 beside 0.0 and NaNs: tests/jit/orderings
+        cases.append(Case(name, _un(name, axis=1), (nan,), True, "reduce", "axis=1 nan"))
+        cases.append(Case(name, _un(name, axis=0), (I,), True, "int", "int"))
+    for side in ("left", "right"):
+        cases.append(Case("searchsorted", _un("searchsorted", side=side),
+                          (np.sort(F3[0, 0]), F3[1]), True, "reduce", side))
     return cases
 
 
@@ -221,6 +227,17 @@ def _structure_cases() -> list[Case]:
         Case("angle", _un("angle"), (np.array([-1.0, -0.0, 0.0, 2.0]),), True, "complex",
              "real"),
         Case("const", lambda x: x + np.array([1.0, 2.0, 3.0]), (F,), True, "shape"),
+        # numpy's own transforms, called in Numba's object mode: bitwise
+        Case("fft", lambda z: cnp.fft.fft2(z, norm="ortho"), (np.outer(C, C[::-1]),), True,
+             "complex", "2 axes"),
+        Case("fft", lambda z: cnp.fft.ifft(z), (C.astype(np.complex64),), True, "complex",
+             "inverse complex64"),
+        Case("rfft", lambda x: cnp.fft.rfft(x, axis=0, norm="forward"), (F2,), True, "shape"),
+        Case("irfft", lambda z: cnp.fft.irfft(z, n=5), (C,), True, "complex"),
+        Case("write_row", lambda x: cg.scan(lambda c, v: (c + v, c * v), 0.0, x)[1], (F,),
+             True, "shape", "scalar rows"),
+        Case("write_row", lambda x: cg.scan(lambda c, v: (c * 0.5 + v, c * v), x[0], x)[1],
+             (F2,), True, "shape", "array rows"),
     ]
 
 
@@ -272,16 +289,6 @@ CASES = _chunked(_unary_cases() + _binary_cases() + _reduction_cases() + _struct
 # entry tests/jit/test_jit_linalg.py compiles (LAPACK_CHECKED: their helpers take seconds
 # each to compile, paid once there).
 UNSUPPORTED: dict[str, Callable[[], tuple[Callable, tuple]]] = {
-    "sinc": lambda: (cnp.sinc, (F,)),
-    "i0": lambda: (cnp.i0, (F,)),
-    "i1": lambda: (_un("i1"), (F,)),
-    "sort": lambda: (cnp.sort, (F,)),
-    "argsort": lambda: (cnp.argsort, (F,)),
-    "searchsorted": lambda: (cnp.searchsorted, (np.sort(F), F)),
-    "write_row": lambda: (lambda x: cg.scan(lambda c, v: (c + v, c * v), 0.0, x)[1], (F,)),
-    "fft": lambda: (lambda x: cnp.real(cnp.fft.fft(x)), (F,)),
-    "rfft": lambda: (lambda x: cnp.real(cnp.fft.rfft(x)), (F,)),
-    "irfft": lambda: (lambda z: cnp.fft.irfft(z), (C,)),
     "custom_vjp": lambda: (_custom_vjp_square, (F,)),
     "custom_jvp": lambda: (_custom_jvp_square, (F,)),
     "debug_callback": lambda: (lambda x: (cg.debug.callback(lambda v: None, x), x * 2)[1],
@@ -384,7 +391,8 @@ _GRAD_SCALAR = {
        if not _bitwise(name) or name in ("neg", "abs", "relu")},
     "log": (_un("log"), POS[1]), "log2": (_un("log2"), POS[1]),
     "log10": (_un("log10"), POS[1]), "sqrt": (_un("sqrt"), POS[1]),
-    "arccosh": (_un("arccosh"), POS[1] + 1.5), "integer_pow": (_un("integer_pow", n=3), F[1]),
+    "arccosh": (_un("arccosh"), POS[1] + 1.5), "i1": (_un("i1"), F[1]),
+    "integer_pow": (_un("integer_pow", n=3), F[1]),
     "pow": (lambda x: bind("pow", x, x), POS[1]),
     "add": (lambda x: x + (x + 1.0), F[1]), "sub": (lambda x: (2.0 * x) - (x - 1.0), F[1]),
     "mul": (lambda x: x * (x + 1.0), F[1]), "div": (lambda x: 1.0 / (x + 2.0), F[1]),
@@ -405,6 +413,7 @@ _GRAD_ARRAY = [{
     "prod": (_un("prod", axes=(0,), keepdims=False), F),
     "amax": (_un("amax", axes=(0,), keepdims=False), F),
     "amin": (_un("amin", axes=(0,), keepdims=False), F),
+    "sort": (lambda x: bind("sort", x, axis=0) * F, F),
 }, {
     "logsumexp": (_un("logsumexp", axes=(0,), keepdims=False), F),
     "cumsum": (lambda x: bind("cumsum", x, axis=0, reverse=True) ** 2, F),
@@ -419,6 +428,10 @@ _GRAD_ARRAY = [{
     "roll": (lambda x: bind("roll", x, np.int64(1), axis=0) * F, F),
     "index": (lambda x: x[1, ::-1] ** 2, F2),
     "scatter": (lambda x: cnp.asarray(x).at[np.array([2, 0, 2])].multiply(x + 1.0), F),
+    "fft": (lambda x: cnp.real(cnp.fft.fft(x * x)) * F, F),
+    "rfft": (lambda x: cnp.imag(cnp.fft.rfft(x, norm="ortho")) * 3.0, F),
+    "irfft": (lambda x: cnp.fft.irfft(cnp.fft.rfft(x), n=3) ** 2, F),
+    "write_row": (lambda x: cg.scan(lambda c, v: (c * 0.5 + v, c * v), 0.25, x)[1] ** 2, F),
 }]
 
 

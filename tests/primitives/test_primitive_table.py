@@ -98,6 +98,8 @@ LIBM_COMPLEX = LIBM | {"sqrt"}
 # refuses these on complex operands and cg.jit runs the program in the interpreter, with a
 # CompileWarning that says so (not a wrong number): a list that can only shrink
 NUMBA_REFUSES_COMPLEX = {"lt", "le", "gt", "ge", "maximum", "minimum"}
+# sources that refuse complex operands themselves (Unsupported: the interpreter runs them)
+SOURCE_REFUSES_COMPLEX = {"sinc"}
 
 
 def _arity(prim: Primitive) -> int:
@@ -136,7 +138,7 @@ def family_run(request):
     scalar in compiled code), in one program: its results compiled and interpreted."""
     dtype = request.param
     names = [n for n in ELEMENTWISE if _accepts(PRIMITIVES[n], dtype)
-             and not (dtype.kind == "c" and n in NUMBA_REFUSES_COMPLEX)]
+             and not (dtype.kind == "c" and n in NUMBA_REFUSES_COMPLEX | SOURCE_REFUSES_COMPLEX)]
     operands = {n: _operands(dtype, _arity(PRIMITIVES[n])) for n in names}
     flat = [a for n in names for a in operands[n]]
 
@@ -179,6 +181,15 @@ def test_numba_refuses_complex_orderings(name):
     program = lowered(lambda a, b: bind(name, a, b), (z, z[::-1].copy()))[0].program
     with pytest.raises(Exception, match="No implementation|Cannot|not supported|Invalid"):
         NativeProgram(Compiled(program))([z, z[::-1].copy()])
+
+
+@pytest.mark.parametrize("name", sorted(SOURCE_REFUSES_COMPLEX))
+def test_sources_refuse_complex_operands(name):
+    z = np.array([1.5 - 2j, -0.25 + 0.5j])
+    assert _accepts(PRIMITIVES[name], z.dtype)
+    program = lowered(lambda a: bind(name, a), (z,))[0].program
+    with pytest.raises(Unsupported, match=f"^{name} of c128"):
+        NativeProgram(Compiled(program))
 
 
 # -- the other compiled entries: tests/primitives/test_kernels.py has their cases ------------------

@@ -1,0 +1,132 @@
+"""`cg.jit` of the primitives issue 25 moved off the interpreter: a `cg.scan`'s output
+stack (`write_row`) and the orderings (`sort`, `argsort`, `searchsorted`: a stable merge
+sort in numpy's order, NaN last, ties and signed zeros in input order), against the
+interpreter bit for bit, values and gradients.
+
+Every program must compile (`fallback=False`); each is one Numba compile, so the cases of
+a kind share a program. Bodies are arithmetic only (sums in numpy's order, no math
+library), so compiled and interpreted gradients agree exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cfgrad as cg
+import cfgrad.numpy as cnp
+from cfgrad import tree
+from cfgrad.checkpoint import Binomial, EveryK, Online, Recompute, StoreAll
+
+LONG = os.environ.get("CFGRAD_HYPOTHESIS") == "long"  # the opt-in profile of conftest.py
+
+
+def assert_same_bits(got: Any, want: Any) -> None:
+    got, want = tree.flatten(got)[0], tree.flatten(want)[0]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
+        assert g.tobytes() == w.tobytes(), (g, w)
+
+
+def compiled_equals_interpreted(f: Any, *args: Any) -> None:
+    jitted = cg.jit(f, fallback=False)
+    assert jitted.info(*args).backend == "numba"
+    assert_same_bits(jitted(*args), f(*args))
+
+
+# -- orderings: one program of every case --------------------------------------------------
+
+NAN = np.nan
+# ties, -0.0 beside 0.0 both ways, NaNs of both signs, infinities; along each axis
+TIED = np.array([[[1.0, -0.0, NAN], [0.0, 1.0, -NAN], [-np.inf, 0.0, 1.0]],
+                 [[NAN, 2.0, -0.0], [2.0, -0.0, 0.0], [np.inf, NAN, 2.0]]])
+INTS = np.array([[3, -1, 3, 0], [0, 0, -1, 3]], np.int64)
+FLAGS = np.array([True, False, True, False, False])
+SORTED = np.array([-np.inf, -1.0, -0.0, 0.0, 0.0, 2.0, NAN, NAN])
+KEYS = np.array([[0.0, -0.0, NAN], [2.0, -5.0, np.inf]])
+
+
+def orderings(x, ints, flags, empty, a, keys):
+    """Every ordering case, and a sum whose gradient goes through `sort`'s (ties: the
+    earlier entry takes the earlier output)."""
+    outs = []
+    for axis in (0, 1, 2, None):
+        outs += [cnp.sort(x, axis=axis), cnp.argsort(x, axis=axis)]
+    outs += [cnp.argsort(x, axis=1, descending=True), cnp.sort(x, axis=-1, descending=True)]
+    outs += [cnp.sort(ints, axis=1), cnp.argsort(ints, axis=0), cnp.argsort(flags),
+             cnp.sort(flags), cnp.sort(empty, axis=1), cnp.argsort(empty, axis=1)]
+    for side in ("left", "right"):
+        outs += [cnp.searchsorted(a, keys, side=side), cnp.searchsorted(a, keys[0, 2], side=side),
+                 cnp.searchsorted(a[:0], keys, side=side)]
+    weights = cnp.arange(3.0)
+    loss = cnp.sum(cnp.sort(cnp.nan_to_num(x, posinf=5.0, neginf=-5.0), axis=1)
+                   * weights[:, None]) + cnp.sum(
+        cnp.sort(ints * 0.5 + x[0, 0, 0]) ** 2)
+    return loss, outs
+
+
+def test_orderings_compile_in_numpys_stable_order() -> None:
+    """Sorts and permutations along each axis and flattened, descending, of ints and
+    booleans and an empty array; insertion indices on both sides, of an array and a
+    scalar, into a sorted array with -0.0, 0.0 and NaNs and into an empty one; the
+    gradient of a sort with ties. The interpreter's are numpy's stable ones."""
+    f = cg.value_and_grad(orderings, has_aux=True)
+    args = (TIED, INTS, FLAGS, np.zeros((2, 0, 3)), SORTED, KEYS)
+    compiled_equals_interpreted(f, *args)
+    _, outs = orderings(*args)
+    np.testing.assert_array_equal(outs[1], np.argsort(TIED, axis=0, kind="stable"))
+    np.testing.assert_array_equal(outs[7], np.argsort(TIED, axis=None, kind="stable"))
+
+
+# -- scans: the output stack is written in place, row by row ------------------------------
+
+W = np.array([[0.5, -0.25, 0.125], [0.25, 0.5, -0.5], [0.0, 0.25, 0.75]])
+XS = np.linspace(-1.0, 1.0, 21).reshape(7, 3)
+H0 = np.array([0.1, -0.2, 0.3])
+
+
+def rnn(h0: Any, xs: Any, strategy: Any = None) -> Any:
+    """An RNN-like scan: a carry, rows of xs, two stacked outputs (rows and scalars)."""
+    def step(h, x):
+        h2 = h * 0.5 + h[::-1] * 0.25 + x * x
+        return h2, (h2 * h, h2[0])
+    h, (ys, zs) = cg.scan(step, h0, xs, checkpoint=strategy)
+    return cnp.sum(ys * ys) + cnp.sum(zs) + cnp.sum(h), ys
+
+
+def nested(h0: Any, xs: Any, outer: Any, inner: Any) -> Any:
+    """A scan inside a loop (a stack per outer iteration, each kept by reference in the
+    outer loop's snapshots under a recomputing strategy), then a reversed scan whose
+    stack is returned."""
+    def body(i, h):
+        def step(c, x):
+            return c * 0.75 + x, c * c
+        c, ys = cg.scan(step, h, xs, checkpoint=inner)
+        return c * 0.5 + 0.1 * cnp.sum(ys, axis=0)
+    h = cg.fori_loop(0, 3, body, h0, checkpoint=outer)
+    _, ys = cg.scan(lambda c, x: (c + x, c * x), h, xs, reverse=True)
+    return cnp.sum(ys * ys), ys
+
+
+def test_a_scan_compiles_with_its_gradient() -> None:
+    """An RNN-like scan taped step by step (a recomputing strategy's program takes Numba
+    10-20 s: those run under CFGRAD_HYPOTHESIS=long, below): the value, the stacks and the
+    gradients with respect to the initial carry and every row of xs."""
+    def f(h0, xs):
+        return rnn(h0, xs)
+    compiled_equals_interpreted(cg.value_and_grad(f, argnums=(0, 1), has_aux=True), H0, XS)
+
+
+@pytest.mark.skipif(not LONG, reason="every strategy's scan: CFGRAD_HYPOTHESIS=long")
+@pytest.mark.parametrize("strategy", [StoreAll(), Recompute(), EveryK(2), Binomial(3),
+                                      Online(2)], ids=repr)
+def test_a_scan_under_each_strategy(strategy: Any) -> None:
+    def f(h0, xs):
+        return rnn(h0, xs, strategy)[0] + nested(h0, xs, strategy, strategy)[0]
+    compiled_equals_interpreted(cg.value_and_grad(f, argnums=(0, 1)), H0, XS)
+
