@@ -136,15 +136,16 @@ def kernel_source(n: Node, args: list[str], const: Callable[[np.ndarray], str]) 
     prim = PRIMITIVES.get(n.op)
     if prim is None:
         raise Unsupported(f"node `{n.op}` has no compiled form")
-    if prim.effect:
-        raise Unsupported(f"`{n.op}` calls Python at run time (at {n.loc})")
     compiled = prim.compiled
+    rewrite = compiled.rewrite if isinstance(compiled, NotCompiled) else ""
+    if prim.effect:
+        raise Unsupported(f"`{n.op}` calls Python at run time", n.loc, rewrite)
     if isinstance(compiled, Ufunc):
         return compiled.source(prim, args)
     if compiled is None or isinstance(compiled, NotCompiled):
         reason = f": {compiled.reason}" if compiled else ""
-        raise Unsupported(f"primitive `{n.op}` has no compiled implementation{reason} "
-                          f"(at {n.loc})")
+        raise Unsupported(f"primitive `{n.op}` has no compiled implementation{reason}", n.loc,
+                          rewrite)
     assert isinstance(compiled, Source), f"`{n.op}` is written by _Writer.node itself"
     types = [v.type for v in n.inputs]
     out = [o.type for o in n.outputs] if prim.multi_output else n.outputs[0].type
@@ -152,7 +153,7 @@ def kernel_source(n: Node, args: list[str], const: Callable[[np.ndarray], str]) 
     try:
         return compiled.write(args, types, out, **n.params, **extra)
     except Unsupported as e:  # a source refusing these operands: say where they are
-        raise Unsupported(f"{e} (at {n.loc})") from None
+        raise Unsupported(e.reason, n.loc, e.rewrite) from None
 
 
 def _fusible_chains(layout: Layout, keep: set[Value]) -> set[Value]:
@@ -843,7 +844,8 @@ class _Module:
             return self._names[key]
         if getattr(of, "check", False):
             raise Unsupported("anomaly detection (detect_anomaly=True) runs in the "
-                              "interpreter")
+                              "interpreter", rewrite="jit the gradient without "
+                              "detect_anomaly, and check for NaNs unjitted while debugging")
         program: Program = of.program
         plan: GradPlan = of.plan
         fname = f"vjp_{next(self._numbers)}"  # (taken now: the body may name others)
@@ -887,7 +889,10 @@ class _Module:
                 continue
             where = f"{r.id} (at {r.loc}) under checkpoint={strategy!r}"
             if form != FOLLOWS_SCHEDULE:
-                raise Unsupported(f"{where}: a strategy of your own runs in the interpreter")
+                raise Unsupported(
+                    f"{where}: a strategy of your own runs in the interpreter", r.loc,
+                    "a strategy of cfgrad.checkpoint (StoreAll, Recompute, EveryK, Binomial, "
+                    "Online) compiles")
             inner = [self.stacks[("decide", i)].count for i in li.inner_ifs]
             for k in li.inner_loops:
                 inner.append(self.stacks[("trips", k)].count)

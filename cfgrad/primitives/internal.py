@@ -225,7 +225,9 @@ register(Primitive(
 # object of one cg.custom_vjp / cg.custom_jvp function at one input signature, and does the
 # work; these entries only route to it.
 
-CUSTOM = NotCompiled("a custom rule's functions are the user's Python")
+CUSTOM = NotCompiled("a custom rule's functions are the user's Python",
+                     "call the function outside cg.jit, or without its custom rule (cfgrad "
+                     "differentiates the function itself)")
 register(Primitive(
     name="custom_vjp", impl=lambda *xs, rule: rule.forward(xs),
     abstract=lambda types, rule: rule.forward_types(),
@@ -257,7 +259,8 @@ register(Primitive(
     name="debug_callback", impl=lambda *xs, callback: callback(*xs),
     abstract=lambda types, callback: [], family="custom", promote="none", nondiff=True,
     multi_output=True, effect=True,
-    compiled=NotCompiled("it calls the user's Python function at run time"),
+    compiled=NotCompiled("it calls the user's Python function at run time",
+                         "print or call back outside the jitted function (return the value)"),
     notes="cg.debug.print / cg.debug.callback: calls its function with its inputs' runtime "
           "values where the program runs it, in program order; no results, no derivative; "
           "not run again where a run repeats work (recomputation, the pullback)", aliases=True))

@@ -63,10 +63,11 @@ class Source:
 @dataclass(frozen=True)
 class NotCompiled:
     """No compiled form: a program using the entry runs in the interpreter, and
-    `cg.jit` says why with `reason` (`primitive `sort` has no compiled implementation:
-    <reason>`)."""
+    `cg.jit` says why with `reason` (`primitive `f` has no compiled implementation:
+    <reason>`), and how to write the line instead with `rewrite`, where there is a way."""
 
     reason: str
+    rewrite: str = ""
 
 
 @dataclass(frozen=True)

@@ -130,3 +130,42 @@ def test_a_scan_under_each_strategy(strategy: Any) -> None:
         return rnn(h0, xs, strategy)[0] + nested(h0, xs, strategy, strategy)[0]
     compiled_equals_interpreted(cg.value_and_grad(f, argnums=(0, 1)), H0, XS)
 
+
+# -- the fallback warning: the line, its code, the reason, a rewrite -----------------------
+
+
+class _MyStoreAll(StoreAll):
+    """A strategy of the user's own (a subclass): it runs in the interpreter."""
+
+
+def _sorted_complex(z):
+    return cnp.sort(z) * 2.0
+
+
+def _own_strategy(x):
+    return cg.fori_loop(0, 3, lambda i, c: c * c * 0.5, x, checkpoint=_MyStoreAll())
+
+
+def test_the_fallback_warning_names_the_line_its_code_and_a_rewrite() -> None:
+    """What cannot compile is named by the line of the user's function that holds it,
+    with that line's code and the reason, and a rewrite where there is one; the program
+    runs in the interpreter, or raises CompileError with fallback=False."""
+    here = os.path.basename(__file__)
+    z = np.array([1.0 + 2.0j, -1.0 + 0.0j, 1.0 - 1.0j])
+    line = _sorted_complex.__code__.co_firstlineno + 1
+    with pytest.warns(cg.CompileWarning) as caught:
+        got = cg.jit(_sorted_complex)(z)
+    assert str(caught[0].message) == (
+        f"cfgrad.jit of _sorted_complex runs in the interpreter: {here}:{line} "
+        "`return cnp.sort(z) * 2.0`: sort of complex c128[3] (compiled: real numbers)")
+    assert_same_bits(got, _sorted_complex(z))
+
+    line = _own_strategy.__code__.co_firstlineno + 1
+    with pytest.raises(cg.CompileError) as raised:
+        cg.jit(cg.grad(_own_strategy), fallback=False)(0.5)
+    assert str(raised.value).startswith(
+        f"cfgrad.jit of grad(_own_strategy): cannot compile: {here}:{line} `return "
+        "cg.fori_loop(0, 3, lambda i, c: c * c * 0.5, x, checkpoint=_MyStoreAll())`: loop#0 ")
+    assert str(raised.value).endswith(
+        "a strategy of your own runs in the interpreter; rewrite: a strategy of "
+        "cfgrad.checkpoint (StoreAll, Recompute, EveryK, Binomial, Online) compiles")
