@@ -664,14 +664,13 @@ class _Recomputed:
 
     def declare(self) -> list[str]:
         j = self.index
-        lines = []
-        for k, ((_, snap), t) in enumerate(zip(self.snapshots, self.types)):
-            if k in self.by_reference:  # (a pending buffer of the carry's type, unused)
-                lines += [f"{snap} = List.empty_list({self.by_reference[k]})",
-                          f"pd{j}_{k} = np.empty({(0,) * t.ndim}, {dtype_source(t.dtype)})"]
-            else:
-                lines += [f"{snap} = np.empty({(4,) + t.shape}, {dtype_source(t.dtype)})",
-                          f"pd{j}_{k} = {snap}[0]"]
+        lines = [f"{snap} = List.empty_list({self.by_reference[k]})" if k in self.by_reference
+                 else f"{snap} = np.empty({(4,) + t.shape}, {dtype_source(t.dtype)})"
+                 for k, ((_, snap), t) in enumerate(zip(self.snapshots, self.types))]
+        # (a carry kept by reference has no row to pend from: an unused empty buffer)
+        lines += [f"pd{j}_{k} = np.empty({(0,) * t.ndim}, {dtype_source(t.dtype)})"
+                  if k in self.by_reference else f"pd{j}_{k} = {snap}[0]"
+                  for k, ((_, snap), t) in enumerate(zip(self.snapshots, self.types))]
         return lines + [f"fw{j} = np.empty((0, 3), np.int64)",
                         f"ops{j} = np.empty((16, 2), np.int64); nops{j} = 0",
                         f"ex{j} = np.empty((4, 3), np.int64); nex{j} = 0", f"hz{j} = 0",

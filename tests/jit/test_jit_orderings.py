@@ -52,35 +52,50 @@ KEYS = np.array([[0.0, -0.0, NAN], [2.0, -5.0, np.inf]])
 
 
 def orderings(x, ints, flags, empty, a, keys):
-    """Every ordering case, and a sum whose gradient goes through `sort`'s (ties: the
-    earlier entry takes the earlier output)."""
+    """Sorts and permutations along each axis, of ints, booleans and an empty array;
+    insertion indices on both sides, of an array and of a scalar."""
     outs = []
-    for axis in (0, 1, 2, None):
+    for axis in (0, 1, 2):
         outs += [cnp.sort(x, axis=axis), cnp.argsort(x, axis=axis)]
-    outs += [cnp.argsort(x, axis=1, descending=True), cnp.sort(x, axis=-1, descending=True)]
-    outs += [cnp.sort(ints, axis=1), cnp.argsort(ints, axis=0), cnp.argsort(flags),
-             cnp.sort(flags), cnp.sort(empty, axis=1), cnp.argsort(empty, axis=1)]
+    outs += [cnp.sort(ints, axis=1), cnp.argsort(flags), cnp.argsort(empty, axis=1)]
+    return outs + [cnp.searchsorted(a, keys, side="left"),
+                   cnp.searchsorted(a, keys[0, 2], side="right")]
+
+
+def more_orderings(x, ints, flags, empty, a, keys):
+    """The rest: flattened, descending, sorts of ints and booleans, searches into an
+    empty array; and a loss whose gradient goes through `sort`'s (ties: the earlier
+    entry takes the earlier output)."""
+    outs = [cnp.sort(x, axis=None), cnp.argsort(x, axis=None),
+            cnp.argsort(x, axis=1, descending=True), cnp.sort(x, axis=-1, descending=True),
+            cnp.argsort(ints, axis=0), cnp.sort(flags), cnp.sort(empty, axis=1)]
     for side in ("left", "right"):
-        outs += [cnp.searchsorted(a, keys, side=side), cnp.searchsorted(a, keys[0, 2], side=side),
-                 cnp.searchsorted(a[:0], keys, side=side)]
-    weights = cnp.arange(3.0)
-    loss = cnp.sum(cnp.sort(cnp.nan_to_num(x, posinf=5.0, neginf=-5.0), axis=1)
-                   * weights[:, None]) + cnp.sum(
+        outs += [cnp.searchsorted(a, keys, side=side), cnp.searchsorted(a[:0], keys, side=side)]
+    finite = cnp.nan_to_num(x, posinf=5.0, neginf=-5.0)
+    loss = cnp.sum(cnp.sort(finite, axis=1) * cnp.arange(3.0)[:, None]) + cnp.sum(
         cnp.sort(ints * 0.5 + x[0, 0, 0]) ** 2)
     return loss, outs
 
 
+ORDERING_ARGS = (TIED, INTS, FLAGS, np.zeros((2, 0, 3)), SORTED, KEYS)
+
+
 def test_orderings_compile_in_numpys_stable_order() -> None:
-    """Sorts and permutations along each axis and flattened, descending, of ints and
-    booleans and an empty array; insertion indices on both sides, of an array and a
-    scalar, into a sorted array with -0.0, 0.0 and NaNs and into an empty one; the
-    gradient of a sort with ties. The interpreter's are numpy's stable ones."""
-    f = cg.value_and_grad(orderings, has_aux=True)
-    args = (TIED, INTS, FLAGS, np.zeros((2, 0, 3)), SORTED, KEYS)
-    compiled_equals_interpreted(f, *args)
-    _, outs = orderings(*args)
-    np.testing.assert_array_equal(outs[1], np.argsort(TIED, axis=0, kind="stable"))
-    np.testing.assert_array_equal(outs[7], np.argsort(TIED, axis=None, kind="stable"))
+    """Ties, -0.0 beside 0.0, NaNs of both signs and infinities along each axis; keys
+    that tie with entries of the sorted array, NaN keys. The interpreter's orders are
+    numpy's stable ones (checked here too)."""
+    compiled_equals_interpreted(orderings, *ORDERING_ARGS)
+    outs = orderings(*ORDERING_ARGS)
+    for axis in (0, 1, 2):
+        np.testing.assert_array_equal(outs[2 * axis + 1],
+                                      np.argsort(TIED, axis=axis, kind="stable"))
+    np.testing.assert_array_equal(outs[-2], np.searchsorted(SORTED, KEYS))
+
+
+@pytest.mark.skipif(not LONG, reason="a second orderings program: CFGRAD_HYPOTHESIS=long")
+def test_more_orderings_and_a_sorts_gradient() -> None:
+    compiled_equals_interpreted(cg.value_and_grad(more_orderings, has_aux=True),
+                                *ORDERING_ARGS)
 
 
 # -- scans: the output stack is written in place, row by row ------------------------------
@@ -114,11 +129,13 @@ def nested(h0: Any, xs: Any, outer: Any, inner: Any) -> Any:
 
 
 def test_a_scan_compiles_with_its_gradient() -> None:
-    """An RNN-like scan taped step by step (a recomputing strategy's program takes Numba
-    10-20 s: those run under CFGRAD_HYPOTHESIS=long, below): the value, the stacks and the
-    gradients with respect to the initial carry and every row of xs."""
+    """A scan with a carry and rows of xs, taped step by step (an RNN-like one, and
+    recomputing strategies, whose programs take Numba 10-20 s, run under
+    CFGRAD_HYPOTHESIS=long, below): the value, the stack and the gradients with respect
+    to the initial carry and every row of xs."""
     def f(h0, xs):
-        return rnn(h0, xs)
+        h, ys = cg.scan(lambda h, x: (h * 0.5 + x * h, h * x), h0, xs)
+        return cnp.sum(ys * ys) + cnp.sum(h), ys
     compiled_equals_interpreted(cg.value_and_grad(f, argnums=(0, 1), has_aux=True), H0, XS)
 
 
@@ -126,6 +143,7 @@ def test_a_scan_compiles_with_its_gradient() -> None:
 @pytest.mark.parametrize("strategy", [StoreAll(), Recompute(), EveryK(2), Binomial(3),
                                       Online(2)], ids=repr)
 def test_a_scan_under_each_strategy(strategy: Any) -> None:
+    """The RNN-like scan (two stacks) and the nested scans, under `strategy`."""
     def f(h0, xs):
         return rnn(h0, xs, strategy)[0] + nested(h0, xs, strategy, strategy)[0]
     compiled_equals_interpreted(cg.value_and_grad(f, argnums=(0, 1)), H0, XS)
