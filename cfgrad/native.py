@@ -147,8 +147,8 @@ def kernel_source(n: Node, args: list[str], const: Callable[[np.ndarray], str]) 
         return compiled.source(prim, args)
     if compiled is None or isinstance(compiled, NotCompiled):
         reason = f": {compiled.reason}" if compiled else ""
-        raise Unsupported(f"primitive `{n.op}` has no compiled implementation{reason} "
-                          f"(at {n.loc})")
+        raise Unsupported(f"primitive `{n.op}` has no compiled implementation{reason}", n.loc,
+                          compiled.rewrite if compiled else "")
     assert isinstance(compiled, Source), f"`{n.op}` is written by _Writer.node itself"
     types = [v.type for v in n.inputs]
     out = [o.type for o in n.outputs] if prim.multi_output else n.outputs[0].type
@@ -156,7 +156,7 @@ def kernel_source(n: Node, args: list[str], const: Callable[[np.ndarray], str]) 
     try:
         return compiled.write(args, types, out, **n.params, **extra)
     except Unsupported as e:  # a source refusing these operands: say where they are
-        raise Unsupported(f"{e} (at {n.loc})") from None
+        raise Unsupported(e.reason, n.loc, e.rewrite) from None
 
 
 def _fusible_chains(layout: Layout, keep: set[Value]) -> set[Value]:
@@ -192,6 +192,23 @@ def _fusible_chains(layout: Layout, keep: set[Value]) -> set[Value]:
                 if out.shape != () and out.dtype.kind in "fc":
                     candidates.add(n.outputs[0])
     return inlined
+
+
+def _fresh_carries(layout: Layout) -> dict[int, Node]:
+    """The loop carries (header Phi slots) a node declared `fresh_buffer` updates in place,
+    each with that node: the node whose result is the carry's next value and whose first
+    operand is the carry itself (a scan's output stack and its `write_row`). The carry is
+    copied where its loop is entered, so the node owns what it writes into."""
+    made = {o: n for b in layout.program.blocks for n in b.nodes for o in n.outputs}
+    found = {}
+    for li in layout.loops:
+        for phi in li.region.header.phis:
+            n = made.get(phi.inputs[-1])
+            prim = PRIMITIVES.get(n.op) if n is not None else None
+            if (prim is not None and isinstance(prim.compiled, Source)
+                    and prim.compiled.fresh_buffer and n.inputs[0] is phi.out):
+                found[layout.slot[phi.out]] = n
+    return found
 
 
 class _Constants:
@@ -285,6 +302,8 @@ class _Writer:
         self.fused = _fused_calls(layout.program)
         self.inlined = _fusible_chains(layout, keep)
         self.replaying: _Recomputed | None = None  # writing a loop's re-run (see `replay`)
+        self.fresh = _fresh_carries(layout)
+        self.updaters = frozenset(self.fresh.values())
 
     def name(self, v: Value) -> str:
         return f"{self.p}{self.layout.slot[v]}"
@@ -500,7 +519,12 @@ class _Writer:
     def _primitive(self, n: Node, src: str | None) -> list[str]:
         outs = [self.name(o) for o in n.outputs]
         if src is None:
-            src = kernel_source(n, [self.name(v) for v in n.inputs], self.module.constants)
+            args = [self.name(v) for v in n.inputs]
+            compiled = PRIMITIVES[n.op].compiled
+            if (isinstance(compiled, Source) and compiled.fresh_buffer
+                    and n not in self.updaters):  # (an updater's carry is copied at entry)
+                args[0] = f"{args[0]}.copy()"
+            src = kernel_source(n, args, self.module.constants)
         if len(outs) == 1 and not PRIMITIVES[n.op].multi_output:
             t = n.outputs[0].type
             if t.shape == () and t.dtype.kind in "iu" and t.dtype.itemsize < 8:
@@ -515,8 +539,8 @@ class _Writer:
         operations up to the `LOAD` of this iteration's tape (schedule.py)."""
         j = loop.index
         restore = [f"{v} = {snap}[rs{j} + arg]" for v, snap in loop.snapshots]
-        store = [f"arg += rs{j}"] + [line for v, snap in loop.snapshots for line in (
-            f"while arg >= {snap}.shape[0]: {snap} = K.grow({snap})", f"{snap}[arg] = {v}")]
+        store = [f"arg += rs{j}"] + [line for k, (v, snap) in enumerate(loop.snapshots)
+                                     for line in loop.store(k, "arg", v)]
         rerun = ["rem = arg", f"tp = op == {TAPE}"] + self.forward.replay(loop)
         lines = loop.begin_reverse() + [
             "while True:", f"    op = ops{j}[rp{j}, 0]", f"    arg = ops{j}[rp{j}, 1]",
@@ -535,7 +559,7 @@ class _Writer:
         if loop is not None:
             return self._replay_edge(loop, src, key, edge)
         lines = self.action(edge.action, edge.arg) + self._new_iteration(src, key)
-        return lines + self._phi_copy(edge)
+        return lines + self._phi_copy(edge, src)
 
     def _new_iteration(self, src: Block, key: Any) -> list[str]:
         """On the edge into a recomputing loop's body in a taped sweep: the previous
@@ -557,11 +581,16 @@ class _Writer:
         region = self.layout.loops_by_header.get(src) if key is True else None
         return None if region is None else self.layout.loop_index[region]
 
-    def _phi_copy(self, edge: Edge) -> list[str]:
+    def _phi_copy(self, edge: Edge, src: Block) -> list[str]:
+        """The edge's parallel copy; entering a loop (from its preheader `src`), a carry
+        updated in place (`fresh`) starts as a copy of its initial value."""
         if not edge.phi_targets:
             return []
+        region = self.layout.loops_by_header.get(self.layout.program.blocks[edge.target])
+        entering = region is not None and region.preheader is src
         dst = ", ".join(f"{self.p}{s}" for s in edge.phi_targets)
-        vals = ", ".join(f"{self.p}{s}" for s in edge.phi_sources)
+        vals = ", ".join(f"{self.p}{s}.copy()" if entering and t in self.fresh else
+                         f"{self.p}{s}" for s, t in zip(edge.phi_sources, edge.phi_targets))
         return [f"{dst}, = {vals},"]
 
     def _replay_edge(self, loop: _Recomputed, src: Block, key: Any, edge: Edge) -> list[str]:
@@ -572,7 +601,7 @@ class _Writer:
         if action == LOOP_LATCH and arg == loop.index:
             tape = self.module.tapes[loop.index]
             lines = ["if tp:"] + ["    " + x for x in tape.push()] if tape else []
-            return lines + self._phi_copy(edge) + ["rem -= 1"]
+            return lines + self._phi_copy(edge, src) + ["rem -= 1"]
         # a decision, or a nested loop's events: logged and taped as in the sweep when the
         # re-run is taped, only counted (trips, max_iters) when it is not
         taped = self.action(action, arg)
@@ -587,7 +616,7 @@ class _Writer:
             lines = taped
         else:
             lines = ["if tp:"] + _indent(taped) + ["else:"] + _indent(untaped)
-        return lines + self._phi_copy(edge)
+        return lines + self._phi_copy(edge, src)
 
     def action(self, action: int, arg: Any) -> list[str]:
         """What the interpreter's `Machine.act` does on this edge, as code: trip counting
@@ -661,6 +690,11 @@ class _Recomputed:
         self.snapshots = [(writer.name(phi.out), f"snap{j}_{k}")
                           for k, phi in enumerate(region.header.phis)]
         self.types = [phi.out.type for phi in region.header.phis]
+        # carries updated in place are kept by reference (a typed list of the buffers), as
+        # the interpreter's snapshots hold them: the iterations re-run write the same rows
+        self.by_reference = {k: writer.module.list_type(phi.out.type, "C")
+                             for k, phi in enumerate(region.header.phis)
+                             if writer.layout.slot[phi.out] in writer.fresh}
         # the counters of the log stacks, tapes and records the regions inside push to
         self.inner = inner
         lo_hi = info.trip_bound_slots
@@ -668,9 +702,13 @@ class _Recomputed:
 
     def declare(self) -> list[str]:
         j = self.index
-        lines = [f"{snap} = np.empty({(4,) + t.shape}, {dtype_source(t.dtype)})"
-                 for (_, snap), t in zip(self.snapshots, self.types)]
-        lines += [f"pd{j}_{k} = {snap}[0]" for k, (_, snap) in enumerate(self.snapshots)]
+        lines = [f"{snap} = List.empty_list({self.by_reference[k]})" if k in self.by_reference
+                 else f"{snap} = np.empty({(4,) + t.shape}, {dtype_source(t.dtype)})"
+                 for k, ((_, snap), t) in enumerate(zip(self.snapshots, self.types))]
+        # (a carry kept by reference has no row to pend from: an unused empty buffer)
+        lines += [f"pd{j}_{k} = np.empty({(0,) * t.ndim}, {dtype_source(t.dtype)})"
+                  if k in self.by_reference else f"pd{j}_{k} = {snap}[0]"
+                  for k, ((_, snap), t) in enumerate(zip(self.snapshots, self.types))]
         return lines + [f"fw{j} = np.empty((0, 3), np.int64)",
                         f"ops{j} = np.empty((16, 2), np.int64); nops{j} = 0",
                         f"ex{j} = np.empty((4, 3), np.int64); nex{j} = 0", f"hz{j} = 0",
@@ -692,10 +730,19 @@ class _Recomputed:
                  f"    fw{j} = K.schedule_table(False, {self.key!r}, bd{j}, 2 * nf{j})",
                  f"    hz{j} = fw{j}.shape[0]",
                  f"row = fw{j}[nf{j}, 1]", "if row >= 0:", f"    row += sb{j}"]
-        for k, (v, snap) in enumerate(self.snapshots):
-            lines += [f"    while row >= {snap}.shape[0]: {snap} = K.grow({snap})",
-                      f"    {snap}[row] = pd{j}_{k} if fw{j}[nf{j}, 2] == 1 else {v}"]
+        for k, (v, _) in enumerate(self.snapshots):
+            lines += _indent(self.store(k, "row", f"pd{j}_{k} if fw{j}[nf{j}, 2] == 1 else {v}"))
         return lines + [f"pd{j}_{k} = {v}" for k, (v, _) in enumerate(self.snapshots)]
+
+    def store(self, k: int, row: str, value: str) -> list[str]:
+        """Lines storing `value` as snapshot `row` of carry k: a copy into the rows of an
+        array, or for a carry kept by reference, the buffer into a typed list."""
+        snap = self.snapshots[k][1]
+        if k in self.by_reference:
+            return [f"while {row} >= len({snap}): {snap}.append({value})",
+                    f"{snap}[{row}] = {value}"]
+        return [f"while {row} >= {snap}.shape[0]: {snap} = K.grow({snap})",
+                f"{snap}[{row}] = {value}"]
 
     def exit(self) -> list[str]:
         """Record the execution: its reverse operations and where its snapshots are."""
@@ -809,7 +856,8 @@ class _Module:
         self._numbers = itertools.count(1)  # of the generated functions
         self.stacks: dict[tuple[str, int], _Stack] = {}
         self.tapes: dict[int, _Tape] = {}
-        self.list_types: dict[TensorType, str] = {}  # typed-list element types, by value type
+        # typed-list element types, by value type and array layout
+        self.list_types: dict[tuple[TensorType, str], str] = {}
         self.recomputed: dict[int, _Recomputed] = {}  # of the vjp function being written
         # the debug callbacks called, and their table's constant (K.callback_table)
         self.callbacks: list[tuple[Any, tuple[np.dtype | None, ...]]] = []
@@ -874,7 +922,8 @@ class _Module:
             return self._names[key]
         if getattr(of, "check", False):
             raise Unsupported("anomaly detection (detect_anomaly=True) runs in the "
-                              "interpreter")
+                              "interpreter", rewrite="jit the gradient without "
+                              "detect_anomaly, and check for NaNs unjitted while debugging")
         program: Program = of.program
         plan: GradPlan = of.plan
         fname = f"vjp_{next(self._numbers)}"  # (taken now: the body may name others)
@@ -919,7 +968,10 @@ class _Module:
                 continue
             where = f"{r.id} (at {r.loc}) under checkpoint={strategy!r}"
             if form != FOLLOWS_SCHEDULE:
-                raise Unsupported(f"{where}: a strategy of your own runs in the interpreter")
+                raise Unsupported(
+                    f"{where}: a strategy of your own runs in the interpreter", r.loc,
+                    "a strategy of cfgrad.checkpoint (StoreAll, Recompute, EveryK, Binomial, "
+                    "Online) compiles")
             inner = [self.stacks[("decide", i)].count for i in li.inner_ifs]
             for k in li.inner_loops:
                 inner.append(self.stacks[("trips", k)].count)
@@ -967,12 +1019,14 @@ class _Module:
         lines += ["    " + line for line in body]
         return "\n".join(lines) + "\n"
 
-    def list_type(self, t: TensorType) -> str:
-        """The module-level name of Numba's type for an array of type `t` (any layout),
-        which typed lists of such arrays are declared with."""
-        if t not in self.list_types:
-            self.list_types[t] = f"A{len(self.list_types)}"
-        return self.list_types[t]
+    def list_type(self, t: TensorType, layout: str = "A") -> str:
+        """The module-level name of Numba's type for an array of type `t` (any layout, or
+        C-contiguous with `layout` "C"), which typed lists of such arrays are declared
+        with."""
+        key = (t, layout)
+        if key not in self.list_types:
+            self.list_types[key] = f"A{len(self.list_types)}"
+        return self.list_types[key]
 
     def source(self) -> str:
         # The helpers' version in the text, so in the hash naming the module: Numba's disk
@@ -982,8 +1036,8 @@ class _Module:
                   "import numpy as np", "import numba", "from numba.typed import List",
                   "from cfgrad import kernels as K",
                   "from cfgrad.errors import LoopLimitError, ReplayMismatchError", ""]
-        header += [f"{name} = numba.types.Array(numba.types.{t.dtype.name}, {t.ndim}, 'A')"
-                   for t, name in self.list_types.items()]
+        header += [f"{name} = numba.types.Array(numba.types.{t.dtype.name}, {t.ndim}, "
+                   f"{layout!r})" for (t, layout), name in self.list_types.items()]
         return "\n".join(header + ["", ""] + self.functions) + "\n"
 
 
