@@ -516,13 +516,20 @@ def reshaped(value, shape):
 
 
 @numba.njit(cache=True)
-def extreme_along(x, axis, largest):
-    """np.max (largest) or np.min of x over one axis: numpy's maximum / minimum entry by
-    entry, row after row (NaN propagating, numpy's choice on ties of signed zeros)."""
-    moved = np.moveaxis(x, axis, 0)
-    out = moved[0].copy()
-    for i in range(1, moved.shape[0]):
-        out = maximum(out, moved[i]) if largest else minimum(out, moved[i])
+def extreme3(x3, largest):
+    """np.max (largest) or np.min of x3 along axis 1: numpy's maximum / minimum entry by
+    entry, row after row (NaN propagating, numpy's choice on ties of signed zeros: the
+    later row's entry, as `maximum` and `minimum`)."""
+    o, n, i = x3.shape
+    out = x3[:, 0, :].copy()
+    for k in range(1, n):
+        for a in range(o):
+            for c in range(i):
+                m, v = out[a, c], x3[a, k, c]
+                if largest:
+                    out[a, c] = m if m > v or m != m else v
+                else:
+                    out[a, c] = m if m < v or m != m else v
     return out
 
 
