@@ -11,11 +11,21 @@ A Program the backend cannot compile runs in the interpreter instead, with a
 `CompileWarning` giving the reason in one line (once per signature); with
 `fallback=False` that is a `cg.CompileError`. Called inside another transformation's
 trace, a jitted function is traced inline, as `jax.jit` is: put `cg.jit` outermost.
+
+Numba takes seconds to compile. With `wait=False` a new signature's first call does not
+wait for it (docs/jit.md, Compiling in the background): the calling thread traces the
+Program and writes its source (what cannot be compiled is found there, at the first
+call), a daemon thread compiles it, and calls run the interpreter until the machine code
+is ready, then switch to it. The default, `wait=True`, compiles in the calling thread:
+Numba's type inference swaps the process-wide `warnings` state (`catch_warnings`), which
+is not thread-safe, so a compile in another thread can lose or misfile the warnings the
+calling thread raises meanwhile.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,15 +43,19 @@ from .errors import CompileError, CompileWarning, Unsupported
 from .ir import Program
 from .trace import lowering_epoch
 
+COMPILED, COMPILING, INTERPRETED = "compiled", "compiling in the background", "interpreted"
+
 
 @dataclass(frozen=True)
 class CompileInfo:
-    """How one signature of a jitted function runs: `backend` is "numba" or
-    "interpreter" (then `reason` says why), `compile_seconds` the compilation's time
-    (None for the interpreter), `from_disk_cache` whether Numba loaded the machine code
-    from its cache instead of compiling, `reused` whether this process had compiled the
-    same generated module already (another jitted function of the same program), `source`
-    the generated Numba source."""
+    """How one signature of a jitted function runs: `backend` is what its next call runs,
+    "numba" or "interpreter"; `state` why: `COMPILED`, `COMPILING` (the interpreter runs
+    while a background thread compiles) or `INTERPRETED` (it cannot be compiled: `reason`
+    says why). `compile_seconds` is the compilation's time (None until it is done),
+    `from_disk_cache` whether Numba loaded the machine code from its cache instead of
+    compiling, `reused` whether this process had compiled the same generated module
+    already (another jitted function of the same program), `source` the generated Numba
+    source (None when it runs in the interpreter for good)."""
 
     backend: str
     reason: str | None
@@ -49,6 +63,7 @@ class CompileInfo:
     from_disk_cache: bool
     source: str | None
     reused: bool = False
+    state: str = COMPILED
 
 
 class _Interpreted:
@@ -62,16 +77,66 @@ class _Interpreted:
         return self.entry.run(leaves, check=anomaly_detection_enabled())[0]
 
 
+class _Refused:
+    """A signature whose background compile failed under `fallback=False`: every call
+    raises the `CompileError` (as every call of a refused signature does when compiling
+    in the calling thread)."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def __call__(self, leaves: list[Any]) -> list[Any]:
+        raise CompileError(self.message)
+
+
+class _Building:
+    """A signature whose machine code a daemon thread is compiling: until it is ready,
+    calls run the interpreter (the values agree with the compiled ones to rounding:
+    docs/jit.md). The first call after the thread is done puts the outcome in the
+    `Jitted`'s caches (`Jitted._settle`), in the calling thread, so that a compile that
+    failed warns there (or raises `CompileError` under `fallback=False`), once.
+
+    The thread is a daemon: a process exits without waiting for a compile, which then
+    leaves nothing half-written (the source file and Numba's cache files are each
+    written to a temporary name and renamed)."""
+
+    def __init__(self, jitted: Jitted, entry: Any, native: Any, args: list[Any]):
+        self.jitted = jitted
+        self.entry = entry
+        self.native = native
+        self.reason: str | None = None  # why the compile failed, once it has
+        self.done = threading.Event()
+        threading.Thread(target=self._compile, args=(args,), daemon=True,
+                         name=f"cfgrad.{jitted.__name__}").start()
+
+    def _compile(self, args: list[Any]) -> None:
+        try:
+            self.native.compile(args)
+        except Exception as e:  # Numba's errors (typing, lowering, its own internal ones)
+            self.reason = _numba_reason(e)
+        finally:
+            self.done.set()
+
+    def __call__(self, leaves: list[Any]) -> list[Any]:
+        if self.done.is_set():
+            return self.jitted._settle(self, stacklevel=5)(leaves)
+        return self.entry.run(leaves, check=anomaly_detection_enabled())[0]
+
+
 class Jitted:
     """The callable `cg.jit` returns; `lower(*args)` gives the Program a signature
     compiles, `info(*args)` how it runs (`CompileInfo`, compiling it if need be)."""
 
     def __init__(self, fun: Callable, static_argnums: tuple[int, ...], fallback: bool,
-                 autograph: bool):
+                 autograph: bool, wait: bool):
         self.fun = fun
         self._traced = traced_as(fun, autograph, "cfgrad.jit")
         self._statics = static_argnums
         self.fallback = fallback
+        self.wait = wait
+        # held while a signature's runner is made or replaced: one compile per signature
+        # however many threads call at once
+        self._lock = threading.Lock()
         # id(Lowering) -> (Lowering, runner), as many as api keeps lowerings of a function
         self._runners: dict[int, tuple[Any, Any]] = BoundedDict(SIGNATURES_PER_FUNCTION)
         # calls whose arguments are all leaves, by their leaf keys (api's cache key without
@@ -112,12 +177,34 @@ class Jitted:
         return self._prepare(args, kwargs)[0].program
 
     def info(self, *args: Any, **kwargs: Any) -> CompileInfo:
+        """How the signature of `args` runs, compiling it if need be: waits for a
+        background compile to finish, so the answer is final (a failure warns here, or
+        raises `CompileError` under `fallback=False`). `state` answers without waiting."""
         entry, runner, leaves = self._prepare(args, kwargs)
+        if isinstance(runner, _Building):
+            runner.done.wait()
+            runner = self._settle(runner, stacklevel=4)
+        if isinstance(runner, _Refused):
+            runner([])
         if isinstance(runner, _Interpreted):
-            return CompileInfo("interpreter", runner.reason, None, False, None)
+            return CompileInfo("interpreter", runner.reason, None, False, None,
+                               state=INTERPRETED)
         runner.compile(runner.arguments(leaves))
         return CompileInfo("numba", None, runner.compile_seconds, runner.from_disk_cache,
                            runner.source, runner.reused)
+
+    def state(self, *args: Any, **kwargs: Any) -> str:
+        """`COMPILED`, `COMPILING` (in the background: calls run the interpreter
+        meanwhile) or `INTERPRETED` for the signature of `args`, at once (a new signature
+        starts compiling, as its first call would)."""
+        runner = self._prepare(args, kwargs)[1]
+        if isinstance(runner, _Building):
+            if not runner.done.is_set():
+                return COMPILING
+            runner = self._settle(runner, stacklevel=4)
+        if isinstance(runner, _Refused):
+            runner([])
+        return INTERPRETED if isinstance(runner, _Interpreted) else COMPILED
 
     def _lowered(self, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
         name = getattr(self.fun, "__name__", "f")
@@ -128,7 +215,10 @@ class Jitted:
         entry, leaves = self._lowered(args, kwargs)
         found = self._runners.get(id(entry))
         if found is None or found[0] is not entry:
-            found = self._runners[id(entry)] = (entry, self._runner(entry, leaves))
+            with self._lock:  # a second thread finds the first one's runner
+                found = self._runners.get(id(entry))
+                if found is None or found[0] is not entry:
+                    found = self._runners[id(entry)] = (entry, self._runner(entry, leaves))
         return entry, found[1], leaves
 
     def _runner(self, entry: Any, leaves: list[Any]) -> Any:
@@ -137,20 +227,53 @@ class Jitted:
         # every process a user starts) would otherwise pay whether it jits or not.
         from .native import NativeProgram
 
-        try:
+        try:  # the source is written here, so what cannot be compiled shows at once
             native = NativeProgram(entry.compiled, nested.current_run_sink)
-            native.prepare(native.arguments(leaves))
+            args = native.arguments(leaves)
+            if not self.wait:
+                return _Building(self, entry, native, args)
+            native.prepare(args)
             return native
         except Unsupported as e:
             reason = e.where_and_why()
         except Exception as e:  # Numba's errors (typing, lowering, its own internal ones)
-            reason = "Numba could not compile it: " + _first_cause(str(e))
+            reason = _numba_reason(e)
+        return self._fallen_back(entry, reason, stacklevel=5)
+
+    def _fallen_back(self, entry: Any, reason: str, stacklevel: int) -> _Interpreted:
+        """The interpreter's runner for a signature that cannot be compiled, with the
+        warning (or the `CompileError` under `fallback=False`) naming `reason`;
+        `stacklevel` is the user's call's, for the warning."""
         name = getattr(self.fun, "__name__", "f")
         if not self.fallback:
             raise CompileError(f"cfgrad.jit of {name}: cannot compile: {reason}")
         warnings.warn(f"cfgrad.jit of {name} runs in the interpreter: {reason}",
-                      CompileWarning, stacklevel=4)
+                      CompileWarning, stacklevel=stacklevel)
         return _Interpreted(entry, reason)
+
+    def _settle(self, building: _Building, stacklevel: int) -> Any:
+        """The runner that replaces `building` once its compile is done (the compiled
+        program, or the interpreter's with the warning: `stacklevel` is the user's call),
+        put in place of it in the caches, so that later calls go straight to it. Called
+        in a calling thread."""
+        with self._lock:
+            found = self._runners.get(id(building.entry))
+            if found is not None and found[1] is not building:  # another thread settled it
+                return found[1]
+            if building.reason is None:
+                runner = building.native
+            else:
+                try:
+                    runner = self._fallen_back(building.entry, building.reason, stacklevel)
+                except CompileError as e:
+                    runner = _Refused(str(e))
+            self._runners[id(building.entry)] = (building.entry, runner)
+            for key, (entry, was, build) in list(self._by_leaves.items()):
+                if was is building:
+                    self._by_leaves[key] = (entry, runner, build)
+        if isinstance(runner, _Refused):
+            runner([])  # raises, here and on every later call
+        return runner
 
 
 def _rerun(entry: Any, runner: Any, leaves: list[Any]) -> list[Any]:
@@ -164,6 +287,11 @@ def _rerun(entry: Any, runner: Any, leaves: list[Any]) -> list[Any]:
     return entry.run(leaves)[0]
 
 
+def _numba_reason(error: Exception) -> str:
+    """The fallback's reason for an error Numba raised while compiling."""
+    return "Numba could not compile it: " + _first_cause(str(error))
+
+
 def _first_cause(message: str) -> str:
     """The line of a Numba error that says what failed (its messages start with the
     pipeline stage and carry terminal colour codes)."""
@@ -173,12 +301,14 @@ def _first_cause(message: str) -> str:
 
 
 def jit(fun: Callable, static_argnums: int | Sequence[int] = (), *, fallback: bool = True,
-        autograph: bool = True) -> Jitted:
+        autograph: bool = True, wait: bool = True) -> Jitted:
     """`fun` compiled to native code for each input signature, like `jax.jit`.
 
     `static_argnums` are arguments passed as they are (hashable Python values that key
     the compiled versions, baked into them). What the backend cannot compile runs in
     the interpreter with a `CompileWarning` naming why, or raises `cg.CompileError` with
-    `fallback=False`. `autograph` as in `cg.grad`."""
+    `fallback=False`. `wait=False` compiles a new signature in a background thread while
+    its calls run the interpreter (module docstring); `wait=True` makes its first call
+    compile. `autograph` as in `cg.grad`."""
     return Jitted(fun, argnums_tuple(static_argnums, "cfgrad.jit", "static_argnums"),
-                  fallback, autograph)
+                  fallback, autograph, wait)

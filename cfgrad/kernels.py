@@ -10,6 +10,7 @@ order of floating-point operations where the comment says bitwise.
 from __future__ import annotations
 
 import inspect
+import threading
 import weakref
 from typing import Any
 
@@ -538,13 +539,20 @@ def reshaped(value, shape):
 
 
 @numba.njit(cache=True)
-def extreme_along(x, axis, largest):
-    """np.max (largest) or np.min of x over one axis: numpy's maximum / minimum entry by
-    entry, row after row (NaN propagating, numpy's choice on ties of signed zeros)."""
-    moved = np.moveaxis(x, axis, 0)
-    out = moved[0].copy()
-    for i in range(1, moved.shape[0]):
-        out = maximum(out, moved[i]) if largest else minimum(out, moved[i])
+def extreme3(x3, largest):
+    """np.max (largest) or np.min of x3 along axis 1: numpy's maximum / minimum entry by
+    entry, row after row (NaN propagating, numpy's choice on ties of signed zeros: the
+    later row's entry, as `maximum` and `minimum`)."""
+    o, n, i = x3.shape
+    out = x3[:, 0, :].copy()
+    for k in range(1, n):
+        for a in range(o):
+            for c in range(i):
+                m, v = out[a, c], x3[a, k, c]
+                if largest:
+                    out[a, c] = m if m > v or m != m else v
+                else:
+                    out[a, c] = m if m < v or m != m else v
     return out
 
 
@@ -851,6 +859,7 @@ def logsumexp3(x3):
 # The checkpoint schedules compiled code follows (schedule.Schedule), by the strategy's
 # repr, which names its parameters; native.py enters each strategy it compiles for.
 SCHEDULES: dict[str, Any] = {}
+_SCHEDULE_TABLE_LOCK = threading.Lock()
 
 
 def _schedule_table(reverse: bool, key: str, a: int, b: int) -> np.ndarray:
@@ -858,17 +867,32 @@ def _schedule_table(reverse: bool, key: str, a: int, b: int) -> np.ndarray:
     return schedule.reverse(int(a), int(b)) if reverse else schedule.forward(int(a), int(b))
 
 
-@numba.njit("int64[:, ::1](boolean, unicode_type, int64, int64)", cache=True)
-def schedule_table(reverse, key, a, b):
+def _schedule_table_from_python(reverse, key, a, b):
     """A strategy's forward table (a: the trip bound or -1, b: the horizon) or reverse
     table (a: the trip count, b: the bound), from Python: once per loop execution. One
     small function holds the object-mode call, so the programs calling it compile
     without object-mode blocks of their own (each costs Numba seconds to lift); its one
-    signature, compiled once, keeps Numba from compiling a version per literal key and
-    bound the generated code passes."""
+    signature keeps Numba from compiling a version per literal key and bound the
+    generated code passes."""
     with numba.objmode(table="int64[:,::1]"):
         table = _schedule_table(reverse, key, a, b)
     return table
+
+
+def __getattr__(name: str) -> Any:
+    """`schedule_table`, compiled for its one signature when first asked for (by Numba,
+    typing a program that follows a schedule), not when this module is imported: an
+    eager compile, even loaded from the disk cache, makes Numba load its whole typing
+    registry, which would double the time `cg.jit`'s first call spends importing this
+    module."""
+    if name != "schedule_table":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _SCHEDULE_TABLE_LOCK:
+        if "schedule_table" not in globals():
+            globals()["schedule_table"] = numba.njit(
+                "int64[:, ::1](boolean, unicode_type, int64, int64)",
+                cache=True)(_schedule_table_from_python)
+    return globals()["schedule_table"]
 
 
 # -- Debug callbacks (`cg.debug.print`, `cg.debug.callback`): compiled code calls the

@@ -214,15 +214,18 @@ def _fresh_carries(layout: Layout) -> dict[int, Node]:
 class _Constants:
     """The array constants of one generated module, passed to every function as the
     tuple `C` (Numba freezes global arrays into the machine code, which its disk cache
-    cannot key by value; an argument it can)."""
+    cannot key by value; an argument it can). Equal arrays (dtype, shape and bytes) are
+    one entry, so that sub-programs traced again alike write the same text (and
+    `_Module.add_function` keeps one function for them); generated code never writes
+    into a constant."""
 
     def __init__(self) -> None:
         self.arrays: list[np.ndarray] = []
-        self._index: dict[int, int] = {}
+        self._index: dict[tuple, int] = {}
 
     def __call__(self, array: np.ndarray) -> str:
         """The expression reading `array` inside generated code."""
-        key = id(array)
+        key = (array.dtype.str, array.shape, np.ascontiguousarray(array).tobytes())
         if key not in self._index:
             self._index[key] = len(self.arrays)
             self.arrays.append(np.ascontiguousarray(array))
@@ -852,6 +855,7 @@ class _Module:
         self.choice: Any = None
         self.constants = _Constants()
         self.functions: list[str] = []
+        self._texts: dict[str, str] = {}  # each function's text (its own name blanked): name
         self._names: dict[Any, str] = {}
         self._numbers = itertools.count(1)  # of the generated functions
         self.stacks: dict[tuple[str, int], _Stack] = {}
@@ -907,7 +911,7 @@ class _Module:
         w = _Writer(self, layout, "f", silent=silent)
         params = ", ".join(w.name(p) for p in program.params)
         body = w.constants() + w.machine(lambda vals: [self._returned(vals)])
-        self.functions.append(self._function(fname, params, body))
+        self._names[key] = fname = self.add_function(fname, params, body, unique=name is None)
         return fname
 
     def pullback_function(self, of: Any, silent: bool = False) -> str:
@@ -951,8 +955,7 @@ class _Module:
                                 + [self._returned(outputs + vals)])
         finally:
             self.stacks, self.tapes, self.recomputed, self.choice = outer
-        self._names[key] = fname
-        self.functions.append(self._function(fname, ", ".join(params), body))
+        self._names[key] = fname = self.add_function(fname, ", ".join(params), body)
         return fname
 
     def _strategies(self, chosen: list[Any], fwd: _Writer) -> list[str]:
@@ -1012,6 +1015,19 @@ class _Module:
 
     def _returned(self, values: list[str]) -> str:
         return f"return ({', '.join(values + self._log_vars)},)"
+
+    def add_function(self, name: str, params: str, body: list[str], unique: bool = True
+                     ) -> str:
+        """Add the function `name` to the module, unless (`unique`) one with the same
+        text is there already: then that one's name. Each step of a Python loop that
+        calls `cg.grad` or `cg.jvp` traces a sub-program of its own, alike; Numba would
+        compile each copy on its own (seconds each), where one function serves all."""
+        text = self._function("_", params, body)
+        if unique and text in self._texts:
+            return self._texts[text]
+        self._texts.setdefault(text, name)
+        self.functions.append(self._function(name, params, body))
+        return name
 
     def _function(self, name: str, params: str, body: list[str]) -> str:
         lines = ["@numba.njit(cache=True, error_model=\"numpy\")",

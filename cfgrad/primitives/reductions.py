@@ -200,9 +200,11 @@ register(Primitive(
     family="reduction", promote="none", compiled=Source(_mean_source)))
 
 
-def _reduced(args, types, out, axes, keepdims, whole: str, along: str) -> str:
-    """A reduction over `axes`: `whole` for every axis (a scalar), else `along` applied
-    one axis at a time from the last, then the result reshaped to `out` (keepdims)."""
+def _reduced(args, types, out, axes, keepdims, whole: str, largest: bool) -> str:
+    """np.max (`largest`) or np.min over `axes`: `whole` for every axis (a scalar), else
+    one axis at a time from the last, each as `K.extreme3` over the (outer, n, inner)
+    view of the operand (shapes known here, so the kernel is one signature per dtype,
+    with no axis juggling for Numba to compile), then reshaped to `out` (keepdims)."""
     x, t = args[0], types[0]
     if t.shape == ():
         return x
@@ -212,22 +214,24 @@ def _reduced(args, types, out, axes, keepdims, whole: str, along: str) -> str:
     if len(axes) == t.ndim:
         value = whole.format(x)
     else:
-        value = x
+        value, shape = x, tuple(t.shape)
         for a in reversed(axes):
-            value = along.format(value, a)
+            outer = int(np.prod(shape[:a], dtype=np.int64))
+            inner = int(np.prod(shape[a + 1:], dtype=np.int64))
+            n, shape = shape[a], shape[:a] + shape[a + 1:]
+            value = (f"K.extreme3(np.ascontiguousarray({value}).reshape(({outer}, {n}, "
+                     f"{inner})), {largest}).reshape({shape})")
     if out.shape == () or (not keepdims and len(axes) != t.ndim):
         return value
     return f"K.reshaped({value}, {out.shape})"
 
 
 def _amax_source(args, types, out, axes, keepdims):
-    return _reduced(args, types, out, axes, keepdims, "np.max({0})",
-                    "K.extreme_along({0}, {1}, True)")
+    return _reduced(args, types, out, axes, keepdims, "np.max({0})", True)
 
 
 def _amin_source(args, types, out, axes, keepdims):
-    return _reduced(args, types, out, axes, keepdims, "np.min({0})",
-                    "K.extreme_along({0}, {1}, False)")
+    return _reduced(args, types, out, axes, keepdims, "np.min({0})", False)
 
 
 _extreme("amax", np.max, _amax_source)
