@@ -10,7 +10,6 @@ order of floating-point operations where the comment says bitwise.
 from __future__ import annotations
 
 import inspect
-from typing import Any
 
 import numba
 import numpy as np
@@ -823,26 +822,3 @@ def logsumexp3(x3):
     for k in range(n):
         e[:, k, :] = np.exp(x3[:, k, :] - m)
     return np.log(sum3(e)) + m
-
-
-# The checkpoint schedules compiled code follows (schedule.Schedule), by the strategy's
-# repr, which names its parameters; native.py enters each strategy it compiles for.
-SCHEDULES: dict[str, Any] = {}
-
-
-def _schedule_table(reverse: bool, key: str, a: int, b: int) -> np.ndarray:
-    schedule = SCHEDULES[key]
-    return schedule.reverse(int(a), int(b)) if reverse else schedule.forward(int(a), int(b))
-
-
-@numba.njit("int64[:, ::1](boolean, unicode_type, int64, int64)", cache=True)
-def schedule_table(reverse, key, a, b):
-    """A strategy's forward table (a: the trip bound or -1, b: the horizon) or reverse
-    table (a: the trip count, b: the bound), from Python: once per loop execution. One
-    small function holds the object-mode call, so the programs calling it compile
-    without object-mode blocks of their own (each costs Numba seconds to lift); its one
-    signature, compiled once, keeps Numba from compiling a version per literal key and
-    bound the generated code passes."""
-    with numba.objmode(table="int64[:,::1]"):
-        table = _schedule_table(reverse, key, a, b)
-    return table
