@@ -28,8 +28,8 @@ Numba's numpy subset and lets Numba compile that to machine code.
   saved array (references, as the interpreter's tapes hold), pushed at the back edge and
   popped by the adjoint's `LoopState`, exactly where the interpreter's strategy pushes
   and pops. Stacks start small and double when full. A loop under a recomputing
-  strategy follows the schedule that strategy gives when run symbolically
-  (`_Recomputed`, schedule.py).
+  strategy decides its schedule as that strategy does, in compiled code
+  (`_Recomputed`, schedule_machine.py).
 - `call` nodes compile their sub-program as a function of its own.
 - Statistics (`cfgrad.nested.recorded_runs`): a second, recording variant of the module
   logs each `vjp_call` run's loop trip counts, from which schedule.replayed_stats makes
@@ -647,14 +647,14 @@ class _Recomputed:
                     for k, counter in enumerate(self.inner)]
 
     def back_edge(self) -> list[str]:
-        """At back edge t (`nf{j}`): store the carry the machine names (x_t, or x_{t-1}
-        kept as pending), then make x_t the pending one."""
+        """At back edge t (`nf{j}`): where the machine may store (`AT`), the carry it names
+        (x_t, or x_{t-1} kept as pending); then make x_t the pending one."""
         j = self.index
-        lines = [f"code = SM.sweep_step(sw{j}, nf{j})", "if code >= 0:",
-                 f"    row = sb{j} + (code >> 1)"]
+        lines = [f"if nf{j} == sw{j}[{SM.AT}]:", f"    code = SM.sweep_step(sw{j}, nf{j})",
+                 "    if code >= 0:", f"        row = sb{j} + (code >> 1)"]
         for k, (v, snap) in enumerate(self.snapshots):
-            lines += [f"    while row >= {snap}.shape[0]: {snap} = K.grow({snap})",
-                      f"    {snap}[row] = pd{j}_{k} if code & 1 else {v}"]
+            lines += [f"        while row >= {snap}.shape[0]: {snap} = K.grow({snap})",
+                      f"        {snap}[row] = pd{j}_{k} if code & 1 else {v}"]
         return lines + [f"pd{j}_{k} = {v}" for k, (v, _) in enumerate(self.snapshots)]
 
     def exit(self) -> list[str]:

@@ -52,13 +52,16 @@ RECOMPUTE, EVERYK, ONLINE, BINOMIAL = 0, 1, 2, 3
 NEVER = np.iinfo(np.int64).max  # revolve.NEVER: no further snapshot is due
 
 # -- the sweep state (the record of one execution) -------------------------------------
-KIND, PARAM, BOUND, TRIPS, BASE, NPOS, DUE, EVICT, NEXT = range(9)
-_POSITIONS = 9  # then s positions, then s rows
+KIND, PARAM, BOUND, TRIPS, BASE, NPOS, DUE, EVICT, NEXT, AT = range(10)
+_POSITIONS = 10  # then s positions, then s rows
 
 # -- the reverse state: the record, then these, then a heap of s rows and s frames -------
 (_T_NEXT, _CUR, _SEG, _SEG_B, _DEPTH, _LEAF_A, _LEAF_ROW, _LEAF_T, _NHEAP, _FRESH,
  _PA, _PROW, _PB, _PC) = range(14)
 _FRAME = 5  # (a, a's row, mid, mid's row, slots)
+# optimal_split(l, c) of every l < _MEMO, kept once computed: most of the revolve
+# recursion's splits are of short segments, and each costs a search over binomials
+_MEMO = 64
 
 
 def machine_of(strategy: Any) -> tuple[int, int]:
@@ -86,7 +89,7 @@ def sweep_size(slots: int) -> int:
 
 
 def reverse_size(slots: int) -> int:
-    return sweep_size(slots) + 14 + slots + _FRAME * slots
+    return sweep_size(slots) + 14 + slots + _FRAME * slots + _MEMO * slots
 
 
 def reverse_done(slots: int) -> int:
@@ -118,9 +121,19 @@ def _binomial(n, k, cap):
 
 @numba.njit(inline="always")
 def repetition_number(l, c):
-    """revolve.repetition_number: the least r with C(c + r, c) >= l."""
+    """revolve.repetition_number: the least r with C(c + r, c) >= l; in closed form for
+    one and two slots (the online placement weighs two-slot costs at every change)."""
     if l <= 1:
         return 0
+    if c == 1:
+        return l - 1
+    if c == 2:  # C(r + 2, 2) = (r + 1)(r + 2) / 2 >= l: from the float root, corrected
+        r = max(int(np.sqrt(2.0 * l)) - 2, 0)
+        while (r + 1) * (r + 2) // 2 < l:
+            r += 1
+        while r > 0 and r * (r + 1) // 2 >= l:
+            r -= 1
+        return r
     hi = 1
     while _binomial(c + hi, c, l) < l:
         hi *= 2
@@ -278,6 +291,7 @@ def sweep_begin(sw, kind, param, bound, base):
     sw[NEXT] = 0
     sw[EVICT] = -1
     sw[DUE] = 3 if param > 1 else NEVER
+    sw[AT] = 0  # every machine stores x_0
     if kind == BINOMIAL:
         rows = _POSITIONS + param
         a, c, n = 0, param, 1
@@ -294,23 +308,25 @@ def sweep_begin(sw, kind, param, bound, base):
 
 @numba.njit("i8(i8[::1], i8)", cache=True)
 def sweep_step(sw, t):
-    """Back edge t of the sweep: -1, or 2 * row + 1 to store x_{t-1} (the pending carry)
-    in snapshot row `row`, 2 * row to store x_t."""
+    """Back edge t of the sweep, called where t is `sw[AT]` (nothing is stored at the
+    others): -1, or 2 * row + 1 to store x_{t-1} (the pending carry) in snapshot row
+    `row`, 2 * row to store x_t; `sw[AT]` becomes the next back edge that may store."""
     kind = sw[KIND]
     if kind == RECOMPUTE:
-        return 0 if t == 0 else -1
-    if kind == EVERYK:
-        if t == 0 or (t % sw[PARAM] == 0 and t != sw[BOUND] - 1):
+        sw[AT] = NEVER
+        return 0
+    if kind == EVERYK:  # t is a multiple of k: stored unless a fori_loop's last iteration
+        sw[AT] = t + sw[PARAM]
+        if t == 0 or t != sw[BOUND] - 1:
             row = sw[NEXT]
             sw[NEXT] = row + 1
             return 2 * row
         return -1
-    if kind == BINOMIAL:
+    if kind == BINOMIAL:  # t is the next position of the path
         i = sw[NEXT]
-        if i < sw[NPOS] and sw[_POSITIONS + i] == t:
-            sw[NEXT] = i + 1
-            return 2 * i
-        return -1
+        sw[NEXT] = i + 1
+        sw[AT] = sw[_POSITIONS + i + 1] if i + 1 < sw[NPOS] else NEVER
+        return 2 * i
     # ONLINE: x_0 at once; x_{due-2} once iteration due-1 has started (it is not the last)
     s = sw[PARAM]
     rows = _POSITIONS + s
@@ -318,9 +334,8 @@ def sweep_step(sw, t):
         sw[_POSITIONS] = 0
         sw[rows] = 0
         sw[NPOS] = 1
+        sw[AT] = sw[DUE] - 1
         return 0
-    if t + 1 != sw[DUE]:
-        return -1
     n = sw[NPOS]
     j = sw[EVICT]
     if j >= 0:  # the evicted row is the one free row, so the lowest
@@ -335,6 +350,7 @@ def sweep_step(sw, t):
     sw[rows + n] = row
     sw[NPOS] = n + 1
     _plan_next(sw)
+    sw[AT] = sw[DUE] - 1
     return 2 * row + 1
 
 
@@ -426,6 +442,19 @@ def _give_row(rv, w, heap, row):
     rv[heap + i] = row
 
 
+@numba.njit(inline="always")
+def _split(rv, memo, l, c):
+    """optimal_split(l, c), from the memo below _MEMO steps (0 there: not yet known)."""
+    if l >= _MEMO:
+        return optimal_split(l, c)
+    i = memo + (c - 1) * _MEMO + l
+    m = rv[i]
+    if m == 0:
+        m = optimal_split(l, c)
+        rv[i] = m
+    return m
+
+
 @numba.njit("UniTuple(i8, 2)(i8[::1], i8, i8, i8[:, ::1])", cache=True)
 def _revolve_next(rv, s, w, q):
     """Checkpointing.Online._plan and _revolve, resumed until the next iteration is taped:
@@ -453,7 +482,7 @@ def _revolve_next(rv, s, w, q):
                 rv[w + _LEAF_ROW] = arow
                 rv[w + _LEAF_T] = b - 1
                 continue
-            mid = a + optimal_split(b - a, c)
+            mid = a + _split(rv, stack + _FRAME * s, b - a, c)
             n = _from(rv, w, q, n, a, arow)
             n = _op(q, n, ADVANCE, mid - a)
             rv[w + _CUR] = mid
