@@ -187,6 +187,8 @@ class _ReplaySweep:
     def __init__(self, run: _ReplayRunner, e: _Execution):
         self.run, self.e = run, e
         self.last: StepTape | None = None
+        # no loop inside: a re-run step is a count, and its tape the empty tuple
+        self.flat = not run.replay.inside[run.j]
 
     def ran(self, t: int) -> None:
         if self.last is not None:
@@ -197,11 +199,17 @@ class _ReplaySweep:
         """Nothing is logged, so nothing goes back on a log."""
 
     def advance(self, carry: int, start: int, steps: int) -> int:
+        if self.flat:  # only the count to replay: in one addition, not a call per step
+            self.run.replay.stats.loops[self.e.loop].recompute_steps += steps
+            return start + steps
         for t in range(start, start + steps):
             self.run.replay.rerun(self.e, t, taped=False)
         return start + steps
 
     def tape_steps(self, carry: int, start: int, count: int) -> list[StepTape]:
+        if self.flat:
+            self.run.replay.stats.loops[self.e.loop].recompute_steps += count
+            return [()] * count
         tapes = []
         for t in range(start, start + count):
             self.run.replay.rerun(self.e, t, taped=True)
