@@ -641,7 +641,9 @@ class _Recomputed:
     def enter(self) -> list[str]:
         j = self.index
         return [f"sb{j} = st{j}",
-                f"SM.sweep_begin(sw{j}, {self.kind}, {self.param}, {self.bound}, sb{j})",
+                # (int64, not literals: a literal argument would compile a version per value)
+                f"SM.sweep_begin(sw{j}, np.int64({self.kind}), np.int64({self.param}), "
+                f"np.int64({self.bound}), np.int64(sb{j}))",
                 f"tb{j} = ntape{j}"] + [
                     f"mk{j}_{k} = {counter.count if isinstance(counter, _Tape) else counter}"
                     for k, counter in enumerate(self.inner)]
@@ -650,7 +652,8 @@ class _Recomputed:
         """At back edge t (`nf{j}`): where the machine may store (`AT`), the carry it names
         (x_t, or x_{t-1} kept as pending); then make x_t the pending one."""
         j = self.index
-        lines = [f"if nf{j} == sw{j}[{SM.AT}]:", f"    code = SM.sweep_step(sw{j}, nf{j})",
+        lines = [f"if nf{j} == sw{j}[{SM.AT}]:",
+                 f"    code = SM.sweep_step(sw{j}, np.int64(nf{j}))",
                  "    if code >= 0:", f"        row = sb{j} + (code >> 1)"]
         for k, (v, snap) in enumerate(self.snapshots):
             lines += [f"        while row >= {snap}.shape[0]: {snap} = K.grow({snap})",
@@ -662,7 +665,7 @@ class _Recomputed:
         j = self.index
         return [f"if nf{j} > 0:",
                 f"    if nex{j} == ex{j}.shape[0]: ex{j} = K.grow(ex{j})",
-                f"    st{j} = sb{j} + SM.sweep_end(sw{j}, nf{j}, ex{j}[nex{j}])",
+                f"    st{j} = sb{j} + SM.sweep_end(sw{j}, np.int64(nf{j}), ex{j}[nex{j}])",
                 f"    nex{j} += 1"]
 
     def begin_reverse(self) -> list[str]:

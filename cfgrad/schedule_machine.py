@@ -30,6 +30,10 @@ Operations: `SET row` (the carry from a snapshot), `ADVANCE n` / `TAPE n` (run n
 iterations, untaped / pushing their tapes), `STORE row` (the carry into a snapshot row),
 `LOAD t` (pop iteration t's tape to where the adjoint reads it; always the last one).
 Snapshot rows are handed out lowest free first.
+
+Each function compiles (or loads from Numba's disk cache) when the first program that runs
+a recomputing strategy does, for int64 arguments only: callers pass no literal integers,
+each of which would compile a version of its own.
 """
 
 from __future__ import annotations
@@ -147,7 +151,7 @@ def repetition_number(l, c):
     return hi
 
 
-@numba.njit("i8(i8, i8)", cache=True)
+@numba.njit(cache=True)
 def optimal_cost(l, c):
     """revolve.optimal_cost: R(l, c)."""
     if l <= 0:
@@ -164,7 +168,7 @@ def _a_of(k, c, cap):
     return 1 if k < 2 else _binomial(c + k - 2, c, cap)
 
 
-@numba.njit("i8(i8, i8)", cache=True)
+@numba.njit(cache=True)
 def optimal_split(l, c):
     """revolve.optimal_split: the smallest optimal first advance, for l >= 2, c >= 2.
 
@@ -199,17 +203,18 @@ def optimal_split(l, c):
 
 # revolve.OnlinePlacement._plan_next's searches, one predicate each
 _LAST, _RISING, _INNER = 0, 1, 2
+_TWO = np.int64(2)  # two slots, as an int64: a literal 2 would compile optimal_cost again
 
 
 @numba.njit(inline="always")
 def _holds(which, L, best, last_gap, drop):
     keep = L * (L + 1) // 2
     if which == _LAST:
-        return optimal_cost(last_gap + L - 1, 2) + 1 - drop <= keep
+        return optimal_cost(last_gap + L - 1, _TWO) + 1 - drop <= keep
     if which == _INNER:
-        return best + optimal_cost(L - 1, 2) + 1 <= keep
-    return ((L + 1) * (L + 2) // 2 - optimal_cost(last_gap + L, 2)
-            >= keep - optimal_cost(last_gap + L - 1, 2))
+        return best + optimal_cost(L - 1, _TWO) + 1 <= keep
+    return ((L + 1) * (L + 2) // 2 - optimal_cost(last_gap + L, _TWO)
+            >= keep - optimal_cost(last_gap + L - 1, _TWO))
 
 
 @numba.njit(inline="always")
@@ -230,7 +235,7 @@ def _first(which, lo, best, last_gap, drop):
     return good
 
 
-@numba.njit("void(i8[::1])", cache=True)
+@numba.njit(cache=True)
 def _plan_next(sw):
     """revolve.OnlinePlacement._plan_next: when the next snapshot is due and which one it
     evicts (the same costs compared in the same order, ties alike)."""
@@ -256,7 +261,7 @@ def _plan_next(sw):
             has_best, best, best_j = True, change, j
         later += optimal_cost(g, s - j + 1) - optimal_cost(g, s - j)
     last_gap = sw[p + k] - sw[p + k - 1]
-    drop = optimal_cost(last_gap, 2)
+    drop = optimal_cost(last_gap, _TWO)
     low = 2
     if _holds(_LAST, low, best, last_gap, drop):
         l_last = low
@@ -264,8 +269,8 @@ def _plan_next(sw):
         l_last = _first(_LAST, _first(_RISING, low, best, last_gap, drop), best, last_gap,
                         drop)
     l_inner = _first(_INNER, low, best, last_gap, drop) if has_best else NEVER
-    if l_inner < l_last or (l_inner == l_last and best + optimal_cost(l_inner - 1, 2) + 1
-                            <= optimal_cost(last_gap + l_inner - 1, 2) + 1 - drop):
+    if l_inner < l_last or (l_inner == l_last and best + optimal_cost(l_inner - 1, _TWO) + 1
+                            <= optimal_cost(last_gap + l_inner - 1, _TWO) + 1 - drop):
         sw[DUE] = last + 1 + l_inner
         sw[EVICT] = best_j
     else:
@@ -275,7 +280,7 @@ def _plan_next(sw):
 
 # -- the sweep -------------------------------------------------------------------------
 
-@numba.njit("void(i8[::1], i8, i8, i8, i8)", cache=True)
+@numba.njit(cache=True)
 def sweep_begin(sw, kind, param, bound, base):
     """A loop execution starts (`bound`: a fori_loop's trip count, else -1; `base`: its
     first snapshot row in compiled code's buffers). Binomial with the trip count known
@@ -306,7 +311,7 @@ def sweep_begin(sw, kind, param, bound, base):
         sw[NPOS] = n
 
 
-@numba.njit("i8(i8[::1], i8)", cache=True)
+@numba.njit(cache=True)
 def sweep_step(sw, t):
     """Back edge t of the sweep, called where t is `sw[AT]` (nothing is stored at the
     others): -1, or 2 * row + 1 to store x_{t-1} (the pending carry) in snapshot row
@@ -354,7 +359,7 @@ def sweep_step(sw, t):
     return 2 * row + 1
 
 
-@numba.njit("i8(i8[::1], i8, i8[::1])", cache=True)
+@numba.njit(cache=True)
 def sweep_end(sw, trips, record):
     """The sweep ended after `trips` >= 1 iterations: the record copied into `record`;
     returns how many snapshot rows the execution may use (the next one's start above)."""
@@ -455,7 +460,7 @@ def _split(rv, memo, l, c):
     return m
 
 
-@numba.njit("UniTuple(i8, 2)(i8[::1], i8, i8, i8[:, ::1])", cache=True)
+@numba.njit(cache=True)
 def _revolve_next(rv, s, w, q):
     """Checkpointing.Online._plan and _revolve, resumed until the next iteration is taped:
     the segments between the sweep's snapshots, last first, each by the revolve
@@ -511,7 +516,7 @@ def _revolve_next(rv, s, w, q):
         _call(rv, w, rv[_POSITIONS + seg], rv[rows + seg], rv[w + _SEG_B], s - seg)
 
 
-@numba.njit("void(i8[::1], i8[::1])", cache=True)
+@numba.njit(cache=True)
 def reverse_begin(rv, record):
     """The reverse of the execution `record` starts (its iterations T-1 … 0 in turn)."""
     w = record.shape[0]
@@ -529,7 +534,7 @@ def reverse_begin(rv, record):
     rv[w + _PC] = 0
 
 
-@numba.njit("i8(i8[::1], i8[:, ::1])", cache=True)
+@numba.njit(cache=True)
 def reverse_step(rv, q):
     """The operations that hand the adjoint the tape of the next iteration t (T-1 first)
     into queue `q`, the last one `LOAD t`; returns how many."""
