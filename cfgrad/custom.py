@@ -235,7 +235,8 @@ class _VJPRule(_Signature):
 
         self.fwd_program = self.lower(fwd_flat, in_types, f"{self.name}.fwd", fn.fwd,
                                       calls=fn.within_rules)
-        self.fwd_compiled = Compiled(self.fwd_program)
+        # what the node runs (cg.jit compiles this program as a function of its own)
+        self.compiled = Compiled(self.fwd_program)
         self.out_types = [v.type for v in self.fwd_program.outputs]
         self._forward_call: Call | None = None
         self._backward_call: Call | None = None
@@ -247,7 +248,7 @@ class _VJPRule(_Signature):
         return self.out_types
 
     def forward(self, xs: tuple) -> tuple:
-        return _run(self.fwd_compiled, xs)
+        return _run(self.compiled, xs)
 
     # reverse, at build time: a `call` of the bwd program, which an outer transformation
     # differentiates as ordinary code (as JAX does)
@@ -403,7 +404,8 @@ class _JVPRule(_Signature):
         super().__init__(fn, in_tree, in_types)
         self.jvp_rule = fn.jvp  # as defined now (the transpose is lowered lazily)
         self.primal_program = self.lower_primal()
-        self.primal_compiled = Compiled(self.primal_program)
+        # what the node runs (cg.jit compiles this program as a function of its own)
+        self.compiled = Compiled(self.primal_program)
         self._transpose_pullback: Pullback | None = None
         self._unit: _VJPRule | None = None
 
@@ -411,7 +413,7 @@ class _JVPRule(_Signature):
         return self.result_types
 
     def primal(self, xs: tuple) -> tuple:
-        return _run(self.primal_compiled, xs)
+        return _run(self.compiled, xs)
 
     def _rule_outputs(self, primals: list[Any], tangents: list[Any]) -> tuple[list, list]:
         """The user's rule, called with pytrees: its output's leaves and its tangent's.

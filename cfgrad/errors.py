@@ -7,6 +7,9 @@ can catch either the cfgrad-specific or the conventional type.
 
 from __future__ import annotations
 
+import linecache
+from typing import Any
+
 
 class CfgradError(Exception):
     """Base class of all cfgrad errors."""
@@ -87,7 +90,7 @@ class ConversionError(LoweringError):
 
 class CompileError(CfgradError):
     """`cg.jit(..., fallback=False)` met a program the compiled backend cannot run: the
-    message names what (a primitive, a custom rule's Python, a checkpoint strategy)."""
+    message names what (a primitive, a checkpoint strategy, anomaly detection)."""
 
 
 class CompileWarning(UserWarning):
@@ -110,7 +113,24 @@ class RootWarning(UserWarning):
 class Unsupported(Exception):
     """No compiled form for this node or program (native.py, the derivative table's
     compiled sources); the message says why, in one line. `cg.jit` catches it and runs the
-    interpreter with a CompileWarning, or raises CompileError with `fallback=False`."""
+    interpreter with a CompileWarning, or raises CompileError with `fallback=False`, saying
+    `where_and_why()`: `loc` is the source line of the user's code that holds the node
+    (an ir.SourceLoc), `rewrite` how to write it so that it compiles, where there is a way."""
+
+    def __init__(self, reason: str, loc: Any = None, rewrite: str = ""):
+        super().__init__(reason if loc is None else f"{reason} (at {loc})")
+        self.reason = reason
+        self.loc = loc
+        self.rewrite = rewrite
+
+    def where_and_why(self) -> str:
+        r"""`f.py:12 \`y = cnp.sort(z)\`: <reason>; rewrite: <how>`: the line (and its code,
+        where the file can be read), the reason, and the rewrite where there is one."""
+        text = self.reason
+        if self.loc is not None:
+            code = linecache.getline(self.loc.file, self.loc.line).strip()
+            text = f"{self.loc} `{code}`: {text}" if code else f"{self.loc}: {text}"
+        return f"{text}; rewrite: {self.rewrite}" if self.rewrite else text
 
 
 class Unconvertible(Exception):

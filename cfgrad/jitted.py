@@ -142,7 +142,7 @@ class Jitted:
             native.prepare(native.arguments(leaves))
             return native
         except Unsupported as e:
-            reason = str(e)
+            reason = e.where_and_why()
         except Exception as e:  # Numba's errors (typing, lowering, its own internal ones)
             reason = "Numba could not compile it: " + _first_cause(str(e))
         name = getattr(self.fun, "__name__", "f")

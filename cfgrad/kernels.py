@@ -10,12 +10,15 @@ order of floating-point operations where the comment says bitwise.
 from __future__ import annotations
 
 import inspect
+import weakref
+from typing import Any
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
+from numpy.lib import _function_base_impl as numpy_function_base
 
 from .primitives.elementwise import square_and_multiply
 
@@ -416,6 +419,27 @@ def check_signals():
     """Run Python's pending signal handlers, raising what they raise: compiled loops call
     this every 1024th back edge, so that Ctrl-C stops them (native.py)."""
     _run_signal_handlers()
+
+
+@numba.njit(cache=True)
+def write_row(stack, t, row):
+    """stack[t] = row in place, returning stack (a scan's output stack, `write_row`;
+    `stack` C-contiguous). An element loop: Numba takes seconds to compile the slice
+    assignment `stack[t] = row`."""
+    into = stack[t].reshape(-1)
+    i = 0
+    for v in row.flat:
+        into[i] = v
+        i += 1
+    return stack
+
+
+@numba.njit(cache=True)
+def write_value(stack, t, value):
+    """stack[t] = value in place for a 1-d stack, returning stack (`write_row` of a
+    scalar row)."""
+    stack[t] = value
+    return stack
 
 
 @numba.njit(cache=True)
@@ -822,3 +846,317 @@ def logsumexp3(x3):
     for k in range(n):
         e[:, k, :] = np.exp(x3[:, k, :] - m)
     return np.log(sum3(e)) + m
+
+
+# -- Debug callbacks (`cg.debug.print`, `cg.debug.callback`): compiled code calls the
+# user's Python function through Numba's object mode. Its functions are Python objects of
+# one program (a `debug.DebugCall` each), which machine code the disk cache shares between
+# programs cannot name: a compiled program keeps them in `CALLBACKS` under a number, and
+# passes that number in an array of its constants (`C`, an argument), so that the same
+# machine code calls each program's own functions. An entry goes when its array does.
+
+# number -> the program's callbacks, each (function, per value the dtype to make it, or
+# None where object mode's Python value has it already: arrays, float64, int64, bool,
+# complex128)
+CALLBACKS: dict[int, list[tuple[Any, tuple[np.dtype | None, ...]]]] = {}
+_callback_tables = iter(range(1 << 62))
+
+
+def callback_table(entries: list[tuple[Any, tuple[np.dtype | None, ...]]]) -> np.ndarray:
+    """The constant array naming `entries` for `debug_call` (its number, `C[k][0]` in the
+    generated code): registered now, forgotten when the array is."""
+    number = next(_callback_tables)
+    CALLBACKS[number] = entries
+    table = np.array([number], np.int64)
+    weakref.finalize(table, CALLBACKS.pop, number, None)
+    return table
+
+
+def _call_back(table: int, index: int, values: tuple) -> None:
+    """Entry `index` of table `table` called with `values`, each of its value's dtype:
+    object mode gives scalars as Python numbers (a float32 as a float), which the function
+    would otherwise see in float64."""
+    function, dtypes = CALLBACKS[table][index]
+    if any(dtypes):
+        values = [v if d is None else np.asarray(v, d) for v, d in zip(values, dtypes)]
+    function(*values)
+
+
+@numba.njit(cache=True)
+def debug_call(table, index, *values):
+    """Call entry `index` of table `table` (see `callback_table`) with `values`, in object
+    mode. One small function per signature, which the disk cache keeps for every program:
+    Numba lifts an object-mode block into a function of its own (about 0.2 s of compile
+    time here); written into a program's code, each call site would pay about 0.1 s, again
+    in every process (docs/jit.md)."""
+    with numba.objmode():
+        _call_back(table, index, values)
+
+
+# -- orderings: numpy's stable order (sort, argsort, searchsorted)
+
+
+@numba.njit(cache=True, inline="always")
+def _before(a, b):
+    """Whether a sorts strictly before b in numpy's order (npysort's `less`): a < b, with
+    NaN after every number and NaNs tied with each other; -0.0 and 0.0 tie. For integers
+    and booleans it is a < b."""
+    return a < b or (b != b and a == a)
+
+
+@numba.njit(cache=True)
+def argsort3(x3):
+    """The stable permutation sorting x3 (outer, n, inner) along axis 1: a bottom-up
+    merge sort that takes the left run's entry unless the right run's is strictly
+    `_before` it. A stable order of one comparison is unique, so this is the permutation
+    numpy's stable sorts (timsort, radix sort) give: ties, signed zeros and NaNs keep
+    their input order."""
+    outer, n, inner = x3.shape
+    perm = np.empty((outer, n, inner), np.int64)
+    idx = np.empty(n, np.int64)
+    buf = np.empty(n, np.int64)
+    for p in range(outer):
+        for q in range(inner):
+            for i in range(n):
+                idx[i] = i
+            width = 1
+            while width < n:
+                lo = 0
+                while lo < n:
+                    mid = min(lo + width, n)
+                    hi = min(lo + 2 * width, n)
+                    i, j, k = lo, mid, lo
+                    while i < mid and j < hi:
+                        if _before(x3[p, idx[j], q], x3[p, idx[i], q]):
+                            buf[k] = idx[j]
+                            j += 1
+                        else:
+                            buf[k] = idx[i]
+                            i += 1
+                        k += 1
+                    while i < mid:
+                        buf[k] = idx[i]
+                        i += 1
+                        k += 1
+                    while j < hi:
+                        buf[k] = idx[j]
+                        j += 1
+                        k += 1
+                    lo = hi
+                idx, buf = buf, idx
+                width *= 2
+            for i in range(n):
+                perm[p, i, q] = idx[i]
+    return perm
+
+
+@numba.njit(cache=True)
+def sort3(x3):
+    """x3 (outer, n, inner) stably sorted along axis 1 (`argsort3`'s order)."""
+    perm = argsort3(x3)
+    out = np.empty_like(x3)
+    outer, n, inner = x3.shape
+    for p in range(outer):
+        for i in range(n):
+            for q in range(inner):
+                out[p, i, q] = x3[p, perm[p, i, q], q]
+    return out
+
+
+@numba.njit(cache=True, inline="always")
+def _insertion_index(a, key, right):
+    """Where `key` goes into the sorted 1-d `a` (numpy's order, `_before`): before the
+    first entry not before it (left), or after the last entry not after it (right)."""
+    lo, hi = 0, a.shape[0]
+    while lo < hi:
+        mid = lo + ((hi - lo) >> 1)
+        if (not _before(key, a[mid])) if right else _before(a[mid], key):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True)
+def searchsorted(a, keys, right):
+    """Insertion indices of the 1-d `keys` into the sorted 1-d `a`: for a sorted `a`
+    the one answer every binary search gives, numpy's among them."""
+    out = np.empty(keys.shape[0], np.int64)
+    for k in range(keys.shape[0]):
+        out[k] = _insertion_index(a, keys[k], right)
+    return out
+
+
+@numba.njit(cache=True)
+def searchsorted1(a, key, right):
+    """`searchsorted` of one key."""
+    return np.int64(_insertion_index(a, key, right))
+
+
+# -- Fourier transforms: numpy's own, called from compiled code in Numba's object mode
+# (Numba has no np.fft): the interpreter's results bit for bit, for the cost of boxing the
+# operand (microseconds a call) and of compiling one object-mode block per signature.
+
+_NORMS = ("backward", "ortho", "forward")  # a norm's index in generated code
+
+
+def _numpy_fourier(x: np.ndarray, kind: int, axes: tuple, n: int, norm: int) -> np.ndarray:
+    """numpy's transform, as the fft entries' implementations call it: 0 fftn, 1 ifftn
+    (over `axes`), 2 rfft, 3 irfft to length `n` (along axes[0])."""
+    name = _NORMS[norm]
+    if kind == 0:
+        out = np.fft.fftn(x, axes=axes, norm=name)
+    elif kind == 1:
+        out = np.fft.ifftn(x, axes=axes, norm=name)
+    elif kind == 2:
+        out = np.fft.rfft(x, axis=axes[0], norm=name)
+    else:
+        out = np.fft.irfft(x, n, axis=axes[0], norm=name)
+    return np.ascontiguousarray(out)
+
+
+def fourier(x, kind, axes, n, norm, dtype):
+    """`_numpy_fourier` from compiled code (see `_fourier_impl`)."""
+    raise NotImplementedError  # only called from compiled code, through the overload
+
+
+@overload(fourier)
+def _fourier_impl(x, kind, axes, n, norm, dtype):
+    """An object-mode block calling `_numpy_fourier`, typed as a C-contiguous array of
+    `dtype` (a numpy scalar type: the result's) and the operand's dimensions."""
+    out_type = types.Array(dtype.dtype, x.ndim, "C")
+
+    def impl(x, kind, axes, n, norm, dtype):
+        with numba.objmode(out=out_type):
+            out = _numpy_fourier(x, kind, axes, n, norm)
+        return out
+
+    return impl
+
+
+# -- special functions: numpy's formulas entry by entry, in the operand's float dtype where
+# numpy computes in it (its Python scalars are weak: NEP 50), so that only exp, sin and
+# sqrt, the math library's, can differ from numpy's in the last bits.
+
+def _entrywise(entry: Any, what: str) -> Any:
+    """A function of compiled code applying `entry` (a function of one float, typed by
+    its overload) to a float or to each entry of a float array (any layout), its result
+    in the operand's dtype. Not a `numba.vectorize`: a dynamic ufunc may run a float32
+    operand through a float64 loop compiled before it."""
+    def stub(x):
+        raise NotImplementedError  # only called from compiled code, through the overload
+
+    stub.__doc__ = f"{what} of a float or of each entry of a float array"
+
+    @overload(stub)
+    def _impl(x):
+        if not isinstance(x, types.Array):
+            return lambda x: entry(x)
+
+        def each(x):
+            out = np.empty(x.shape, x.dtype)
+            into = out.reshape(-1)
+            i = 0
+            for v in x.flat:
+                into[i] = entry(v)
+                i += 1
+            return out
+
+        return each
+
+    return stub
+
+
+# numpy's i0 (numpy/lib/_function_base_impl.py: Cephes' Chebyshev coefficients for
+# [0, 8] and (8, inf), as Python floats)
+_I0A = np.array(numpy_function_base._i0A)
+_I0B = np.array(numpy_function_base._i0B)
+
+
+@numba.njit(cache=True, inline="always")
+def _chbevl(x, vals, half):
+    """numpy's `_chbevl`: Clenshaw's recurrence for a Chebyshev series, in x's dtype."""
+    b0 = vals[0]
+    b1 = x - x  # (0 of x's dtype)
+    b2 = b1
+    for i in range(1, vals.shape[0]):
+        b2 = b1
+        b1 = b0
+        b0 = x * b1 - b2 + vals[i]
+    return half * (b0 - b2)
+
+
+def _i0_entry(x):
+    raise NotImplementedError  # only called from compiled code, through the overload
+
+
+@overload(_i0_entry)
+def _i0_entry_impl(x):
+    """np.i0 of one float: exp(|x|) times the series for [0, 8], or for (8, inf) that
+    over sqrt(|x|) (NaN takes the second, as numpy's `piecewise`), with the
+    coefficients and constants in x's dtype."""
+    dtype = numba.np.numpy_support.as_dtype(x)
+    a, b = _I0A.astype(dtype), _I0B.astype(dtype)
+    two, eight, thirty_two, half = (dtype.type(v) for v in (2, 8, 32, 0.5))
+
+    def impl(x):
+        ax = np.abs(x)
+        if ax <= eight:
+            return np.exp(ax) * _chbevl(ax / two - two, a, half)
+        return np.exp(ax) * _chbevl(thirty_two / ax - two, b, half) / np.sqrt(ax)
+
+    return impl
+
+
+i0 = _entrywise(_i0_entry, "np.i0")
+
+
+def _i1_entry(x):
+    raise NotImplementedError  # only called from compiled code, through the overload
+
+
+@overload(_i1_entry)
+def _i1_entry_impl(x):
+    """primitives.elementwise._i1_impl of one float: its series in float64, each entry
+    stopping where numpy's loop would leave it unchanged (a term below 1e-17 of the sum
+    is under half an ulp of it), then in x's dtype."""
+    cast = numba.np.numpy_support.as_dtype(x).type
+
+    def impl(x):
+        z = np.float64(x)
+        term = z / 2.0
+        total = term
+        quarter = z * z / 4.0
+        k = 0
+        while np.abs(term) > 1e-17 * np.abs(total) and k < 2000:
+            term = term * quarter / np.float64((k + 1) * (k + 2))
+            total = total + term
+            k += 1
+        return cast(total)
+
+    return impl
+
+
+i1 = _entrywise(_i1_entry, "Bessel's I1")
+
+
+def _sinc_entry(x):
+    raise NotImplementedError  # only called from compiled code, through the overload
+
+
+@overload(_sinc_entry)
+def _sinc_entry_impl(x):
+    """np.sinc of one float: y = pi x (eps of x's dtype where that is 0), sin(y) / y."""
+    dtype = numba.np.numpy_support.as_dtype(x)
+    pi, eps = dtype.type(np.pi), np.finfo(dtype).eps
+
+    def impl(x):
+        y = pi * x
+        if y == 0:
+            y = eps
+        return np.sin(y) / y
+
+    return impl
+
+
+sinc = _entrywise(_sinc_entry, "np.sinc")

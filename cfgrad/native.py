@@ -30,14 +30,20 @@ Numba's numpy subset and lets Numba compile that to machine code.
   and pops. Stacks start small and double when full. A loop under a recomputing
   strategy decides its schedule as that strategy does, in compiled code
   (`_Recomputed`, schedule_machine.py).
-- `call` nodes compile their sub-program as a function of its own.
+- `call` nodes compile their sub-program as a function of its own, and so do custom
+  rules' nodes the program their rule runs forward (`fwd`, or the function itself); the
+  rule's derivative is `call`/`vjp_call` nodes of its other programs in the gradient.
+- A debug callback calls the user's function in object mode (`K.debug_call`), where the
+  code does not repeat work: an adjoint, the iterations it re-runs and a `vjp_call`'s
+  sweep of a value computed before are written without them (`_Writer.quiet`), as the
+  interpreter's `repeating` has it.
 - Statistics (`cfgrad.nested.recorded_runs`): a second, recording variant of the module
   logs each `vjp_call` run's loop trip counts, from which schedule.replayed_stats makes
   the interpreter's RunStats; it is generated and compiled only when someone records.
 
 What cannot be compiled raises `Unsupported` with a one-line reason (a primitive its
-entry declares `NotCompiled`, a custom rule's Python, a debug callback, anomaly detection,
-a strategy class of the user's own); `cfgrad.jit` then runs the interpreter and says why.
+entry declares `NotCompiled`, also inside a custom rule's programs, anomaly detection, a
+strategy class of the user's own); `cfgrad.jit` then runs the interpreter and says why.
 
 The generated source is written once per program to a cache directory (`CFGRAD_CACHE_DIR`,
 else `~/.cache/cfgrad/native`), named by its hash, and compiled with Numba's on-disk
@@ -129,15 +135,13 @@ def kernel_source(n: Node, args: list[str], const: Callable[[np.ndarray], str]) 
     prim = PRIMITIVES.get(n.op)
     if prim is None:
         raise Unsupported(f"node `{n.op}` has no compiled form")
-    if prim.effect:
-        raise Unsupported(f"`{n.op}` calls Python at run time (at {n.loc})")
     compiled = prim.compiled
     if isinstance(compiled, Ufunc):
         return compiled.source(prim, args)
     if compiled is None or isinstance(compiled, NotCompiled):
         reason = f": {compiled.reason}" if compiled else ""
-        raise Unsupported(f"primitive `{n.op}` has no compiled implementation{reason} "
-                          f"(at {n.loc})")
+        raise Unsupported(f"primitive `{n.op}` has no compiled implementation{reason}", n.loc,
+                          compiled.rewrite if compiled else "")
     assert isinstance(compiled, Source), f"`{n.op}` is written by _Writer.node itself"
     types = [v.type for v in n.inputs]
     out = [o.type for o in n.outputs] if prim.multi_output else n.outputs[0].type
@@ -145,7 +149,7 @@ def kernel_source(n: Node, args: list[str], const: Callable[[np.ndarray], str]) 
     try:
         return compiled.write(args, types, out, **n.params, **extra)
     except Unsupported as e:  # a source refusing these operands: say where they are
-        raise Unsupported(f"{e} (at {n.loc})") from None
+        raise Unsupported(e.reason, n.loc, e.rewrite) from None
 
 
 def _fusible_chains(layout: Layout, keep: set[Value]) -> set[Value]:
@@ -181,6 +185,23 @@ def _fusible_chains(layout: Layout, keep: set[Value]) -> set[Value]:
                 if out.shape != () and out.dtype.kind in "fc":
                     candidates.add(n.outputs[0])
     return inlined
+
+
+def _fresh_carries(layout: Layout) -> dict[int, Node]:
+    """The loop carries (header Phi slots) a node declared `fresh_buffer` updates in place,
+    each with that node: the node whose result is the carry's next value and whose first
+    operand is the carry itself (a scan's output stack and its `write_row`). The carry is
+    copied where its loop is entered, so the node owns what it writes into."""
+    made = {o: n for b in layout.program.blocks for n in b.nodes for o in n.outputs}
+    found = {}
+    for li in layout.loops:
+        for phi in li.region.header.phis:
+            n = made.get(phi.inputs[-1])
+            prim = PRIMITIVES.get(n.op) if n is not None else None
+            if (prim is not None and isinstance(prim.compiled, Source)
+                    and prim.compiled.fresh_buffer and n.inputs[0] is phi.out):
+                found[layout.slot[phi.out]] = n
+    return found
 
 
 class _Constants:
@@ -263,19 +284,30 @@ class _Writer:
     the forward program's variables (`forward`)."""
 
     def __init__(self, module: _Module, layout: Layout, prefix: str, taped: bool = False,
-                 forward: _Writer | None = None, keep: frozenset[Value] = frozenset()):
+                 forward: _Writer | None = None, keep: frozenset[Value] = frozenset(),
+                 silent: bool = False):
         self.module = module
         self.layout = layout
         self.p = prefix
         self.taped = taped  # a sweep that logs its decisions and pushes its tapes
+        self.silent = silent  # work a run repeats: its debug callbacks call nothing
         self.forward = forward  # the forward program's writer, for an adjoint
         self.fused = _fused_calls(layout.program)
         self.inlined = _fusible_chains(layout, keep)
         self.replaying: _Recomputed | None = None  # writing a loop's re-run (see `replay`)
         self.replay_taped = False  # whether that re-run keeps its tapes
+        self.fresh = _fresh_carries(layout)
+        self.updaters = frozenset(self.fresh.values())
 
     def name(self, v: Value) -> str:
         return f"{self.p}{self.layout.slot[v]}"
+
+    @property
+    def quiet(self) -> bool:
+        """Whether the code written now repeats work a run did already (the adjoint, an
+        iteration re-run for it, the taped run of a value computed before), where debug
+        callbacks call nothing, as the interpreter's `repeating` has it."""
+        return self.silent or self.replaying is not None
 
     def constants(self) -> list[str]:
         """Assignments of every constant, at the function's start (the interpreter's
@@ -440,31 +472,58 @@ class _Writer:
     def _call(self, n: Node) -> list[str]:
         """A `call` node: its sub-program's function, or, fused with a later `vjp_call`
         (`_fused_calls`), that one's pullback function, which gives both nodes' outputs."""
-        outs = [self.name(o) for o in n.outputs]
+        of = n.params["of"]
+        silent = self.quiet and not of.first_run  # (first_run: work done nowhere else)
         pullback = self.fused.get(n)
-        if pullback is not None:
-            fn = self.module.pullback_function(pullback.params["of"])
+        if pullback is not None:  # its taped sweep does the call's work
+            fn = self.module.pullback_function(pullback.params["of"], silent)
             args = ", ".join(self.name(v) for v in pullback.inputs)
-            results = ", ".join(outs + [self.name(o) for o in pullback.outputs])
+            results = ", ".join(self.name(o) for o in [*n.outputs, *pullback.outputs])
             return [self.module.invoke(fn, f"{results},", args)]
-        fn = self.module.forward_function(n.params["of"].compiled)
-        got = ", ".join(outs) + ("," if len(outs) == 1 else "")
+        return self._function_call(n, of.compiled, silent)
+
+    def _rule(self, n: Node) -> list[str]:
+        """A custom rule's node (`custom_vjp`, `custom_jvp`): the program its rule object
+        runs forward (`rule.compiled`: a custom_vjp's fwd, outputs then residuals; a
+        custom_jvp's function itself) as a function of its own, as a `call`. Its
+        derivatives are `call` and `vjp_call` nodes of the rule's other programs, which the
+        gradient program holds, so the rule's gradient is what compiles there."""
+        return self._function_call(n, n.params["rule"].compiled, self.quiet)
+
+    def _function_call(self, n: Node, layout: Layout, silent: bool) -> list[str]:
+        """`n`'s outputs from the function running `layout`'s program on its inputs."""
+        fn = self.module.forward_function(layout, silent=silent)
+        got = ", ".join(self.name(o) for o in n.outputs) + ("," if len(n.outputs) == 1 else "")
         return [self.module.invoke(fn, got, ", ".join(self.name(v) for v in n.inputs))]
+
+    def _debug_callback(self, n: Node) -> list[str]:
+        """A debug callback: the user's function called in object mode with the node's
+        values (`K.debug_call`), where the run does the work for the first time."""
+        if self.quiet:
+            return []
+        call = self.module.callback(n.params["callback"], [v.type for v in n.inputs])
+        return [f"K.debug_call({call}{''.join(', ' + self.name(v) for v in n.inputs)})"]
 
     def _vjp_call(self, n: Node) -> list[str]:
         """A `vjp_call` node: its pullback function, which returns the sub-program's
         outputs, then the cotangents (nothing when a fused `call` ran it already)."""
         if n in self.fused:  # its outputs came with the call's
             return []
-        fn = self.module.pullback_function(n.params["of"])
-        skip = len(n.params["of"].program.outputs)
+        of = n.params["of"]
+        fn = self.module.pullback_function(of, self.quiet or of.repeats)
+        skip = len(of.program.outputs)
         got = ", ".join(["_"] * skip + [self.name(o) for o in n.outputs]) + ","
         return [self.module.invoke(fn, got, ", ".join(self.name(v) for v in n.inputs))]
 
     def _primitive(self, n: Node, src: str | None) -> list[str]:
         outs = [self.name(o) for o in n.outputs]
         if src is None:
-            src = kernel_source(n, [self.name(v) for v in n.inputs], self.module.constants)
+            args = [self.name(v) for v in n.inputs]
+            compiled = PRIMITIVES[n.op].compiled
+            if (isinstance(compiled, Source) and compiled.fresh_buffer
+                    and n not in self.updaters):  # (an updater's carry is copied at entry)
+                args[0] = f"{args[0]}.copy()"
+            src = kernel_source(n, args, self.module.constants)
         if len(outs) == 1 and not PRIMITIVES[n.op].multi_output:
             t = n.outputs[0].type
             if t.shape == () and t.dtype.kind in "iu" and t.dtype.itemsize < 8:
@@ -479,8 +538,8 @@ class _Writer:
         machine gives for this iteration, up to the `LOAD` of its tape (schedule_machine.py)."""
         j = loop.index
         restore = [f"{v} = {snap}[rs{j} + arg]" for v, snap in loop.snapshots]
-        store = [f"arg += rs{j}"] + [line for v, snap in loop.snapshots for line in (
-            f"while arg >= {snap}.shape[0]: {snap} = K.grow({snap})", f"{snap}[arg] = {v}")]
+        store = [f"arg += rs{j}"] + [line for k, (v, snap) in enumerate(loop.snapshots)
+                                     for line in loop.store(k, "arg", v)]
         advance = ["rem = arg"] + self.forward.replay(loop, taped=False)
         tape = ["rem = arg"] + self.forward.replay(loop, taped=True)
         lines = loop.begin_reverse() + [
@@ -501,7 +560,7 @@ class _Writer:
         if loop is not None:
             return self._replay_edge(loop, src, key, edge)
         lines = self.action(edge.action, edge.arg) + self._new_iteration(src, key)
-        return lines + self._phi_copy(edge)
+        return lines + self._phi_copy(edge, src)
 
     def _new_iteration(self, src: Block, key: Any) -> list[str]:
         """On the edge into a recomputing loop's body in a taped sweep: the previous
@@ -523,11 +582,16 @@ class _Writer:
         region = self.layout.loops_by_header.get(src) if key is True else None
         return None if region is None else self.layout.loop_index[region]
 
-    def _phi_copy(self, edge: Edge) -> list[str]:
+    def _phi_copy(self, edge: Edge, src: Block) -> list[str]:
+        """The edge's parallel copy; entering a loop (from its preheader `src`), a carry
+        updated in place (`fresh`) starts as a copy of its initial value."""
         if not edge.phi_targets:
             return []
+        region = self.layout.loops_by_header.get(self.layout.program.blocks[edge.target])
+        entering = region is not None and region.preheader is src
         dst = ", ".join(f"{self.p}{s}" for s in edge.phi_targets)
-        vals = ", ".join(f"{self.p}{s}" for s in edge.phi_sources)
+        vals = ", ".join(f"{self.p}{s}.copy()" if entering and t in self.fresh else
+                         f"{self.p}{s}" for s, t in zip(edge.phi_sources, edge.phi_targets))
         return [f"{dst}, = {vals},"]
 
     def _replay_edge(self, loop: _Recomputed, src: Block, key: Any, edge: Edge) -> list[str]:
@@ -537,19 +601,19 @@ class _Writer:
         if action == LOOP_LATCH and arg == loop.index:
             tape = self.module.tapes[loop.index]
             lines = tape.push() if tape and self.replay_taped else []
-            return lines + self._phi_copy(edge) + ["rem -= 1"]
+            return lines + self._phi_copy(edge, src) + ["rem -= 1"]
         # a decision, or a nested loop's events: logged and taped as in the sweep when the
         # re-run is taped, only counted (trips, max_iters) when it is not
         if not self.replay_taped:
             self.taped, saved = False, self.taped
             try:
-                return self.action(action, arg) + self._phi_copy(edge)
+                return self.action(action, arg) + self._phi_copy(edge, src)
             finally:
                 self.taped = saved
         lines = self.action(action, arg)
         if self._entered_loop(src, key) != loop.index:  # (a loop inside the one re-run)
             lines += self._new_iteration(src, key)
-        return lines + self._phi_copy(edge)
+        return lines + self._phi_copy(edge, src)
 
     def action(self, action: int, arg: Any) -> list[str]:
         """What the interpreter's `Machine.act` does on this edge, as code: trip counting
@@ -590,11 +654,15 @@ class _Writer:
 
 
 # The compiled code of each node kind that is not an ordinary primitive: nodespec's runtime
-# kinds (which only adjoints have), `const` (set at the function's start) and the
-# primitives that stand for a sub-program (`call`, `vjp_call`: functions of their own).
+# kinds (which only adjoints have), `const` (set at the function's start), the
+# primitives that stand for a sub-program (`call`, `vjp_call`, the custom rules'
+# `custom_vjp` and `custom_jvp`: functions of their own) and debug callbacks (a call in
+# object mode).
 _EMIT = {"const": _Writer._const, "Primal": _Writer._primal, "LogPop": _Writer._log_pop,
          "TripPop": _Writer._trip_pop, "LoopState": _Writer._loop_state,
-         "call": _Writer._call, "vjp_call": _Writer._vjp_call}
+         "call": _Writer._call, "vjp_call": _Writer._vjp_call,
+         "custom_vjp": _Writer._rule, "custom_jvp": _Writer._rule,
+         "debug_callback": _Writer._debug_callback}
 
 
 class _Recomputed:
@@ -621,6 +689,11 @@ class _Recomputed:
         self.snapshots = [(writer.name(phi.out), f"snap{j}_{k}")
                           for k, phi in enumerate(region.header.phis)]
         self.types = [phi.out.type for phi in region.header.phis]
+        # carries updated in place are kept by reference (a typed list of the buffers), as
+        # the interpreter's snapshots hold them: the iterations re-run write the same rows
+        self.by_reference = {k: writer.module.list_type(phi.out.type, "C")
+                             for k, phi in enumerate(region.header.phis)
+                             if writer.layout.slot[phi.out] in writer.fresh}
         # the counters of the log stacks, tapes and records the regions inside push to
         self.inner = inner
         lo_hi = info.trip_bound_slots
@@ -628,9 +701,13 @@ class _Recomputed:
 
     def declare(self) -> list[str]:
         j, slots = self.index, self.slots
-        lines = [f"{snap} = np.empty({(4,) + t.shape}, {dtype_source(t.dtype)})"
-                 for (_, snap), t in zip(self.snapshots, self.types)]
-        lines += [f"pd{j}_{k} = {snap}[0]" for k, (_, snap) in enumerate(self.snapshots)]
+        lines = [f"{snap} = List.empty_list({self.by_reference[k]})" if k in self.by_reference
+                 else f"{snap} = np.empty({(4,) + t.shape}, {dtype_source(t.dtype)})"
+                 for k, ((_, snap), t) in enumerate(zip(self.snapshots, self.types))]
+        # (a carry kept by reference has no row to pend from: an unused empty buffer)
+        lines += [f"pd{j}_{k} = np.empty({(0,) * t.ndim}, {dtype_source(t.dtype)})"
+                  if k in self.by_reference else f"pd{j}_{k} = {snap}[0]"
+                  for k, ((_, snap), t) in enumerate(zip(self.snapshots, self.types))]
         return lines + [f"sw{j} = np.zeros({SM.sweep_size(slots)}, np.int64)",
                         f"rv{j} = np.zeros({SM.reverse_size(slots)}, np.int64)",
                         f"rv{j}[{SM.reverse_done(slots)}] = -1",
@@ -655,10 +732,19 @@ class _Recomputed:
         lines = [f"if nf{j} == sw{j}[{SM.AT}]:",
                  f"    code = SM.sweep_step(sw{j}, np.int64(nf{j}))",
                  "    if code >= 0:", f"        row = sb{j} + (code >> 1)"]
-        for k, (v, snap) in enumerate(self.snapshots):
-            lines += [f"        while row >= {snap}.shape[0]: {snap} = K.grow({snap})",
-                      f"        {snap}[row] = pd{j}_{k} if code & 1 else {v}"]
+        for k, (v, _) in enumerate(self.snapshots):
+            lines += _indent(_indent(self.store(k, "row", f"pd{j}_{k} if code & 1 else {v}")))
         return lines + [f"pd{j}_{k} = {v}" for k, (v, _) in enumerate(self.snapshots)]
+
+    def store(self, k: int, row: str, value: str) -> list[str]:
+        """Lines storing `value` as snapshot `row` of carry k: a copy into the rows of an
+        array, or for a carry kept by reference, the buffer into a typed list."""
+        snap = self.snapshots[k][1]
+        if k in self.by_reference:
+            return [f"while {row} >= len({snap}): {snap}.append({value})",
+                    f"{snap}[{row}] = {value}"]
+        return [f"while {row} >= {snap}.shape[0]: {snap} = K.grow({snap})",
+                f"{snap}[{row}] = {value}"]
 
     def exit(self) -> list[str]:
         """Record the execution, its snapshot rows the stack's top."""
@@ -727,6 +813,11 @@ def _fused_calls(program: Program) -> dict[Node, Node | None]:
     return fused
 
 
+# The nodes that run a program of their own, and the parameter whose `compiled` is its
+# layout (a `vjp_call`'s: the sub-program its taped sweep runs)
+_SUB_PROGRAMS = {"call": "of", "vjp_call": "of", "custom_vjp": "rule", "custom_jvp": "rule"}
+
+
 # The run log's markers (a loop's exit is logged as its index, >= 0): see `_Module`
 _BEGIN, _END = -1, -2
 
@@ -759,41 +850,80 @@ class _Module:
         self._numbers = itertools.count(1)  # of the generated functions
         self.stacks: dict[tuple[str, int], _Stack] = {}
         self.tapes: dict[int, _Tape] = {}
-        self.list_types: dict[TensorType, str] = {}  # typed-list element types, by value type
+        # typed-list element types, by value type and array layout
+        self.list_types: dict[tuple[TensorType, str], str] = {}
         self.recomputed: dict[int, _Recomputed] = {}  # of the vjp function being written
+        # the debug callbacks called, and their table's constant (K.callback_table)
+        self.callbacks: list[tuple[Any, tuple[np.dtype | None, ...]]] = []
+        self._callback_table: str | None = None
+        self._calling_back: dict[int, bool] = {}  # by program id: see `calls_back`
 
-    def forward_function(self, layout: Layout, name: str | None = None) -> str:
+    def callback(self, function: Any, types: list[TensorType]) -> str:
+        """The first arguments of `K.debug_call` calling `function` with values of
+        `types`: the module's table of callbacks, the function's index in it."""
+        if self._callback_table is None:
+            self._callback_table = self.constants(K.callback_table(self.callbacks)) + "[0]"
+        made = tuple(None if t.shape != () or t.dtype.name in _NATIVE_SCALARS else t.dtype
+                     for t in types)  # (what object mode does not give as it is)
+        self.callbacks.append((function, made))
+        return f"{self._callback_table}, {len(self.callbacks) - 1}"
+
+    def calls_back(self, program: Program) -> bool:
+        """Whether running `program` calls a debug callback where it does not repeat work:
+        a node of it, or of the programs its `call`, `vjp_call` and custom rules' nodes run
+        forward, at any depth (functions of such programs are written twice, quiet and
+        not, and only those)."""
+        key = id(program)
+        if key not in self._calling_back:
+            self._calling_back[key] = any(self._node_calls_back(n)
+                                          for b in program.blocks for n in b.nodes)
+        return self._calling_back[key]
+
+    def _node_calls_back(self, n: Node) -> bool:
+        if n.op in _SUB_PROGRAMS:
+            owner = n.params[_SUB_PROGRAMS[n.op]]
+            return self.calls_back(owner.compiled.program)
+        return n.op in PRIMITIVES and PRIMITIVES[n.op].effect
+
+    def forward_function(self, layout: Layout, name: str | None = None,
+                         silent: bool = False) -> str:
         """A function running `layout`'s program untaped: (C, *params) -> tuple of
         outputs. `layout` is the one its caller keeps (the interpreter's `Compiled` of the
-        program): its numbering names the variables."""
+        program): its numbering names the variables. `silent` where it repeats work (see
+        `_Writer.quiet`): a second function, without its debug callbacks, where it has any."""
         program = layout.program
-        key = ("call", id(program), id(self.choice))
+        silent = silent and self.calls_back(program)
+        key = ("call", id(program), id(self.choice), silent)
         if key in self._names:
             return self._names[key]
         fname = name or f"call_{next(self._numbers)}"
         self._names[key] = fname
-        w = _Writer(self, layout, "f")
+        w = _Writer(self, layout, "f", silent=silent)
         params = ", ".join(w.name(p) for p in program.params)
         body = w.constants() + w.machine(lambda vals: [self._returned(vals)])
         self.functions.append(self._function(fname, params, body))
         return fname
 
-    def pullback_function(self, of: Any) -> str:
+    def pullback_function(self, of: Any, silent: bool = False) -> str:
         """A `vjp_call` node's function: the taped forward sweep of its sub-program, then
         the adjoint; (C, *params, *output cotangents) -> the sub-program's outputs, then
-        its parameters' cotangents (the outputs serve a `call` fused with it)."""
+        its parameters' cotangents (the outputs serve a `call` fused with it). `silent`:
+        the forward sweep repeats work, as the adjoint always does (`_Writer.quiet`)."""
         choice = of.checkpoint if of.checkpoint is not None else self.choice
-        key = ("vjp", id(of), id(choice))
+        silent = silent and self.calls_back(of.program)
+        key = ("vjp", id(of), id(choice), silent)
         if key in self._names:
             return self._names[key]
         if getattr(of, "check", False):
             raise Unsupported("anomaly detection (detect_anomaly=True) runs in the "
-                              "interpreter")
+                              "interpreter", rewrite="jit the gradient without "
+                              "detect_anomaly, and check for NaNs unjitted while debugging")
         program: Program = of.program
         plan: GradPlan = of.plan
         fname = f"vjp_{next(self._numbers)}"  # (taken now: the body may name others)
-        fwd = _Writer(self, plan.forward, "f", taped=True, keep=_read_by_adjoint(plan))
-        adj = _Writer(self, plan.compiled, "a", forward=fwd)
+        fwd = _Writer(self, plan.forward, "f", taped=True, keep=_read_by_adjoint(plan),
+                      silent=silent)
+        adj = _Writer(self, plan.compiled, "a", forward=fwd, silent=True)
         chosen = [resolve(li.region.checkpoint, choice) for li in plan.forward.loops]
         run = len(self.runs)
         self.runs.append((repr(of), [
@@ -832,7 +962,10 @@ class _Module:
                 continue
             where = f"{r.id} (at {r.loc}) under checkpoint={strategy!r}"
             if form != FOLLOWS_SCHEDULE:
-                raise Unsupported(f"{where}: a strategy of your own runs in the interpreter")
+                raise Unsupported(
+                    f"{where}: a strategy of your own runs in the interpreter", r.loc,
+                    "a strategy of cfgrad.checkpoint (StoreAll, Recompute, EveryK, Binomial, "
+                    "Online) compiles")
             inner = [self.stacks[("decide", i)].count for i in li.inner_ifs]
             for k in li.inner_loops:
                 inner.append(self.stacks[("trips", k)].count)
@@ -880,12 +1013,14 @@ class _Module:
         lines += ["    " + line for line in body]
         return "\n".join(lines) + "\n"
 
-    def list_type(self, t: TensorType) -> str:
-        """The module-level name of Numba's type for an array of type `t` (any layout),
-        which typed lists of such arrays are declared with."""
-        if t not in self.list_types:
-            self.list_types[t] = f"A{len(self.list_types)}"
-        return self.list_types[t]
+    def list_type(self, t: TensorType, layout: str = "A") -> str:
+        """The module-level name of Numba's type for an array of type `t` (any layout, or
+        C-contiguous with `layout` "C"), which typed lists of such arrays are declared
+        with."""
+        key = (t, layout)
+        if key not in self.list_types:
+            self.list_types[key] = f"A{len(self.list_types)}"
+        return self.list_types[key]
 
     def source(self) -> str:
         # The helpers' version in the text, so in the hash naming the module: Numba's disk
@@ -896,8 +1031,8 @@ class _Module:
                   "from cfgrad import kernels as K",
                   "from cfgrad import schedule_machine as SM",
                   "from cfgrad.errors import LoopLimitError, ReplayMismatchError", ""]
-        header += [f"{name} = numba.types.Array(numba.types.{t.dtype.name}, {t.ndim}, 'A')"
-                   for t, name in self.list_types.items()]
+        header += [f"{name} = numba.types.Array(numba.types.{t.dtype.name}, {t.ndim}, "
+                   f"{layout!r})" for (t, layout), name in self.list_types.items()]
         return "\n".join(header + ["", ""] + self.functions) + "\n"
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LoweringError
+from ..errors import LoweringError, Unsupported
 from ..ir import TensorType
 from .rules import (
     DtypeOf,
@@ -30,7 +30,6 @@ from .rules import (
 from .table import (
     UFUNC,
     Compilation,
-    NotCompiled,
     Primitive,
     Source,
     Ufunc,
@@ -428,11 +427,21 @@ def _sinc_slope(x, y):
     return bind("where", near, series, general)
 
 
-# numpy computes these in Python (np.sinc, np.i0) or in `_i1_impl`'s series, not as ufuncs
-SPECIAL_FUNCTION = NotCompiled("a special function, for which no Numba source is written yet")
+def _special_source(name: str) -> Source:
+    """numpy computes these in Python (np.sinc, np.i0) or in `_i1_impl`'s series, not as
+    ufuncs: the compiled form is the same formula entry by entry (`K.sinc`, `K.i0`,
+    `K.i1`), in the operand's float dtype where numpy computes in it."""
+    def write(args, types, out):
+        if types[0].dtype.kind != "f":
+            raise Unsupported(f"{name} of {types[0]} (compiled: real floats)")
+        return f"K.{name}({args[0]})"
+
+    return Source(write)
+
+
 _unary("sinc", np.sinc, _sinc_slope,
        "sin(pi x) / (pi x), 1 at 0; derivative 0 at 0 (and -pi^2/3 for the second), "
-       "from its Maclaurin series near 0, as JAX", compiled=SPECIAL_FUNCTION)
+       "from its Maclaurin series near 0, as JAX", compiled=_special_source("sinc"))
 
 
 def _i1_impl(x: np.ndarray) -> np.ndarray:
@@ -461,11 +470,11 @@ def _i1_slope(x, y):
 # real only: numpy's i0 refuses complex input, and _i1_impl's sum is of real numbers
 _unary("i0", np.i0, lambda x, y: bind("i1", x),
        "modified Bessel function of the first kind, order 0; derivative I1(x)", real_only=True,
-       compiled=SPECIAL_FUNCTION)
+       compiled=_special_source("i0"))
 _unary("i1", _i1_impl, _i1_slope,
        "modified Bessel function of the first kind, order 1 (the derivative of i0; not in "
        "cfgrad.numpy); derivative I0(x) - I1(x)/x, 1/2 at 0", real_only=True,
-       compiled=SPECIAL_FUNCTION)
+       compiled=_special_source("i1"))
 _unary("ceil", np.ceil, None, "derivative 0 (undefined at integers, taken as 0)")
 _unary("trunc", np.trunc, None, "derivative 0 (undefined at integers, taken as 0)")
 _unary("signbit", np.signbit, None, promote="none", out_dtype=np.bool_)

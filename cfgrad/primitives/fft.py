@@ -1,4 +1,5 @@
-"""Discrete Fourier transforms, numpy's kernels (not compiled: Numba has no np.fft). Three
+"""Discrete Fourier transforms, numpy's kernels (compiled too: numpy's own, called in
+Numba's object mode, as Numba has no np.fft). Three
 primitives, each transforming whole axes of their input's length: cfgrad.numpy.fft
 crops or zero-pads (index, concatenate) for numpy's n= and s=, and composes rfftn,
 irfftn, hfft and ihfft from them. Each is linear, so its JVP is itself applied to the
@@ -24,10 +25,11 @@ from .rules import (
     axis_param,
     bool_param,
     int_param,
+    np_dtype,
 )
 from .table import (
-    NotCompiled,
     Primitive,
+    Source,
     bind,
     complex_dtype,
     real_dtype,
@@ -35,9 +37,15 @@ from .table import (
 )
 
 FFT_NORMS = ("backward", "ortho", "forward")
-FOURIER = NotCompiled("Numba has no np.fft, and no Numba source is written for it yet")
 #: The norm that scales the opposite transform the same way (1/n on the other side).
 DUAL_NORM = {"backward": "forward", "ortho": "ortho", "forward": "backward"}
+
+
+def _fourier_source(x: str, kind: int, axes: tuple[int, ...], n: int, norm: str,
+                    out: TensorType) -> str:
+    """numpy's own transform, called from compiled code in Numba's object mode
+    (`K.fourier`; Numba has no np.fft): the interpreter's result bit for bit."""
+    return f"K.fourier({x}, {kind}, {tuple(axes)}, {n}, {FFT_NORMS.index(norm)}, {np_dtype(out)})"
 
 
 def _norm_param(op: str, norm: Any) -> str:
@@ -67,7 +75,9 @@ register(Primitive(
         bind("fft", ct, axes=axes, inverse=inverse, norm=norm),),
     jvp=lambda ts, xs, out, axes, inverse, norm: bind("fft", ts[0], axes=axes,
                                                       inverse=inverse, norm=norm),
-    family="fft", promote="none", compiled=FOURIER,
+    family="fft", promote="none",
+    compiled=Source(lambda args, types, out, axes, inverse, norm: _fourier_source(
+        args[0], int(inverse), axes, 0, norm, out)),
     notes="numpy's fftn / ifftn (inverse=True) over `axes` of a complex input, norm "
           "'backward', 'ortho' or 'forward'; its own transpose (the DFT matrix is symmetric)"))
 
@@ -108,7 +118,9 @@ register(Primitive(
     name="rfft", impl=lambda x, axis, norm: np.fft.rfft(x, axis=axis, norm=norm),
     abstract=_rfft_type, vjp=_rfft_vjp,
     jvp=lambda ts, xs, out, axis, norm: bind("rfft", ts[0], axis=axis, norm=norm),
-    family="fft", promote="none", compiled=FOURIER,
+    family="fft", promote="none",
+    compiled=Source(lambda args, types, out, axis, norm: _fourier_source(
+        args[0], 2, (axis,), 0, norm, out)),
     notes="numpy's rfft along `axis` of a float input: the n//2+1 non-negative frequencies"))
 
 
@@ -140,7 +152,9 @@ register(Primitive(
     name="irfft", impl=lambda y, axis, n, norm: np.fft.irfft(y, n, axis=axis, norm=norm),
     abstract=_irfft_type, vjp=_irfft_vjp,
     jvp=lambda ts, xs, out, axis, n, norm: bind("irfft", ts[0], axis=axis, n=n, norm=norm),
-    family="fft", promote="none", compiled=FOURIER,
+    family="fft", promote="none",
+    compiled=Source(lambda args, types, out, axis, n, norm: _fourier_source(
+        args[0], 3, (axis,), n, norm, out)),
     notes="numpy's irfft along `axis` to a real output of length n, from its n//2+1 "
           "frequencies; the imaginary parts of the zero (and, n even, the n/2) frequency "
           "are ignored, so their cotangents are real"))

@@ -22,7 +22,6 @@ from .rules import (
 )
 from .table import (
     Deferred,
-    NotCompiled,
     Primitive,
     Source,
     bind,
@@ -348,15 +347,20 @@ def _write_row_type(types: list[TensorType]) -> TensorType:
     return buf
 
 
+def _write_row_source(args, types, out):
+    """Row t of the stack assigned in place: native makes the stack the node's own buffer
+    (`fresh_buffer`), as the interpreter's first write copies it into a StackBuffer."""
+    helper = "K.write_value" if types[2].shape == () else "K.write_row"
+    return f"{helper}({', '.join(args)})"
+
+
 register(Primitive(
     name="write_row", impl=_write_row_impl, abstract=_write_row_type,
     vjp=lambda ct, xs, out: (ct, None, bind("index", ct, xs[1], spec=("$",))),
     jvp=lambda ts, xs, out: ts[0] if ts[2] is None else bind(
         "write_row", np.zeros(xs[0].shape, xs[0].dtype) if ts[0] is None else ts[0], xs[1],
         ts[2]),
-    compiled=NotCompiled(
-        "a cg.scan's output stack is written in place by iterations that a compiled loop "
-        "would have to own; not compiled yet"),
+    compiled=Source(_write_row_source, fresh_buffer=True),
     family="indexing", promote="none", dynamic=(1,), mutates=True, deferred_result=True,
     deferred_inputs=(0,), unchecked=True,
     notes="stack[t] = y for a row t of `stack` that is zero (a cg.scan's output stack, each "

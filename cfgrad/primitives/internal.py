@@ -19,7 +19,6 @@ from .rules import (
 )
 from .table import (
     Deferred,
-    NotCompiled,
     Primitive,
     Source,
     Structural,
@@ -225,7 +224,8 @@ register(Primitive(
 # object of one cg.custom_vjp / cg.custom_jvp function at one input signature, and does the
 # work; these entries only route to it.
 
-CUSTOM = NotCompiled("a custom rule's functions are the user's Python")
+CUSTOM = Structural("a function of its own, compiling the program the rule runs forward; its "
+                    "derivatives are call and vjp_call nodes of the rule's other programs")
 register(Primitive(
     name="custom_vjp", impl=lambda *xs, rule: rule.forward(xs),
     abstract=lambda types, rule: rule.forward_types(),
@@ -257,7 +257,8 @@ register(Primitive(
     name="debug_callback", impl=lambda *xs, callback: callback(*xs),
     abstract=lambda types, callback: [], family="custom", promote="none", nondiff=True,
     multi_output=True, effect=True,
-    compiled=NotCompiled("it calls the user's Python function at run time"),
+    compiled=Structural("a call of the user's function in Numba's object mode "
+                        "(kernels.debug_call)"),
     notes="cg.debug.print / cg.debug.callback: calls its function with its inputs' runtime "
           "values where the program runs it, in program order; no results, no derivative; "
           "not run again where a run repeats work (recomputation, the pullback)", aliases=True))

@@ -25,7 +25,6 @@ from .rules import (
     with_kept_dims,
 )
 from .table import (
-    NotCompiled,
     Primitive,
     Source,
     bind,
@@ -416,19 +415,48 @@ def _sort_jvp(ts, xs, out, axis):
     return bind("index", ts[0], perm, spec=_along_spec(tuple(x.shape), axis))
 
 
-# Numba's sort is not numpy's stable one
-ORDERING = NotCompiled("an ordering, which Numba's sort could give in another order than "
-                       "numpy's stable one (ties, signed zeros, NaNs)")
+def _real_ordering(op: str, t: TensorType) -> None:
+    """Refuse a complex ordering (numpy's lexicographic order with its NaN rules has no
+    compiled form): it runs in the interpreter."""
+    if t.dtype.kind == "c":
+        raise Unsupported(f"{op} of complex {t} (compiled: real numbers)")
+
+
+def _ordering_source(helper: str):
+    """sort's or argsort's source: `K.sort3`/`K.argsort3` (a stable merge sort in numpy's
+    order) along the middle axis of the (outer, n, inner) reshape."""
+    def write(args, types, out, axis):
+        t = types[0]
+        _real_ordering(helper, t)
+        axis %= t.ndim
+        block = (int(np.prod(t.shape[:axis], dtype=np.int64)), t.shape[axis],
+                 int(np.prod(t.shape[axis + 1:], dtype=np.int64)))
+        return (f"K.{helper}3(np.ascontiguousarray({args[0]}).reshape({block}))"
+                f".reshape({out.shape})")
+
+    return write
+
+
+def _searchsorted_source(args, types, out, side):
+    _real_ordering("searchsorted", types[0])
+    right = side == "right"
+    if types[1].shape == ():
+        return f"K.searchsorted1({args[0]}, {args[1]}, {right})"
+    return (f"K.searchsorted({args[0]}, np.ascontiguousarray({args[1]}).reshape(-1), "
+            f"{right}).reshape({out.shape})")
+
+
 register(Primitive(
     name="sort", impl=lambda x, axis: np.sort(x, axis=axis, kind="stable"),
     abstract=_axis_type("sort", lambda d: d), vjp=_sort_vjp, jvp=_sort_jvp,
-    family="statistics", promote="none", compiled=ORDERING,
+    family="statistics", promote="none", compiled=Source(_ordering_source("sort")),
     notes="a stable sort (NaN last): each output takes the gradient of the input it came "
           "from, so of tied entries the earlier one goes first, as JAX's"))
 register(Primitive(
     name="argsort", impl=lambda x, axis: np.argsort(x, axis=axis, kind="stable"),
     abstract=_axis_type("argsort", lambda d: np.dtype(np.int64)),
-    family="statistics", promote="none", nondiff=True, compiled=ORDERING,
+    family="statistics", promote="none", nondiff=True,
+    compiled=Source(_ordering_source("argsort")),
     notes="a stable sort's permutation (ties keep their order, NaN last): no derivative"))
 
 
@@ -444,8 +472,10 @@ def _searchsorted_type(types: list[TensorType], side: str) -> TensorType:
 register(Primitive(
     name="searchsorted",
     impl=lambda a, v, side: np.asarray(np.searchsorted(a, v, side=side), dtype=np.int64),
-    abstract=_searchsorted_type, family="statistics", nondiff=True, compiled=ORDERING,
-    notes="insertion indices into a sorted 1-D array: no derivative"))
+    abstract=_searchsorted_type, family="statistics", nondiff=True,
+    compiled=Source(_searchsorted_source),
+    notes="insertion indices into a sorted 1-D array (for an unsorted one, numpy's "
+          "answer and the compiled one may differ): no derivative"))
 
 
 def _arg_type(op: str) -> Callable[..., TensorType]:

@@ -48,20 +48,26 @@ class Source:
     expression is an elementwise array expression Numba fuses with its neighbours
     (native's fused chains). `constants`: `write` also takes `const`, which turns an
     array worked out while generating the code into the expression reading it at run
-    time (the positions a constant index array reads)."""
+    time (the positions a constant index array reads). `fresh_buffer`: the expression
+    updates its first operand in place, so native hands it a buffer of the node's own: a
+    loop carry the node updates (a scan's output stack) is copied once where its loop is
+    entered and checkpointed by reference (rewriting what an iteration wrote is then
+    harmless), any other operand is copied at the node."""
 
     write: Callable[..., str]
     elementwise: bool = False
     constants: bool = False
+    fresh_buffer: bool = False
 
 
 @dataclass(frozen=True)
 class NotCompiled:
     """No compiled form: a program using the entry runs in the interpreter, and
-    `cg.jit` says why with `reason` (`primitive `sort` has no compiled implementation:
-    <reason>`)."""
+    `cg.jit` says why with `reason` (`primitive `f` has no compiled implementation:
+    <reason>`), and how to write the line instead with `rewrite`, where there is a way."""
 
     reason: str
+    rewrite: str = ""
 
 
 @dataclass(frozen=True)

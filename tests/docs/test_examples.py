@@ -25,6 +25,7 @@ SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py"))
 NUMBER = r"(-?\d+\.\d+(?:e[-+]\d+)?)"
 HEAT_N, HEAT_STEPS = 2000, 60
 SMALL_ARGS = {"benchmark.py": ["--quick"], "ode.py": ["--quick"], "realistic.py": ["--quick"],
+              "fresh_programs.py": ["--quick"],
               "heat.py": ["--n", str(HEAT_N), "--steps", str(HEAT_STEPS)],
               # Online(10) still re-runs the body at four levels (its own bit-for-bit check)
               "online_overhead.py": ["--steps", "2000"]}
@@ -379,3 +380,13 @@ def test_implicit_euler_gradient_matches_finite_differences_of_an_independent_so
     trips = re.search(r"min (\d+), max (\d+), total (\d+) over 100 steps", out)
     low, high, total = map(int, trips.groups())
     assert 1 <= low <= high <= 50 and 100 * low <= total <= 100 * high
+
+
+def test_fresh_programs_gradients_match_central_differences():
+    """Each of the eight programs, written as a user writes them, is differentiated to the
+    accuracy of a central difference (relative, over the entries the quick run checks)."""
+    rows = re.findall(rf"^(\w+) +{NUMBER} ", output("fresh_programs.py"), re.MULTILINE)
+    assert [name for name, _ in rows] == [
+        "levenberg_marquardt", "value_iteration", "newton_line_search", "adaptive_simpson",
+        "kalman_with_gaps", "pendulum_until_event", "soft_kmeans", "hessian_power_iteration"]
+    assert all(float(error) < 1e-6 for _, error in rows), rows

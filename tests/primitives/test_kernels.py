@@ -3,18 +3,18 @@
 Each primitive is either compiled, and then computes what its numpy implementation
 computes (bitwise for exact operations: arithmetic, comparisons, selections, shape
 operations, indexing, sums in numpy's order; to a few ulp for the functions of a math
-library), or refused with `Unsupported`, named in `UNSUPPORTED` below so that the list
-can only shrink. Cases sharing input types are compiled as one program (a Numba compile
-costs about a second), then compared case by case. Measured on the machine this was
-written on (x86-64, numba 0.68.1, numpy 2.4), for these inputs: of the math-library
-functions, exp, tan, tanh, arcsin, arccos, arcsinh, sinh, cbrt and arctanh (float64) and
-exp, tan, tanh, arcsin, arccos, arcsinh, cosh, log2, log10 and sigmoid (float32) differ
-from numpy's in the last bits; log, log1p, expm1, sin, cos, cosh, arctan, arccosh, exp2,
-log2, log10, pow, arctan2, hypot, logaddexp(2), softplus, sigmoid, logsumexp and angle
-(float64) agreed bitwise. matmul calls SciPy's BLAS, the interpreter numpy's: the same
-routines, the last bits of some vector products differ; einsum differs too (numpy's sums
-in an order of its own).
-"""
+library), or structural (a node native.py writes itself, checked where its feature is).
+Every primitive has a compiled form; an operand a compiled form refuses (a complex sort)
+falls back with the reason, tested with that primitive's family. Cases sharing input
+types are compiled as one program (a Numba compile costs about a second), then compared
+case by case. Measured on the machine this was written on (x86-64, numba 0.68.1, numpy
+2.4), for these inputs: of the math-library functions, exp, tan, tanh, arcsin, arccos,
+arcsinh, sinh, cbrt and arctanh (float64) and exp, tan, tanh, arcsin, arccos, arcsinh,
+cosh, log2, log10 and sigmoid (float32) differ from numpy's in the last bits; log,
+log1p, expm1, sin, cos, cosh, arctan, arccosh, exp2, log2, log10, pow, arctan2, hypot,
+logaddexp(2), softplus, sigmoid, logsumexp and angle (float64) agreed bitwise. matmul
+calls SciPy's BLAS, the interpreter numpy's: the same routines, the last bits of some
+vector products differ; einsum differs too (numpy's sums in an order of its own)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ from test_jit_linalg import CHECKED as LAPACK_CHECKED
 import cfgrad as cg
 import cfgrad.numpy as cnp
 from cfgrad.api import lowered
-from cfgrad.errors import Unsupported
 from cfgrad.interpret import Compiled
 from cfgrad.native import NativeProgram
 from cfgrad.primitives import PRIMITIVES, bind, dense_value
@@ -70,7 +69,7 @@ _FLOAT_UNARY = ["neg", "abs", "sign", "relu", "floor", "rint", "ceil", "trunc", 
                 "stop_gradient", "isfinite", "signbit",
                 "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sinh", "cosh",
                 "arctan", "sigmoid", "softplus", "arcsin", "arccos", "arcsinh", "arctanh",
-                "cbrt", "exp2", "log2", "log10", "arccosh"]
+                "cbrt", "exp2", "log2", "log10", "arccosh", "sinc", "i0", "i1"]
 _DOMAIN = {name: POS for name in _FLOAT_UNARY if FACTS[name].domain == POSITIVE}
 
 
@@ -163,6 +162,10 @@ def _reduction_cases() -> list[Case]:
     cases.append(Case("cumsum", _un("cumsum", axis=0, reverse=False), (B,), True, "int",
                       "bool"))
     cases.append(Case("cumprod", _un("cumprod", axis=0), (I,), True, "int", "int"))
+    for name in ("sort", "argsort"):  # ties, -0.0, NaNs, ints: tests/jit/test_jit_orderings
+        cases.append(Case(name, _un(name, axis=1), (nan,), True, "reduce", "axis=1 nan"))
+    cases.append(Case("searchsorted", _un("searchsorted", side="left"),
+                      (np.sort(F3[0, 0]), F3[1]), True, "reduce"))
     return cases
 
 
@@ -221,6 +224,17 @@ def _structure_cases() -> list[Case]:
         Case("angle", _un("angle"), (np.array([-1.0, -0.0, 0.0, 2.0]),), True, "complex",
              "real"),
         Case("const", lambda x: x + np.array([1.0, 2.0, 3.0]), (F,), True, "shape"),
+        # numpy's own transforms, called in Numba's object mode: bitwise
+        Case("fft", lambda z: cnp.fft.fft2(z, norm="ortho"), (np.outer(C, C[::-1]),), True,
+             "complex", "2 axes"),
+        Case("fft", lambda z: cnp.fft.ifft(z), (C.astype(np.complex64),), True, "complex",
+             "inverse complex64"),
+        Case("rfft", lambda x: cnp.fft.rfft(x, axis=0, norm="forward"), (F2,), True, "shape"),
+        Case("irfft", lambda z: cnp.fft.irfft(z, n=5), (C,), True, "complex"),
+        Case("write_row", lambda x: cg.scan(lambda c, v: (c + v, c * v), 0.0, x)[1], (F,),
+             True, "shape", "scalar rows"),
+        Case("write_row", lambda x: cg.scan(lambda c, v: (c * 0.5 + v, c * v), x[0], x)[1],
+             (F2,), True, "shape", "array rows"),
     ]
 
 
@@ -267,46 +281,13 @@ def _chunked(cases: list[Case], size: int = 12) -> list[Case]:
 
 CASES = _chunked(_unary_cases() + _binary_cases() + _reduction_cases() + _structure_cases())
 
-# Primitives the compiled backend refuses, with the test program that shows it. Every
-# other primitive has a compiled case above, or is structural (STRUCTURAL), or is a LAPACK
+# Every primitive has a compiled case above, or is structural (STRUCTURAL), or is a LAPACK
 # entry tests/jit/test_jit_linalg.py compiles (LAPACK_CHECKED: their helpers take seconds
 # each to compile, paid once there).
-UNSUPPORTED: dict[str, Callable[[], tuple[Callable, tuple]]] = {
-    "sinc": lambda: (cnp.sinc, (F,)),
-    "i0": lambda: (cnp.i0, (F,)),
-    "i1": lambda: (_un("i1"), (F,)),
-    "sort": lambda: (cnp.sort, (F,)),
-    "argsort": lambda: (cnp.argsort, (F,)),
-    "searchsorted": lambda: (cnp.searchsorted, (np.sort(F), F)),
-    "write_row": lambda: (lambda x: cg.scan(lambda c, v: (c + v, c * v), 0.0, x)[1], (F,)),
-    "fft": lambda: (lambda x: cnp.real(cnp.fft.fft(x)), (F,)),
-    "rfft": lambda: (lambda x: cnp.real(cnp.fft.rfft(x)), (F,)),
-    "irfft": lambda: (lambda z: cnp.fft.irfft(z), (C,)),
-    "custom_vjp": lambda: (_custom_vjp_square, (F,)),
-    "custom_jvp": lambda: (_custom_jvp_square, (F,)),
-    "debug_callback": lambda: (lambda x: (cg.debug.callback(lambda v: None, x), x * 2)[1],
-                               (F,)),
-}
-# Not primitives a program applies to data: `call` (a custom rule's sub-program) and
-# `vjp_call` (a gradient inside the program, checked by the gradient tests below).
+# Not primitives a program applies to data: `call` (a sub-program), `vjp_call` (a gradient
+# inside the program, checked by the gradient tests below), the custom rules' nodes and
+# debug callbacks (tests/jit/test_jit_custom_rules.py).
 STRUCTURAL = {n for n, p in PRIMITIVES.items() if isinstance(p.compiled, Structural)}
-
-
-@cg.custom_vjp
-def _custom_vjp_square(x):
-    return x * x
-
-
-_custom_vjp_square.defvjp(lambda x: (x * x, x), lambda x, ct: (2 * x * ct,))
-
-
-@cg.custom_jvp
-def _custom_jvp_square(x):
-    return x * x
-
-
-_custom_jvp_square.defjvp(lambda primals, tangents: (primals[0] ** 2,
-                                                     2 * primals[0] * tangents[0]))
 
 
 def _program(fn: Callable, args: tuple) -> Any:
@@ -333,8 +314,7 @@ def _batch_results(batch: str) -> dict[int, Any]:
 
 def test_every_primitive_is_compiled_or_listed():
     compiled = {c.prim for c in CASES}
-    assert not compiled & set(UNSUPPORTED)
-    assert compiled | set(UNSUPPORTED) | STRUCTURAL | LAPACK_CHECKED == set(PRIMITIVES)
+    assert compiled | STRUCTURAL | LAPACK_CHECKED == set(PRIMITIVES)
 
 
 def test_every_compiled_derivative_is_checked():
@@ -366,15 +346,6 @@ def test_compiled_matches_numpy(index):
                                    and want.dtype.kind != "c" else 4 * 1.2e-7, atol=0)
 
 
-@pytest.mark.parametrize("name", sorted(UNSUPPORTED))
-def test_unsupported_is_refused_with_a_reason(name):
-    fn, args = UNSUPPORTED[name]()
-    program = _program(fn, args)
-    with pytest.raises(Unsupported) as info:
-        NativeProgram(Compiled(program))
-    assert "\n" not in str(info.value) and str(info.value)
-
-
 # -- gradients: cg.jit(cg.grad(sum of op(x))) against central differences ----------------
 # Elementwise primitives on scalars (one cheap program); the others on small arrays, a
 # program each few (Numba compiles every broadcasting array operation anew, ~1 s apiece).
@@ -384,7 +355,8 @@ _GRAD_SCALAR = {
        if not _bitwise(name) or name in ("neg", "abs", "relu")},
     "log": (_un("log"), POS[1]), "log2": (_un("log2"), POS[1]),
     "log10": (_un("log10"), POS[1]), "sqrt": (_un("sqrt"), POS[1]),
-    "arccosh": (_un("arccosh"), POS[1] + 1.5), "integer_pow": (_un("integer_pow", n=3), F[1]),
+    "arccosh": (_un("arccosh"), POS[1] + 1.5), "i1": (_un("i1"), F[1]),
+    "integer_pow": (_un("integer_pow", n=3), F[1]),
     "pow": (lambda x: bind("pow", x, x), POS[1]),
     "add": (lambda x: x + (x + 1.0), F[1]), "sub": (lambda x: (2.0 * x) - (x - 1.0), F[1]),
     "mul": (lambda x: x * (x + 1.0), F[1]), "div": (lambda x: 1.0 / (x + 2.0), F[1]),
@@ -405,6 +377,7 @@ _GRAD_ARRAY = [{
     "prod": (_un("prod", axes=(0,), keepdims=False), F),
     "amax": (_un("amax", axes=(0,), keepdims=False), F),
     "amin": (_un("amin", axes=(0,), keepdims=False), F),
+    "sort": (lambda x: bind("sort", x, axis=0) * F, F),
 }, {
     "logsumexp": (_un("logsumexp", axes=(0,), keepdims=False), F),
     "cumsum": (lambda x: bind("cumsum", x, axis=0, reverse=True) ** 2, F),
@@ -419,6 +392,10 @@ _GRAD_ARRAY = [{
     "roll": (lambda x: bind("roll", x, np.int64(1), axis=0) * F, F),
     "index": (lambda x: x[1, ::-1] ** 2, F2),
     "scatter": (lambda x: cnp.asarray(x).at[np.array([2, 0, 2])].multiply(x + 1.0), F),
+    "fft": (lambda x: cnp.real(cnp.fft.fft(x * x)) * F, F),
+    "rfft": (lambda x: cnp.imag(cnp.fft.rfft(x, norm="ortho")) * 3.0, F),
+    "irfft": (lambda x: cnp.fft.irfft(cnp.fft.rfft(x), n=3) ** 2, F),
+    "write_row": (lambda x: cg.scan(lambda c, v: (c * 0.5 + v, c * v), 0.25, x)[1] ** 2, F),
 }]
 
 

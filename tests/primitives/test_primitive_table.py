@@ -14,13 +14,15 @@ to those declarations, so that adding a primitive needs no list here:
   uint8 `sign` was 255 for 200 until this did);
 - every other entry with a compiled form has a case in tests/primitives/test_kernels.py, which
   compares it bitwise with numpy there (the LAPACK entries: in tests/jit/test_jit_linalg.py);
-- every `NotCompiled` entry is refused with its declared reason;
+- no entry is `NotCompiled`, and an entry declared so would be refused with its declared
+  reason and rewrite, after the line of the node;
 - every `operator` an entry declares (which the interpreter, and for `Ufunc(operator=True)`
   the compiled code, writes instead of a call) is the implementation on numpy operands.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 from pathlib import Path
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import cfgrad.numpy as cnp
 from cfgrad.api import lowered
 from cfgrad.errors import LoweringError, Unsupported
 from cfgrad.interpret import Compiled, Machine
@@ -47,10 +50,11 @@ from cfgrad.primitives import (
 sys.path.insert(0, str(Path(__file__).parent))
 from primitive_facts import FACTS  # noqa: E402
 from test_jit_linalg import CHECKED as LAPACK_CHECKED  # noqa: E402
-from test_kernels import CASES, UNSUPPORTED  # noqa: E402
+from test_kernels import CASES  # noqa: E402
 
-# the nodes native.py's writer compiles itself (a module constant, a function of its own)
-STRUCTURAL = {"const", "call", "vjp_call"}
+# the nodes native.py's writer compiles itself (a module constant, a function of its own,
+# a call in object mode)
+STRUCTURAL = {"const", "call", "vjp_call", "custom_vjp", "custom_jvp", "debug_callback"}
 
 
 def test_every_entry_declares_its_compiled_form():
@@ -98,6 +102,8 @@ LIBM_COMPLEX = LIBM | {"sqrt"}
 # refuses these on complex operands and cg.jit runs the program in the interpreter, with a
 # CompileWarning that says so (not a wrong number): a list that can only shrink
 NUMBA_REFUSES_COMPLEX = {"lt", "le", "gt", "ge", "maximum", "minimum"}
+# sources that refuse complex operands themselves (Unsupported: the interpreter runs them)
+SOURCE_REFUSES_COMPLEX = {"sinc"}
 
 
 def _arity(prim: Primitive) -> int:
@@ -136,7 +142,7 @@ def family_run(request):
     scalar in compiled code), in one program: its results compiled and interpreted."""
     dtype = request.param
     names = [n for n in ELEMENTWISE if _accepts(PRIMITIVES[n], dtype)
-             and not (dtype.kind == "c" and n in NUMBA_REFUSES_COMPLEX)]
+             and not (dtype.kind == "c" and n in NUMBA_REFUSES_COMPLEX | SOURCE_REFUSES_COMPLEX)]
     operands = {n: _operands(dtype, _arity(PRIMITIVES[n])) for n in names}
     flat = [a for n in names for a in operands[n]]
 
@@ -181,6 +187,15 @@ def test_numba_refuses_complex_orderings(name):
         NativeProgram(Compiled(program))([z, z[::-1].copy()])
 
 
+@pytest.mark.parametrize("name", sorted(SOURCE_REFUSES_COMPLEX))
+def test_sources_refuse_complex_operands(name):
+    z = np.array([1.5 - 2j, -0.25 + 0.5j])
+    assert _accepts(PRIMITIVES[name], z.dtype)
+    program = lowered(lambda a: bind(name, a), (z,))[0].program
+    with pytest.raises(Unsupported, match=f"^{name} of c128"):
+        NativeProgram(Compiled(program))
+
+
 # -- the other compiled entries: tests/primitives/test_kernels.py has their cases ------------------
 
 def test_every_other_compiled_entry_has_a_kernel_case():
@@ -192,23 +207,32 @@ def test_every_other_compiled_entry_has_a_kernel_case():
 
 # -- NotCompiled: refused, with the reason the entry declares ---------------------------
 
-def test_not_compiled_entries_are_the_refused_ones():
+def test_every_entry_has_a_compiled_form():
+    """Every primitive compiles (what falls back is an operand a compiled form refuses,
+    tested with the primitive's family)."""
     declared = {n for n, p in PRIMITIVES.items() if isinstance(p.compiled, NotCompiled)}
-    assert declared == set(UNSUPPORTED)
+    assert declared == set()
 
 
-@pytest.mark.parametrize("name", sorted(UNSUPPORTED))
-def test_not_compiled_entries_say_their_reason(name):
-    fn, args = UNSUPPORTED[name]()
-    program = lowered(fn, args)[0].program
+def test_an_entry_declared_not_compiled_is_refused_with_its_reason(monkeypatch):
+    """The declaration still works for an entry that may need it: the node's line, the
+    reason and the rewrite the entry declares."""
+    def halved(x):
+        return cnp.sin(x) / 2.0
+
+    program = lowered(halved, (np.ones(3),))[0].program
+    declared = NotCompiled("a reason a user reads", "a way to write it")
+    monkeypatch.setitem(PRIMITIVES, "sin",
+                        dataclasses.replace(PRIMITIVES["sin"], compiled=declared))
     with pytest.raises(Unsupported) as info:
         NativeProgram(Compiled(program))
     message = str(info.value)
-    if PRIMITIVES[name].effect:  # native.py says so for every effect
-        assert message.startswith(f"`{name}` calls Python at run time"), message
-    else:
-        assert message.startswith(f"primitive `{name}` has no compiled implementation: "
-                                  f"{PRIMITIVES[name].compiled.reason} (at "), message
+    assert message.startswith("primitive `sin` has no compiled implementation: a reason a "
+                              "user reads"), message
+    assert info.value.rewrite == "a way to write it"
+    where = info.value.where_and_why()
+    assert "test_primitive_table.py" in where and "`return cnp.sin(x) / 2.0`" in where, where
+    assert where.endswith("; rewrite: a way to write it"), where
 
 
 # -- operators: the source the interpreter writes instead of a call ---------------------
