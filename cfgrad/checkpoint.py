@@ -41,7 +41,7 @@ StepTape = tuple  # what one iteration saves for its adjoint, as the interpreter
 # How compiled code (native.py) runs a strategy, which its class declares as `compiled`:
 TAPES_EVERY_STEP = "tapes every step"  # each iteration's tape pushed at its back edge
 # the sweep stores the carries and the reverse pass re-runs the iterations that the
-# strategy's schedule names (schedule.py runs the strategy on iteration numbers)
+# strategy's schedule names (schedule_machine.py: its decisions as a compiled state machine)
 FOLLOWS_SCHEDULE = "follows its schedule"
 
 

@@ -10,7 +10,6 @@ order of floating-point operations where the comment says bitwise.
 from __future__ import annotations
 
 import inspect
-import threading
 import weakref
 from typing import Any
 
@@ -854,45 +853,6 @@ def logsumexp3(x3):
     for k in range(n):
         e[:, k, :] = np.exp(x3[:, k, :] - m)
     return np.log(sum3(e)) + m
-
-
-# The checkpoint schedules compiled code follows (schedule.Schedule), by the strategy's
-# repr, which names its parameters; native.py enters each strategy it compiles for.
-SCHEDULES: dict[str, Any] = {}
-_SCHEDULE_TABLE_LOCK = threading.Lock()
-
-
-def _schedule_table(reverse: bool, key: str, a: int, b: int) -> np.ndarray:
-    schedule = SCHEDULES[key]
-    return schedule.reverse(int(a), int(b)) if reverse else schedule.forward(int(a), int(b))
-
-
-def _schedule_table_from_python(reverse, key, a, b):
-    """A strategy's forward table (a: the trip bound or -1, b: the horizon) or reverse
-    table (a: the trip count, b: the bound), from Python: once per loop execution. One
-    small function holds the object-mode call, so the programs calling it compile
-    without object-mode blocks of their own (each costs Numba seconds to lift); its one
-    signature keeps Numba from compiling a version per literal key and bound the
-    generated code passes."""
-    with numba.objmode(table="int64[:,::1]"):
-        table = _schedule_table(reverse, key, a, b)
-    return table
-
-
-def __getattr__(name: str) -> Any:
-    """`schedule_table`, compiled for its one signature when first asked for (by Numba,
-    typing a program that follows a schedule), not when this module is imported: an
-    eager compile, even loaded from the disk cache, makes Numba load its whole typing
-    registry, which would double the time `cg.jit`'s first call spends importing this
-    module."""
-    if name != "schedule_table":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    with _SCHEDULE_TABLE_LOCK:
-        if "schedule_table" not in globals():
-            globals()["schedule_table"] = numba.njit(
-                "int64[:, ::1](boolean, unicode_type, int64, int64)",
-                cache=True)(_schedule_table_from_python)
-    return globals()["schedule_table"]
 
 
 # -- Debug callbacks (`cg.debug.print`, `cg.debug.callback`): compiled code calls the

@@ -28,8 +28,8 @@ Numba's numpy subset and lets Numba compile that to machine code.
   saved array (references, as the interpreter's tapes hold), pushed at the back edge and
   popped by the adjoint's `LoopState`, exactly where the interpreter's strategy pushes
   and pops. Stacks start small and double when full. A loop under a recomputing
-  strategy follows the schedule that strategy gives when run symbolically
-  (`_Recomputed`, schedule.py).
+  strategy decides its schedule as that strategy does, in compiled code
+  (`_Recomputed`, schedule_machine.py).
 - `call` nodes compile their sub-program as a function of its own, and so do custom
   rules' nodes the program their rule runs forward (`fwd`, or the function itself); the
   rule's derivative is `call`/`vjp_call` nodes of its other programs in the gradient.
@@ -72,6 +72,7 @@ from typing import Any
 import numpy as np
 
 from . import kernels as K
+from . import schedule_machine as SM
 from .checkpoint import FOLLOWS_SCHEDULE, TAPES_EVERY_STEP, RunStats, compiled_form, resolve
 from .diagnostics import left_early_message, loop_limit_message
 from .errors import CompileWarning, Unsupported
@@ -88,16 +89,8 @@ from .layout import (
 )
 from .passes import is_fixed
 from .primitives import PRIMITIVES, NotCompiled, Source, Ufunc
-from .schedule import (
-    ADVANCE,
-    LOAD,
-    SET,
-    STORE_ROW,
-    TAPE,
-    LoopFacts,
-    Schedule,
-    replayed_stats,
-)
+from .schedule import LoopFacts, replayed_stats
+from .schedule_machine import ADVANCE, LOAD, SET, STORE_ROW, TAPE
 
 # Every 1024th back edge of a loop runs Python's signal handlers (`K.check_signals`), so
 # that Ctrl-C stops an endless compiled loop as it stops the interpreter: a masked
@@ -305,6 +298,7 @@ class _Writer:
         self.fused = _fused_calls(layout.program)
         self.inlined = _fusible_chains(layout, keep)
         self.replaying: _Recomputed | None = None  # writing a loop's re-run (see `replay`)
+        self.replay_taped = False  # whether that re-run keeps its tapes
         self.fresh = _fresh_carries(layout)
         self.updaters = frozenset(self.fresh.values())
 
@@ -415,17 +409,22 @@ class _Writer:
             return []
         return [f"t{self.p}{j} = 0" for j in range(len(self.layout.loops))]
 
-    def replay(self, loop: _Recomputed) -> list[str]:
-        """Code re-running iterations of `loop` from the carry in its header's variables:
-        `rem` of them, keeping each one's tape and control decisions when `tp` (the
-        strategy's `TAPE`), else only advancing (`ADVANCE`). A re-run that leaves the loop
-        early cannot match the forward run: ReplayMismatchError, as the interpreter's."""
-        self.replaying = loop
+    def replay(self, loop: _Recomputed, taped: bool) -> list[str]:
+        """Code re-running `rem` iterations of `loop` from the carry in its header's
+        variables, keeping each one's tape and control decisions when `taped` (the
+        machine's `TAPE`), else only advancing (`ADVANCE`): two loops, since Numba
+        compiles a loop that may push to a stack into one several times slower per
+        iteration even where it does not push. A re-run that leaves the loop early cannot
+        match the forward run: ReplayMismatchError, as the interpreter's (raised after the
+        loop, which a `raise` inside would slow down as well)."""
+        self.replaying, self.replay_taped = loop, taped
         try:
             code = self._loop(loop.info.region, frozenset(), _no_return)
         finally:
             self.replaying = None
-        return ["while rem > 0:"] + code[1:]  # (the latch's edge counts `rem` down)
+        message = left_early_message(loop.info.region, "an iteration")
+        return (["while rem > 0:"] + code[1:]
+                + [f"if rem < 0: raise ReplayMismatchError({message!r})"])
 
     # -- nodes ---------------------------------------------------------------------------
     def nodes(self, nodes: list[Node]) -> list[str]:
@@ -538,20 +537,22 @@ class _Writer:
         return [f"{', '.join(outs)}, = {src}"]
 
     def _restore(self, loop: _Recomputed, load: list[str]) -> list[str]:
-        """`LoopState` of a loop under a recomputing strategy: run the reverse table's
-        operations up to the `LOAD` of this iteration's tape (schedule.py)."""
+        """`LoopState` of a loop under a recomputing strategy: run the operations its
+        machine gives for this iteration, up to the `LOAD` of its tape (schedule_machine.py)."""
         j = loop.index
         restore = [f"{v} = {snap}[rs{j} + arg]" for v, snap in loop.snapshots]
         store = [f"arg += rs{j}"] + [line for k, (v, snap) in enumerate(loop.snapshots)
                                      for line in loop.store(k, "arg", v)]
-        rerun = ["rem = arg", f"tp = op == {TAPE}"] + self.forward.replay(loop)
+        advance = ["rem = arg"] + self.forward.replay(loop, taped=False)
+        tape = ["rem = arg"] + self.forward.replay(loop, taped=True)
         lines = loop.begin_reverse() + [
-            "while True:", f"    op = ops{j}[rp{j}, 0]", f"    arg = ops{j}[rp{j}, 1]",
-            f"    rp{j} += 1", f"    if op == {LOAD}:"]
+            f"SM.reverse_step(rv{j}, q{j})", "qi = 0",
+            "while True:", f"    op = q{j}[qi, 0]", f"    arg = q{j}[qi, 1]",
+            "    qi += 1", f"    if op == {LOAD}:"]
         lines += ["        " + x for x in load + ["break"]]
-        for code, body in ((SET, restore), (STORE_ROW, store), (ADVANCE, rerun)):
-            lines.append(f"    elif op == {code}:" if code != ADVANCE else
-                         f"    elif op == {ADVANCE} or op == {TAPE}:")
+        for code, body in ((SET, restore), (STORE_ROW, store), (ADVANCE, advance),
+                           (TAPE, tape)):
+            lines.append(f"    elif op == {code}:")
             lines += ["        " + x for x in body]
         return lines
 
@@ -598,27 +599,23 @@ class _Writer:
 
     def _replay_edge(self, loop: _Recomputed, src: Block, key: Any, edge: Edge) -> list[str]:
         action, arg = edge.action, edge.arg
-        if action == LOOP_EXIT and arg == loop.index:
-            message = left_early_message(loop.info.region, "an iteration")
-            return [f"raise ReplayMismatchError({message!r})"]
+        if action == LOOP_EXIT and arg == loop.index:  # left early: `replay` raises
+            return ["rem = -1", "break"]
         if action == LOOP_LATCH and arg == loop.index:
             tape = self.module.tapes[loop.index]
-            lines = ["if tp:"] + ["    " + x for x in tape.push()] if tape else []
+            lines = tape.push() if tape and self.replay_taped else []
             return lines + self._phi_copy(edge, src) + ["rem -= 1"]
         # a decision, or a nested loop's events: logged and taped as in the sweep when the
         # re-run is taped, only counted (trips, max_iters) when it is not
-        taped = self.action(action, arg)
+        if not self.replay_taped:
+            self.taped, saved = False, self.taped
+            try:
+                return self.action(action, arg) + self._phi_copy(edge, src)
+            finally:
+                self.taped = saved
+        lines = self.action(action, arg)
         if self._entered_loop(src, key) != loop.index:  # (a loop inside the one re-run)
-            taped += self._new_iteration(src, key)
-        self.taped, saved = False, self.taped
-        try:
-            untaped = self.action(action, arg)
-        finally:
-            self.taped = saved
-        if taped == untaped:
-            lines = taped
-        else:
-            lines = ["if tp:"] + _indent(taped) + ["else:"] + _indent(untaped)
+            lines += self._new_iteration(src, key)
         return lines + self._phi_copy(edge, src)
 
     def action(self, action: int, arg: Any) -> list[str]:
@@ -673,22 +670,24 @@ _EMIT = {"const": _Writer._const, "Primal": _Writer._primal, "LogPop": _Writer._
 
 class _Recomputed:
     """A loop of a `vjp_call`'s sub-program under a strategy that recomputes, following
-    its schedule (checkpoint.FOLLOWS_SCHEDULE). Its sweep stores the carries the
-    strategy's forward table names and keeps only the latest tape; at exit the reverse
-    table (schedule.py, the strategy run symbolically) says what each `LoopState` re-runs.
+    its schedule (checkpoint.FOLLOWS_SCHEDULE), which compiled code decides itself
+    (schedule_machine.py: the strategy's decisions as a state machine of O(s) integers).
+    Its sweep asks at each back edge which carry to store in which snapshot row, and
+    keeps only the latest tape; each `LoopState` asks for the operations that re-run its
+    iteration.
 
     A loop inside another runs once per outer iteration, and its executions are reversed
     last first, as the interpreter's records are: each execution's snapshots take rows
-    above the previous one's (`st{j}`, the top), its reverse operations go on a stack
-    (`ops{j}`), and a record (snapshot base, offset, length) on another (`ex{j}`); its
-    first `LoopState` pops the record. An execution of no iteration records nothing."""
+    above the previous one's (`st{j}`, the top), its record (the sweep's state) goes on a
+    stack (`ex{j}`), and its first `LoopState` pops the record into the reverse state
+    (`rv{j}`). An execution of no iteration records nothing."""
 
     def __init__(self, writer: _Writer, info: Any, strategy: Any,
                  inner: list[str | _Tape]):
         self.index = j = info.index
         self.info = info
-        self.key = repr(strategy)
-        K.SCHEDULES.setdefault(self.key, Schedule(strategy))
+        self.kind, self.param = SM.machine_of(strategy)
+        self.slots = SM.slots_of(self.kind, self.param)
         region = info.region
         self.snapshots = [(writer.name(phi.out), f"snap{j}_{k}")
                           for k, phi in enumerate(region.header.phis)]
@@ -704,7 +703,7 @@ class _Recomputed:
         self.bound = "-1" if lo_hi is None else f"max(0, f{lo_hi[1]} - f{lo_hi[0]})"
 
     def declare(self) -> list[str]:
-        j = self.index
+        j, slots = self.index, self.slots
         lines = [f"{snap} = List.empty_list({self.by_reference[k]})" if k in self.by_reference
                  else f"{snap} = np.empty({(4,) + t.shape}, {dtype_source(t.dtype)})"
                  for k, ((_, snap), t) in enumerate(zip(self.snapshots, self.types))]
@@ -712,29 +711,32 @@ class _Recomputed:
         lines += [f"pd{j}_{k} = np.empty({(0,) * t.ndim}, {dtype_source(t.dtype)})"
                   if k in self.by_reference else f"pd{j}_{k} = {snap}[0]"
                   for k, ((_, snap), t) in enumerate(zip(self.snapshots, self.types))]
-        return lines + [f"fw{j} = np.empty((0, 3), np.int64)",
-                        f"ops{j} = np.empty((16, 2), np.int64); nops{j} = 0",
-                        f"ex{j} = np.empty((4, 3), np.int64); nex{j} = 0", f"hz{j} = 0",
-                        f"st{j} = 0; sb{j} = 0; tb{j} = 0; rp{j} = 0; re{j} = 0; rs{j} = 0"]
+        return lines + [f"sw{j} = np.zeros({SM.sweep_size(slots)}, np.int64)",
+                        f"rv{j} = np.zeros({SM.reverse_size(slots)}, np.int64)",
+                        f"rv{j}[{SM.reverse_done(slots)}] = -1",
+                        f"q{j} = np.empty(({SM.queue_rows(slots)}, 2), np.int64)",
+                        f"ex{j} = np.empty((4, {SM.sweep_size(slots)}), np.int64); nex{j} = 0",
+                        f"st{j} = 0; sb{j} = 0; tb{j} = 0; rs{j} = 0"]
 
     def enter(self) -> list[str]:
         j = self.index
-        return [f"bd{j} = {self.bound}",
-                f"fw{j} = K.schedule_table(False, {self.key!r}, bd{j}, 64)",
-                f"hz{j} = fw{j}.shape[0]", f"tb{j} = ntape{j}", f"sb{j} = st{j}"] + [
+        return [f"sb{j} = st{j}",
+                # (int64, not literals: a literal argument would compile a version per value)
+                f"SM.sweep_begin(sw{j}, np.int64({self.kind}), np.int64({self.param}), "
+                f"np.int64({self.bound}), np.int64(sb{j}))",
+                f"tb{j} = ntape{j}"] + [
                     f"mk{j}_{k} = {counter.count if isinstance(counter, _Tape) else counter}"
                     for k, counter in enumerate(self.inner)]
 
     def back_edge(self) -> list[str]:
-        """At back edge t (`nf{j}`): store the carry the forward table names (x_t, or
-        x_{t-1} kept as pending), then make x_t the pending one."""
+        """At back edge t (`nf{j}`): where the machine may store (`AT`), the carry it names
+        (x_t, or x_{t-1} kept as pending); then make x_t the pending one."""
         j = self.index
-        lines = [f"if nf{j} >= hz{j}:",  # past the forward table's horizon: a longer one
-                 f"    fw{j} = K.schedule_table(False, {self.key!r}, bd{j}, 2 * nf{j})",
-                 f"    hz{j} = fw{j}.shape[0]",
-                 f"row = fw{j}[nf{j}, 1]", "if row >= 0:", f"    row += sb{j}"]
+        lines = [f"if nf{j} == sw{j}[{SM.AT}]:",
+                 f"    code = SM.sweep_step(sw{j}, np.int64(nf{j}))",
+                 "    if code >= 0:", f"        row = sb{j} + (code >> 1)"]
         for k, (v, _) in enumerate(self.snapshots):
-            lines += _indent(self.store(k, "row", f"pd{j}_{k} if fw{j}[nf{j}, 2] == 1 else {v}"))
+            lines += _indent(_indent(self.store(k, "row", f"pd{j}_{k} if code & 1 else {v}")))
         return lines + [f"pd{j}_{k} = {v}" for k, (v, _) in enumerate(self.snapshots)]
 
     def store(self, k: int, row: str, value: str) -> list[str]:
@@ -748,28 +750,20 @@ class _Recomputed:
                 f"{snap}[{row}] = {value}"]
 
     def exit(self) -> list[str]:
-        """Record the execution: its reverse operations and where its snapshots are."""
+        """Record the execution, its snapshot rows the stack's top."""
         j = self.index
         return [f"if nf{j} > 0:",
-                f"    rv = K.schedule_table(True, {self.key!r}, nf{j}, bd{j})",
-                "    n = rv.shape[0] - 1",
-                f"    while nops{j} + n > ops{j}.shape[0]: ops{j} = K.grow(ops{j})",
-                f"    ops{j}[nops{j}:nops{j} + n] = rv[1:]",
                 f"    if nex{j} == ex{j}.shape[0]: ex{j} = K.grow(ex{j})",
-                f"    ex{j}[nex{j}, 0] = sb{j}",
-                f"    ex{j}[nex{j}, 1] = nops{j}",
-                f"    ex{j}[nex{j}, 2] = n",
-                f"    nex{j} += 1",
-                f"    nops{j} += n",
-                f"    st{j} = sb{j} + rv[0, 0]"]
+                f"    st{j} = sb{j} + SM.sweep_end(sw{j}, np.int64(nf{j}), ex{j}[nex{j}])",
+                f"    nex{j} += 1"]
 
     def begin_reverse(self) -> list[str]:
-        """At a `LoopState` with the current execution's operations used up: pop the
-        next execution's record (its operations and snapshot rows are the stacks' top)."""
+        """At a `LoopState` with the current execution fully reversed: pop the next
+        execution's record (its snapshot rows are the stack's top)."""
         j = self.index
-        return [f"if rp{j} == re{j}:", f"    nex{j} -= 1", f"    rs{j} = ex{j}[nex{j}, 0]",
-                f"    rp{j} = ex{j}[nex{j}, 1]", f"    re{j} = rp{j} + ex{j}[nex{j}, 2]",
-                f"    nops{j} = rp{j}", f"    st{j} = rs{j}"]
+        return [f"if rv{j}[{SM.reverse_done(self.slots)}] < 0:", f"    nex{j} -= 1",
+                f"    SM.reverse_begin(rv{j}, ex{j}[nex{j}])",
+                f"    rs{j} = rv{j}[{SM.BASE}]", f"    st{j} = rs{j}"]
 
 
 def _signal_check(counter: str) -> str:
@@ -981,7 +975,7 @@ class _Module:
                 if self.tapes[k]:
                     inner.append(self.tapes[k])
                 if compiled_form(chosen[k]) != TAPES_EVERY_STEP:
-                    inner += [f"nex{k}", f"nops{k}", f"st{k}"]
+                    inner += [f"nex{k}", f"st{k}"]
             self.recomputed[li.index] = rec = _Recomputed(fwd, li, strategy, inner)
             lines += rec.declare()
         return lines
@@ -1051,6 +1045,7 @@ class _Module:
         header = [f"# cfgrad.kernels {_KERNELS_VERSION}",
                   "import numpy as np", "import numba", "from numba.typed import List",
                   "from cfgrad import kernels as K",
+                  "from cfgrad import schedule_machine as SM",
                   "from cfgrad.errors import LoopLimitError, ReplayMismatchError", ""]
         header += [f"{name} = numba.types.Array(numba.types.{t.dtype.name}, {t.ndim}, "
                    f"{layout!r})" for (t, layout), name in self.list_types.items()]
@@ -1137,8 +1132,8 @@ def _instead_of(directory: Path, error: OSError) -> Path:
     return _own_directory
 
 
-_KERNELS_VERSION = hashlib.sha256(
-    b"".join(Path(f).read_bytes() for f in K.SOURCE_FILES)).hexdigest()[:16]
+_KERNELS_VERSION = hashlib.sha256(b"".join(
+    Path(f).read_bytes() for f in (*K.SOURCE_FILES, SM.__file__))).hexdigest()[:16]
 
 _NATIVE_SCALARS = {"float64": float, "int64": int, "bool": bool, "complex128": complex}
 

@@ -29,6 +29,7 @@ from cfgrad.checkpoint import Binomial, traced
 from cfgrad.native import NativeProgram
 from cfgrad.nested import recorded_runs
 from cfgrad.schedule import replayed_stats
+from cfgrad.schedule_machine import BINOMIAL
 
 
 def g(y: Any) -> Any:
@@ -102,7 +103,7 @@ def test_nested_pullbacks_take_the_strategy_of_the_call_around_them() -> None:
     want = {of: [s.strategy for s in stats.loops] for of, stats in runs}
     assert want["vjp(g, wrt=[0])"] == ["Binomial(2)"]
     assert {of: [repr(f.strategy) for f in loops] for of, loops in native.runs} == want
-    assert native.source.count("K.schedule_table(True, 'Binomial(2)'") == 2
+    assert native.source.count(f"SM.sweep_begin(sw0, np.int64({BINOMIAL}), np.int64(2),") == 2
 
 
 def test_a_call_without_recording_records_nothing_and_gives_the_same_result() -> None:
