@@ -259,8 +259,8 @@ class Jitted:
         with self._lock:
             found = self._runners.get(id(building.entry))
             if found is not None and found[1] is not building:  # another thread settled it
-                return found[1]
-            if building.reason is None:
+                runner = found[1]
+            elif building.reason is None:
                 runner = building.native
             else:
                 try:
@@ -268,6 +268,8 @@ class Jitted:
                 except CompileError as e:
                     runner = _Refused(str(e))
             self._runners[id(building.entry)] = (building.entry, runner)
+            # (also where another thread settled it: a call may have put `building` in the
+            # fast path's table after that thread replaced it there)
             for key, (entry, was, build) in list(self._by_leaves.items()):
                 if was is building:
                     self._by_leaves[key] = (entry, runner, build)

@@ -540,8 +540,9 @@ def reshaped(value, shape):
 @numba.njit(cache=True)
 def extreme3(x3, largest):
     """np.max (largest) or np.min of x3 along axis 1: numpy's maximum / minimum entry by
-    entry, row after row (NaN propagating, numpy's choice on ties of signed zeros: the
-    later row's entry, as `maximum` and `minimum`)."""
+    entry, row after row (NaN propagating). On a tie of signed zeros it keeps the later
+    row's entry, as `maximum` and `minimum` of two do; numpy's vectorised reduction may
+    keep the other, so the sign of a zero result can differ (docs/jit.md)."""
     o, n, i = x3.shape
     out = x3[:, 0, :].copy()
     for k in range(1, n):

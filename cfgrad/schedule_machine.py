@@ -14,7 +14,8 @@ State is O(s) for s snapshots: the online placement (revolve.OnlinePlacement: th
 positions held and when the next one is due), the revolve recursion as an explicit stack
 (at most s frames), the free snapshot rows as a heap; EveryK and Recompute are
 arithmetic on the iteration number. Nothing grows with the trip count, and no operation
-table is built: each `LoopState` asks for its own operations (at most 3s + 4).
+table is built: each `LoopState` asks for its own operations (a queue of
+`queue_rows(s)` = 3s + 8 rows).
 
 Arrays:
 
