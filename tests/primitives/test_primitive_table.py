@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,12 @@ _SECOND = {
 }
 # float64 and int64 are tests/primitives/test_kernels.py's (arrays and scalars of each entry); these
 # are the others, each program a Numba compile of 5-12 s when the disk cache is cold
-DTYPES = [np.dtype(d) for d in (np.float32, np.int8, np.uint8, np.bool_, np.complex128)]
+LONG = os.environ.get("CFGRAD_HYPOTHESIS") == "long"  # the opt-in profile of conftest.py
+# each dtype one compiled program (5-10 s cold): the default run keeps a float, an unsigned
+# integer (where a compiled `sign` of 200 was 255) and a complex type; the long one adds a
+# signed integer and booleans
+DTYPES = [np.dtype(d) for d in (np.float32, np.uint8, np.complex128)] + (
+    [np.dtype(np.int8), np.dtype(np.bool_)] if LONG else [])
 # computed by a math library, Numba's (LLVM's, the C library's) and numpy's: a few ulp apart
 # (tests/primitive_facts.py's "ulps"; of complex operands also sqrt, numpy's npymath
 # against Numba's cmath)
