@@ -21,6 +21,10 @@ Cases (the functions are the ones in newton.py and rnn.py):
   heat    the reaction-diffusion stepping of heat.py (100 000 points, 500 steps): gradient
           of the final energy w.r.t. the initial state under each checkpointing strategy,
           wall time and peak resident memory, each implementation in a subprocess of its own
+  fresh   the eight research programs of fresh_programs.py, written as a user writes them:
+          whether `cg.jit` of each gradient compiles, its cold compile time (a fresh process,
+          empty caches) and its load time from the disk cache in a second process, and one
+          gradient compiled and interpreted (not with --quick or --heat-only; minutes)
 
 Each case also runs under `cg.jit` (of the function, and of its `cg.grad`), beside the
 interpreter, with Numba's compile time of each; a program the backend cannot compile yet
@@ -1097,6 +1101,11 @@ def main(argv: list[str] | None = None) -> None:
         import realistic  # here, not at the top: it imports this module's timing helpers
         realistic.section(console, opts.quick, libs)
     heat_section(console, heat_n, heat_steps, present, opts.quick)
+    if not opts.quick and not opts.heat_only:  # minutes: cold compiles in fresh processes
+        import fresh_programs
+        console.print("\nFresh research programs (examples/fresh_programs.py): gradient "
+                      "checks, cg.jit status, cold and cached compile times")
+        fresh_programs.report(list(fresh_programs.PROGRAMS), quick=False)
 
 
 if __name__ == "__main__":

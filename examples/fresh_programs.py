@@ -345,24 +345,20 @@ def gradient_times(name: str) -> tuple[float, float]:
     return compiled, best_time(lambda: interpreted(params, data))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="check gradients (two entries each) in the interpreter only")
-    parser.add_argument("--only", nargs="*", default=None, help="programs to run")
-    args = parser.parse_args()
-    names = args.only or list(PROGRAMS)
+def report(names: list[str], quick: bool) -> None:
+    """The gradient check and jit status of each program, then (unless `quick`) its
+    compile and gradient times."""
     print(f"{'program':<24} {'rel. error':>10}  jit")
     for name in names:
         params, data = example_args()[name]
         fun = PROGRAMS[name]
         grad = np.ravel(cg.grad(fun)(params, data))
         fd = central_differences(fun, params, data, FD_STEP.get(name, 1e-6),
-                                 entries=2 if args.quick else None)
+                                 entries=2 if quick else None)
         error = float(np.max(np.abs(grad[:fd.size] - fd)) / max(1.0, np.max(np.abs(fd))))
-        status = "(not compiled with --quick)" if args.quick else jit_status(name)
+        status = "(not compiled with --quick)" if quick else jit_status(name)
         print(f"{name:<24} {error:10.1e}  {status}")
-    if args.quick:
+    if quick:
         return
     print()
     print(f"{'program':<24} {'cold s':>8} {'cached s':>9} {'jit ms':>9} {'interp ms':>10} "
@@ -374,6 +370,15 @@ def main() -> None:
         t_jit, t_int = gradient_times(name)
         print(f"{name:<24} {cold['seconds']:8.2f} {cached['seconds']:9.3f} "
               f"{t_jit * 1e3:9.3f} {t_int * 1e3:10.3f} {t_int / t_jit:10.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="check gradients (two entries each) in the interpreter only")
+    parser.add_argument("--only", nargs="*", default=None, help="programs to run")
+    args = parser.parse_args()
+    report(args.only or list(PROGRAMS), args.quick)
 
 
 if __name__ == "__main__":
