@@ -307,48 +307,48 @@ def jit_status(name: str) -> str:
     jitted = cg.jit(cg.grad(PROGRAMS[name]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", cg.CompileWarning)
-        jitted(params, data)
-    info = jitted.info(params, data)
+        info = jitted.info(params, data)
     return "compiled" if info.backend == "numba" else f"interpreter: {info.reason}"
 
 
-def compile_in_fresh_process(name: str, cache: str) -> dict:
-    """Compile (or load) the jitted gradient of `name` in a new process with `cache` as
-    every compile cache; its first call's time and the status."""
-    here = str(Path(__file__).parent)
-    code = (f"import sys, json, time, warnings; sys.path.insert(0, {here!r})\n"
-            "import fresh_programs as fp, cfgrad as cg\n"
-            f"params, data = fp.example_args()[{name!r}]\n"
-            f"jitted = cg.jit(cg.grad(fp.PROGRAMS[{name!r}]))\n"
-            "warnings.simplefilter('ignore')\n"
-            "start = time.perf_counter(); jitted(params, data)\n"
-            "print(json.dumps({'seconds': time.perf_counter() - start,"
-            " 'backend': jitted.info(params, data).backend}))\n")
-    env = dict(os.environ, CFGRAD_CACHE_DIR=cache, NUMBA_CACHE_DIR=cache)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, timeout=900)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{name}: the compile process failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def gradient_times(name: str) -> tuple[float, float]:
-    """The best time of one gradient under `cg.jit` (after its first call) and in the
-    interpreter."""
+def measure(name: str, timed: bool) -> dict:
+    """In this process: the time of the first call of `cg.jit` of the gradient of `name`
+    (compiling, or loading from the disk cache), its status, and with `timed` the best
+    time of one gradient compiled and interpreted."""
     params, data = example_args()[name]
-    interpreted = cg.grad(PROGRAMS[name])
     jitted = cg.jit(cg.grad(PROGRAMS[name]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", cg.CompileWarning)
+        start = time.perf_counter()
         jitted(params, data)
-        compiled = best_time(lambda: jitted(params, data))
-    return compiled, best_time(lambda: interpreted(params, data))
+        first = time.perf_counter() - start
+    out = {"seconds": first, "status": jit_status(name)}
+    if timed:
+        interpreted = cg.grad(PROGRAMS[name])
+        out["jit"] = best_time(lambda: jitted(params, data))
+        out["interpreter"] = best_time(lambda: interpreted(params, data))
+    return out
+
+
+def in_fresh_process(name: str, cache: str, timed: bool) -> dict:
+    """`measure(name, timed)` in a new process with `cache` as every compile cache."""
+    here = str(Path(__file__).parent)
+    code = (f"import sys, json; sys.path.insert(0, {here!r})\n"
+            "import fresh_programs as fp\n"
+            f"print(json.dumps(fp.measure({name!r}, {timed!r})))\n")
+    env = dict(os.environ, CFGRAD_CACHE_DIR=cache, NUMBA_CACHE_DIR=cache)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name}: the measuring process failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def report(names: list[str], quick: bool) -> None:
-    """The gradient check and jit status of each program, then (unless `quick`) its
-    compile and gradient times."""
-    print(f"{'program':<24} {'rel. error':>10}  jit")
+    """The gradient check of each program; then (unless `quick`) whether `cg.jit` of its
+    gradient compiles, its cold compile (a fresh process, empty caches), its load from the
+    disk cache in a second process, and one gradient compiled and interpreted there."""
+    print(f"{'program':<24} {'rel. error':>10}")
     for name in names:
         params, data = example_args()[name]
         fun = PROGRAMS[name]
@@ -356,20 +356,19 @@ def report(names: list[str], quick: bool) -> None:
         fd = central_differences(fun, params, data, FD_STEP.get(name, 1e-6),
                                  entries=2 if quick else None)
         error = float(np.max(np.abs(grad[:fd.size] - fd)) / max(1.0, np.max(np.abs(fd))))
-        status = "(not compiled with --quick)" if quick else jit_status(name)
-        print(f"{name:<24} {error:10.1e}  {status}")
+        print(f"{name:<24} {error:10.1e}")
     if quick:
         return
     print()
     print(f"{'program':<24} {'cold s':>8} {'cached s':>9} {'jit ms':>9} {'interp ms':>10} "
-          f"{'interp/jit':>10}")
+          f"{'interp/jit':>10}  jit")
     for name in names:
         with tempfile.TemporaryDirectory() as cache:
-            cold = compile_in_fresh_process(name, cache)
-            cached = compile_in_fresh_process(name, cache)
-        t_jit, t_int = gradient_times(name)
+            cold = in_fresh_process(name, cache, timed=False)
+            cached = in_fresh_process(name, cache, timed=True)
         print(f"{name:<24} {cold['seconds']:8.2f} {cached['seconds']:9.3f} "
-              f"{t_jit * 1e3:9.3f} {t_int * 1e3:10.3f} {t_int / t_jit:10.1f}")
+              f"{cached['jit'] * 1e3:9.3f} {cached['interpreter'] * 1e3:10.3f} "
+              f"{cached['interpreter'] / cached['jit']:10.1f}  {cold['status']}", flush=True)
 
 
 def main() -> None:

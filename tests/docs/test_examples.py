@@ -385,7 +385,7 @@ def test_implicit_euler_gradient_matches_finite_differences_of_an_independent_so
 def test_fresh_programs_gradients_match_central_differences():
     """Each of the eight programs, written as a user writes them, is differentiated to the
     accuracy of a central difference (relative, over the entries the quick run checks)."""
-    rows = re.findall(rf"^(\w+) +{NUMBER} ", output("fresh_programs.py"), re.MULTILINE)
+    rows = re.findall(rf"^(\w+) +{NUMBER}$", output("fresh_programs.py"), re.MULTILINE)
     assert [name for name, _ in rows] == [
         "levenberg_marquardt", "value_iteration", "newton_line_search", "adaptive_simpson",
         "kalman_with_gaps", "pendulum_until_event", "soft_kmeans", "hessian_power_iteration"]
