@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_jit_calls import interpreted  # the reference: cg.jit's Program, interpreted
 
 import cfgrad as cg
 import cfgrad.numpy as cnp
@@ -26,16 +27,6 @@ from cfgrad.interpret import Compiled
 from cfgrad.native import NativeProgram
 
 LONG = os.environ.get("CFGRAD_HYPOTHESIS") == "long"  # the opt-in profile of conftest.py
-
-
-def interpreted(f: Any) -> Any:
-    """`f` traced as `cg.jit` traces it, run by the interpreter: the reference."""
-    j = cg.jit(f)
-
-    def run(*args: Any) -> Any:
-        entry, leaves = j._lowered(args, {})
-        return tree.unflatten(entry.program.out_tree, entry.run(leaves)[0])
-    return run
 
 
 def assert_bitwise(got: Any, want: Any) -> None:
