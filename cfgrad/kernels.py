@@ -1046,33 +1046,42 @@ def _fourier_impl(x, kind, axes, n, norm, dtype):
 # numpy computes in it (its Python scalars are weak: NEP 50), so that only exp, sin and
 # sqrt, the math library's, can differ from numpy's in the last bits.
 
-def _entrywise(entry: Any, what: str) -> Any:
-    """A function of compiled code applying `entry` (a function of one float, typed by
-    its overload) to a float or to each entry of a float array (any layout), its result
-    in the operand's dtype. Not a `numba.vectorize`: a dynamic ufunc may run a float32
+def _entrywise(what: str) -> Any:
+    """Decorates `one_float(x)`, the typing of a function of one float (what an `overload`
+    returns: the implementation for x's Numba type), into a function of compiled code
+    applying it to a float or to each entry of a float array (any layout), its result in
+    the operand's dtype. Not a `numba.vectorize`: a dynamic ufunc may run a float32
     operand through a float64 loop compiled before it."""
-    def stub(x):
-        raise NotImplementedError  # only called from compiled code, through the overload
+    def make(one_float: Any) -> Any:
+        def entry(x):
+            raise NotImplementedError  # only called from compiled code, through the overload
 
-    stub.__doc__ = f"{what} of a float or of each entry of a float array"
+        overload(entry)(one_float)
 
-    @overload(stub)
-    def _impl(x):
-        if not isinstance(x, types.Array):
-            return lambda x: entry(x)
+        def stub(x):
+            raise NotImplementedError  # only called from compiled code, through the overload
 
-        def each(x):
-            out = np.empty(x.shape, x.dtype)
-            into = out.reshape(-1)
-            i = 0
-            for v in x.flat:
-                into[i] = entry(v)
-                i += 1
-            return out
+        stub.__doc__ = f"{what} of a float or of each entry of a float array"
 
-        return each
+        @overload(stub)
+        def _impl(x):
+            if not isinstance(x, types.Array):
+                return lambda x: entry(x)
 
-    return stub
+            def each(x):
+                out = np.empty(x.shape, x.dtype)
+                into = out.reshape(-1)
+                i = 0
+                for v in x.flat:
+                    into[i] = entry(v)
+                    i += 1
+                return out
+
+            return each
+
+        return stub
+
+    return make
 
 
 # numpy's i0 (numpy/lib/_function_base_impl.py: Cephes' Chebyshev coefficients for
@@ -1094,12 +1103,8 @@ def _chbevl(x, vals, half):
     return half * (b0 - b2)
 
 
-def _i0_entry(x):
-    raise NotImplementedError  # only called from compiled code, through the overload
-
-
-@overload(_i0_entry)
-def _i0_entry_impl(x):
+@_entrywise("np.i0")
+def i0(x):
     """np.i0 of one float: exp(|x|) times the series for [0, 8], or for (8, inf) that
     over sqrt(|x|) (NaN takes the second, as numpy's `piecewise`), with the
     coefficients and constants in x's dtype."""
@@ -1116,15 +1121,8 @@ def _i0_entry_impl(x):
     return impl
 
 
-i0 = _entrywise(_i0_entry, "np.i0")
-
-
-def _i1_entry(x):
-    raise NotImplementedError  # only called from compiled code, through the overload
-
-
-@overload(_i1_entry)
-def _i1_entry_impl(x):
+@_entrywise("Bessel's I1")
+def i1(x):
     """primitives.elementwise._i1_impl of one float: its series in float64, each entry
     stopping where numpy's loop would leave it unchanged (a term below 1e-17 of the sum
     is under half an ulp of it), then in x's dtype."""
@@ -1145,15 +1143,8 @@ def _i1_entry_impl(x):
     return impl
 
 
-i1 = _entrywise(_i1_entry, "Bessel's I1")
-
-
-def _sinc_entry(x):
-    raise NotImplementedError  # only called from compiled code, through the overload
-
-
-@overload(_sinc_entry)
-def _sinc_entry_impl(x):
+@_entrywise("np.sinc")
+def sinc(x):
     """np.sinc of one float: y = pi x (eps of x's dtype where that is 0), sin(y) / y."""
     dtype = numba.np.numpy_support.as_dtype(x)
     pi, eps = dtype.type(np.pi), np.finfo(dtype).eps
@@ -1165,6 +1156,3 @@ def _sinc_entry_impl(x):
         return np.sin(y) / y
 
     return impl
-
-
-sinc = _entrywise(_sinc_entry, "np.sinc")
